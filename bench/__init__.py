@@ -1,0 +1,1 @@
+"""Ocular benchmark suite: ``python -m bench`` (see bench/README.md)."""

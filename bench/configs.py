@@ -1,0 +1,100 @@
+"""Benchmark configurations: what runs around a workload in the child process.
+
+Shared by the runner (bench/run.py) and the child (bench/_child.py) so both
+agree on names, event sets and which floor each configuration is compared to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# sys.monitoring event names (attributes of sys.monitoring.events).
+CALL_EVENTS = ("PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND")
+ADAPTIVE_EVENTS = CALL_EVENTS + ("JUMP", "BRANCH")
+PRECISE_EVENTS = ADAPTIVE_EVENTS + ("INSTRUCTION",)
+
+EVENT_SETS = {
+    "calls": CALL_EVENTS,
+    "adaptive": ADAPTIVE_EVENTS,
+    "precise": PRECISE_EVENTS,
+}
+
+# sys.monitoring tool id the floor uses (PROFILER_ID; cProfile uses it too on
+# 3.12+, but never in the same process here).
+FLOOR_TOOL_ID = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    kind: str  # untraced | floor | cprofile | ocular | viztracer | yappi
+    doc: str
+    # Event set (key of EVENT_SETS) this configuration receives: used for the
+    # floor's registration and for ns/event.  None: no events / unknown.
+    events: str | None = None
+    # Floor configuration this one is compared with ("x floor" column).
+    floor: str | None = None
+    # False when the number of events actually delivered is not the counted
+    # one (e.g. adaptive de-instrumentation after a threshold): no ns/event.
+    per_event: bool = True
+    params: dict = field(default_factory=dict)
+    # Import needed in the child; the runner probes it and skips the
+    # configuration with the reason if it fails.
+    requires: str | None = None
+
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        Config("untraced", "untraced", "no tracer at all (the baseline)"),
+        Config(
+            "floor-calls", "floor",
+            "no-op C callback (bench/floor.c) on the call events only: "
+            "PY_START, PY_RESUME, PY_THROW, PY_RETURN, PY_YIELD, PY_UNWIND",
+            events="calls", floor="floor-calls", requires="_ocular_floor",
+        ),
+        Config(
+            "floor", "floor",
+            "no-op C callback on Ocular adaptive's events: call events + JUMP, BRANCH",
+            events="adaptive", floor="floor", requires="_ocular_floor",
+        ),
+        Config(
+            "floor-precise", "floor",
+            "no-op C callback on Ocular precise's events: adaptive + INSTRUCTION",
+            events="precise", floor="floor-precise", requires="_ocular_floor",
+        ),
+        Config(
+            "cProfile", "cprofile",
+            "cProfile.Profile().enable() (stdlib; hooks Python and C calls)",
+            events="calls", floor="floor-calls", requires="cProfile",
+        ),
+        Config(
+            "ocular-adaptive-t0", "ocular",
+            "ocular.start_tracing(mode='adaptive', deinstrument_threshold=0)",
+            events="adaptive", floor="floor", requires="ocular",
+            params={"mode": "adaptive", "deinstrument_threshold": 0},
+        ),
+        Config(
+            "ocular-adaptive-t500", "ocular",
+            "ocular.start_tracing(mode='adaptive', deinstrument_threshold=500)",
+            events="adaptive", floor="floor", per_event=False, requires="ocular",
+            params={"mode": "adaptive", "deinstrument_threshold": 500},
+        ),
+        Config(
+            "ocular-precise", "ocular",
+            "ocular.start_tracing(mode='precise', deinstrument_threshold=0)",
+            events="precise", floor="floor-precise", requires="ocular",
+            params={"mode": "precise", "deinstrument_threshold": 0},
+        ),
+        Config(
+            "viztracer", "viztracer",
+            "viztracer.VizTracer(verbose=0) with default settings",
+            events="calls", floor="floor-calls", requires="viztracer",
+        ),
+        Config(
+            "yappi", "yappi",
+            "yappi.start() with default settings (CPU clock, all threads)",
+            events="calls", floor="floor-calls", requires="yappi",
+        ),
+    )
+}

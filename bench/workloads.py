@@ -1,0 +1,297 @@
+"""Benchmark workloads for the Ocular tracer.
+
+Each workload is a plain function taking one integer ``size`` and returning a
+value derived from its work (so the work cannot be skipped).  They are
+deterministic: the same size produces the same sequence of monitoring events
+on every run, which lets the runner count events once per workload and reuse
+the count for ns-per-event figures.
+
+``WORKLOADS`` maps a name to a :class:`Workload` with the default and
+``--quick`` sizes; the defaults are chosen so that every workload runs for
+roughly 40-80 ms untraced on the 2-core reference machine, keeping
+``python -m bench`` (all configurations, 5 rounds) at about three minutes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+
+# --------------------------------------------------------------------------
+# fib: recursive, call heavy.  fib(n) makes 2*F(n+1) - 1 calls.
+
+
+def _fib(n):
+    if n < 2:
+        return n
+    return _fib(n - 1) + _fib(n - 2)
+
+
+def fib(size):
+    """Recursive Fibonacci: one Python call per node of the call tree."""
+    return _fib(size)
+
+
+def fib_calls(n: int) -> int:
+    """Number of calls to _fib made by fib(n): 2*F(n+1) - 1."""
+    a, b = 0, 1
+    for _ in range(n + 1):
+        a, b = b, a + b
+    return 2 * a - 1
+
+
+# --------------------------------------------------------------------------
+# loop: tight arithmetic loop, no calls: only JUMP/BRANCH (and INSTRUCTION).
+
+
+def loop(size):
+    """``for i in range(size): total += i * 2``: branch/jump heavy, call free."""
+    total = 0
+    for i in range(size):
+        total += i * 2
+    return total
+
+
+# --------------------------------------------------------------------------
+# generators: PY_START/PY_YIELD/PY_RESUME/PY_RETURN heavy.
+
+
+def _naturals(n):
+    i = 0
+    while i < n:
+        yield i
+        i += 1
+
+
+def _evens(it):
+    for x in it:
+        if x % 2 == 0:
+            yield x
+
+
+def _squares(it):
+    for x in it:
+        yield x * x
+
+
+def _chunks(it, k):
+    chunk = []
+    for x in it:
+        chunk.append(x)
+        if len(chunk) == k:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _delegating(n):
+    yield from _squares(_evens(_naturals(n)))
+
+
+def generators(size):
+    """Chained generators, ``yield from`` and a generator expression."""
+    total = 0
+    for chunk in _chunks(_delegating(size), 7):
+        total += sum(x % 1000 for x in chunk)
+    return total
+
+
+# --------------------------------------------------------------------------
+# exceptions: RAISE/PY_UNWIND/PY_THROW/EXCEPTION_HANDLED territory.
+
+
+class _BenchError(Exception):
+    pass
+
+
+def _check(i):
+    if i % 3 == 0:
+        raise _BenchError(i)
+    return i
+
+
+def _deep(i, depth):
+    # Unwinds through `depth` frames before being caught.
+    if depth == 0:
+        return _check(i)
+    return _deep(i, depth - 1)
+
+
+def _catcher():
+    caught = 0
+    while True:
+        try:
+            yield caught
+        except _BenchError:
+            caught += 1
+
+
+def exceptions(size):
+    """Raise/catch across frames, try/finally, and generator.throw()."""
+    caught = 0
+    gen = _catcher()
+    next(gen)
+    for i in range(size):
+        try:
+            _deep(i, 3)
+        except _BenchError:
+            caught += 1
+        try:
+            try:
+                if i % 5 == 0:
+                    raise KeyError(i)
+            finally:
+                caught += 0
+        except KeyError:
+            caught += 1
+        if i % 7 == 0:
+            caught += gen.throw(_BenchError(i)) & 1
+    gen.close()
+    return caught
+
+
+# --------------------------------------------------------------------------
+# strings_dicts: mostly C-level work (str/dict methods) driven from Python.
+
+_WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi "
+    "omicron pi rho sigma tau upsilon phi chi psi omega"
+).split()
+
+
+def _sentence(i):
+    w = _WORDS
+    n = len(w)
+    return "{} {} {}-{} {}".format(w[i % n], w[(i * 7) % n], w[(i * 3) % n], i % 97, w[(i + 5) % n])
+
+
+def strings_dicts(size):
+    """Format, split, join, and count words in a dict; dict comprehension."""
+    counts = {}
+    lengths = {}
+    for i in range(size):
+        s = _sentence(i)
+        for word in s.upper().split():
+            counts[word] = counts.get(word, 0) + 1
+        key = "-".join(sorted(s.split()[:2]))
+        lengths[key] = len(s)
+    top = {k: v for k, v in counts.items() if v > size // 50}
+    return len(top) + sum(lengths.values()) % 100003
+
+
+# --------------------------------------------------------------------------
+# objects: a small OO simulation (methods, properties, inheritance, super()).
+
+
+class _Vec:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def __add__(self, other):
+        return _Vec(self.x + other.x, self.y + other.y)
+
+    def scale(self, k):
+        return _Vec(self.x * k, self.y * k)
+
+    def norm1(self):
+        return abs(self.x) + abs(self.y)
+
+
+class _Body:
+    def __init__(self, pos, vel, mass):
+        self.pos = pos
+        self.vel = vel
+        self.mass = mass
+
+    @property
+    def momentum(self):
+        return self.vel.scale(self.mass).norm1()
+
+    def step(self, dt):
+        self.pos = self.pos + self.vel.scale(dt)
+
+    def bounce(self, box):
+        if abs(self.pos.x) > box:
+            self.vel = _Vec(-self.vel.x, self.vel.y)
+        if abs(self.pos.y) > box:
+            self.vel = _Vec(self.vel.x, -self.vel.y)
+
+
+class _Heavy(_Body):
+    def step(self, dt):
+        super().step(dt * 0.5)
+
+
+class _World:
+    def __init__(self, n):
+        self.bodies = []
+        for i in range(n):
+            cls = _Heavy if i % 4 == 0 else _Body
+            self.bodies.append(cls(_Vec(i, -i), _Vec((i % 5) - 2, (i % 3) - 1), 1 + i % 3))
+
+    def tick(self, dt):
+        for b in self.bodies:
+            b.step(dt)
+            b.bounce(50)
+
+    def momentum(self):
+        return sum(b.momentum for b in self.bodies)
+
+
+def objects(size):
+    """``size`` ticks of a 50-body world: many small method calls."""
+    world = _World(50)
+    for _ in range(size):
+        world.tick(0.1)
+    return round(world.momentum(), 6)
+
+
+# --------------------------------------------------------------------------
+# threads: 4 threads each computing fib(size).
+
+
+def threads(size):
+    """Four threads each running recursive fib(size) (GIL bound)."""
+    results = [None] * 4
+
+    def work(k):
+        results[k] = _fib(size)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(results)
+
+
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    func: Callable[[int], object]
+    size: int
+    quick_size: int
+    doc: str
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("fib", fib, 26, 20, "recursive fib(n), call heavy"),
+        Workload("loop", loop, 3_000_000, 300_000, "tight arithmetic loop, branches only"),
+        Workload("generators", generators, 100_000, 10_000, "chained generators, yield from"),
+        Workload("exceptions", exceptions, 30_000, 3_000, "raise/catch across frames, gen.throw"),
+        Workload("strings_dicts", strings_dicts, 15_000, 1_500, "str formatting/splitting, dict counting"),
+        Workload("objects", objects, 300, 30, "small OO simulation, 50 bodies"),
+        Workload("threads", threads, 23, 18, "4 threads of fib(n)"),
+    )
+}

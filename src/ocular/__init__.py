@@ -1,0 +1,349 @@
+"""Ocular: a low-overhead tracer and profiler for CPython 3.12+ built on sys.monitoring (PEP 669).
+
+    import ocular
+    ocular.start_tracing()            # adaptive mode, writes ocular_trace.json at stop
+    ...                               # your program
+    ocular.stop_tracing()             # open the file in ui.perfetto.dev or chrome://tracing
+
+or ``with ocular.tracing(): ...``, or from the shell ``python -m ocular script.py``.
+
+The engine is a C extension (``ocular._ocular``): the callbacks append fixed-size records to per-thread
+buffers, and a background writer thread streams the Chrome trace JSON to a temporary file that is
+renamed to its final name at stop.  A session still running at interpreter exit is stopped by an
+atexit handler, so ``sys.exit()`` or an uncaught exception still leaves a complete trace.
+
+Fork: a child process forked while tracing keeps tracing into its own file, named after the output
+with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
+not affected.  A child that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
+call ``stop_tracing()`` first, or its file is not written.
+"""
+
+import atexit
+import contextlib
+import dis
+import opcode
+import os
+import sys
+import threading
+
+from . import _ocular
+
+__all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "TraceResult", "MODES"]
+
+MODES = ("adaptive", "precise")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TOOL_PREFERENCE = (2, 3, 4, 5, 1, 0)  # PROFILER_ID first; 0, 1 are the debugger and coverage ids
+_TOOL_NAME = "ocular"
+
+_session = None  # the running session's settings, or None
+
+
+class TraceResult(dict):
+    """What ``stop_tracing()`` returns: a dict with the session's figures.
+
+    Keys: ``output`` (final path, or None with ``perfetto=False``), ``events`` (records written),
+    ``dropped``, ``bytes``, ``threads``, ``codes`` (code objects seen), ``clock``, ``ns_per_tick``,
+    ``mode``, ``tool_id``.
+    """
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _events_for(mode):
+    ev = sys.monitoring.events
+    names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
+    names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
+    if mode == "precise":
+        names.append("INSTRUCTION")
+    return names
+
+
+def _cache_entries():
+    """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13: a dict by name)."""
+    table = bytearray(256)
+    ice = opcode._inline_cache_entries
+    for op in range(256):
+        if isinstance(ice, dict):
+            table[op] = ice.get(dis.opname[op], 0) if op < len(dis.opname) else 0
+        elif op < len(ice):
+            table[op] = ice[op]
+    return bytes(table)
+
+
+def _check_patterns(name, value):
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)):
+        raise TypeError(
+            f"{name} must be a list or tuple of strings, not a bare {type(value).__name__} "
+            f"(did you mean {name}=[{value!r}]?)"
+        )
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of strings, not {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, str):
+            raise TypeError(f"{name} must contain only strings, found {type(item).__name__}: {item!r}")
+        if not item:
+            raise ValueError(f"{name} contains an empty pattern, which would match every file")
+    return tuple(value)
+
+
+def _check_output(output):
+    if isinstance(output, os.PathLike):
+        output = os.fspath(output)
+    if not isinstance(output, str):
+        raise TypeError(f"output must be a path (str or os.PathLike), not {type(output).__name__}")
+    if not output:
+        raise ValueError("output must not be empty")
+    path = os.path.abspath(output)
+    if os.path.isdir(path):
+        raise ValueError(f"output {output!r} is a directory; give a file name such as {output}/trace.json")
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(f"ocular: the output directory {directory!r} is not writable")
+    return path
+
+
+def _tmp_name(path):
+    return f"{path}.{os.getpid()}.tmp"
+
+
+def _child_output(path, pid):
+    root, ext = os.path.splitext(path)
+    return f"{root}.{pid}{ext}"
+
+
+def _tool_holders():
+    out = []
+    for i in range(6):
+        name = sys.monitoring.get_tool(i)
+        if name is not None:
+            out.append(f"{i}={name!r}")
+    return ", ".join(out)
+
+
+def _acquire_tool(tool_id):
+    mon = sys.monitoring
+    if tool_id is not None:
+        holder = mon.get_tool(tool_id)
+        if holder is not None:
+            raise RuntimeError(
+                f"ocular: sys.monitoring tool id {tool_id} is already in use by {holder!r} "
+                f"(ids in use: {_tool_holders()}); pass another tool_id or omit it to pick a free one"
+            )
+        mon.use_tool_id(tool_id, _TOOL_NAME)
+        return tool_id
+    for i in _TOOL_PREFERENCE:
+        if mon.get_tool(i) is None:
+            try:
+                mon.use_tool_id(i, _TOOL_NAME)
+            except ValueError:
+                continue
+            return i
+    raise RuntimeError(f"ocular: every sys.monitoring tool id is in use ({_tool_holders()})")
+
+
+def _release_tool(tool_id, callbacks):
+    mon = sys.monitoring
+    if mon.get_tool(tool_id) != _TOOL_NAME:
+        return  # not ours any more: never free an id we do not hold
+    mon.set_events(tool_id, 0)
+    for name in callbacks:
+        mon.register_callback(tool_id, getattr(mon.events, name), None)
+    mon.free_tool_id(tool_id)
+
+
+def _register(tool_id, mode, callbacks):
+    mon = sys.monitoring
+    mask = 0
+    for name in _events_for(mode):
+        cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
+        ev = getattr(mon.events, name)
+        mon.register_callback(tool_id, ev, cb)
+        mask |= ev
+    mon.set_events(tool_id, mask)
+
+
+def _process_name():
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    return f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
+
+
+def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
+                  include_only=None, output="ocular_trace.json", tool_id=None):
+    """Start tracing every thread of this process.
+
+    mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
+        ``deinstrument_threshold`` hits so the code runs at full speed again) or "precise" (also every
+        instruction).
+    perfetto: write the timeline (Chrome trace JSON, opens in ui.perfetto.dev); False records
+        statistics only and writes no file.
+    deinstrument_threshold: hits per location before it answers DISABLE (an int >= 0); 0 traces
+        everything, chronologically, for the whole session.
+    exclude / include_only: list or tuple of file-name patterns; a pattern with ``*?[`` is matched with
+        fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
+        excluded.
+    output: path of the trace file (its directory must exist and be writable).
+    tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
+
+    Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
+    the tool id is taken; nothing is started in those cases.
+    """
+    global _session
+    if _session is not None:
+        raise RuntimeError("ocular: tracing is already running; call ocular.stop_tracing() first")
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, one of {', '.join(map(repr, MODES))}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(map(repr, MODES))}")
+    if not isinstance(perfetto, bool):
+        raise TypeError(f"perfetto must be True or False, not {type(perfetto).__name__}")
+    if isinstance(deinstrument_threshold, bool) or not isinstance(deinstrument_threshold, int):
+        raise TypeError(f"deinstrument_threshold must be an int, not {type(deinstrument_threshold).__name__}")
+    if deinstrument_threshold < 0:
+        raise ValueError(f"deinstrument_threshold must be >= 0 (0 = trace everything), got {deinstrument_threshold}")
+    if deinstrument_threshold > 0xFFFFFFF0:
+        raise ValueError(f"deinstrument_threshold is too large: {deinstrument_threshold}")
+    excl = _check_patterns("exclude", exclude)
+    incl = _check_patterns("include_only", include_only)
+    if tool_id is not None:
+        if isinstance(tool_id, bool) or not isinstance(tool_id, int):
+            raise TypeError(f"tool_id must be an int from 0 to 5 or None, not {type(tool_id).__name__}")
+        if not 0 <= tool_id <= 5:
+            raise ValueError(f"tool_id must be from 0 to 5, got {tool_id}")
+    path = _check_output(output) if perfetto else None
+    if _ocular._is_active():
+        raise RuntimeError("ocular: tracing is already running in this process")
+
+    tid = _acquire_tool(tool_id)
+    try:
+        tmp = _tmp_name(path) if path else None
+        callbacks = _ocular._start(
+            mode == "precise", deinstrument_threshold, path, tmp, incl, excl, _PACKAGE_DIR,
+            _cache_entries(), _process_name(), sys.monitoring.DISABLE, threading.main_thread().ident,
+        )
+    except BaseException:
+        _release_tool(tid, ())
+        raise
+    settings = dict(mode=mode, output=path, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
+                    pid=os.getpid())
+    try:
+        _register(tid, mode, callbacks)
+    except BaseException:
+        _release_tool(tid, callbacks)
+        _ocular._stop()
+        _discard(tmp)
+        raise
+    _session = settings
+
+
+def _discard(path):
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def is_tracing():
+    """True while a tracing session is running in this process."""
+    return _session is not None
+
+
+def stop_tracing():
+    """Stop tracing, save everything recorded and return a TraceResult.
+
+    The trace is written under a temporary name while tracing and renamed to the final name here.
+    Raises RuntimeError if tracing is not running, and OSError if the trace could not be written (the
+    partial file is removed, never left under the final name).  Internal failures of the engine (for
+    instance running out of memory) are reported as RuntimeError after the trace is saved.
+    """
+    global _session
+    s = _session
+    if s is None:
+        raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
+    _session = None
+    _release_tool(s["tool_id"], s["callbacks"])
+    figures = _ocular._stop()
+    try:
+        result = TraceResult(figures)
+        result["mode"] = s["mode"]
+        result["tool_id"] = s["tool_id"]
+        out, tmp = figures["output"] or None, figures["tmp_output"] or None
+        del result["tmp_output"]
+        result["output"] = out
+        if out:
+            if figures["write_errno"]:
+                _discard(tmp)
+                raise OSError(figures["write_errno"],
+                              f"ocular: writing the trace failed ({os.strerror(figures['write_errno'])}); "
+                              f"nothing was left under {out!r}", out)
+            os.replace(tmp, out)
+        if figures["internal_error"]:
+            raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
+                               f"(the trace was saved to {out!r})")
+        return result
+    finally:
+        _ocular._release()
+
+
+@contextlib.contextmanager
+def tracing(**kwargs):
+    """Context manager: ``with ocular.tracing(output="t.json"): ...`` starts and stops tracing.
+
+    Takes the same keyword arguments as start_tracing(); the TraceResult is stored on the yielded
+    object's ``result`` attribute after the block.
+    """
+    holder = _Holder()
+    start_tracing(**kwargs)
+    try:
+        yield holder
+    finally:
+        holder.result = stop_tracing()
+
+
+class _Holder:
+    result = None
+
+
+def _at_exit():
+    if _session is not None and _session["pid"] == os.getpid():
+        try:
+            stop_tracing()
+        except Exception as exc:  # at exit there is nobody to raise to: say it
+            print(f"ocular: {exc}", file=sys.stderr)
+
+
+def _before_fork():
+    _ocular._before_fork()
+
+
+def _after_fork_parent():
+    _ocular._after_fork_parent()
+
+
+def _after_fork_child():
+    global _session
+    if _session is None:
+        return
+    pid = os.getpid()
+    out = _session["output"]
+    child_out = _child_output(out, pid) if out else None
+    try:
+        ok = _ocular._after_fork_child(child_out, _tmp_name(child_out) if child_out else None,
+                                       threading.current_thread().ident)
+    except Exception as exc:
+        print(f"ocular: tracing is off in forked child {pid}: {exc}", file=sys.stderr)
+        _release_tool(_session["tool_id"], _session["callbacks"])
+        _session = None
+        return
+    if ok:
+        _session = dict(_session, output=child_out, pid=pid)
+
+
+atexit.register(_at_exit)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)

@@ -1,0 +1,139 @@
+"""Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``.
+
+Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
+tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
+"""
+
+import argparse
+import os
+import runpy
+import sys
+
+EPILOG = """examples:
+  python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
+  python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
+  python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
+Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular",
+        description="Trace a Python program with Ocular (sys.monitoring, PEP 669) and write a timeline.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
+                   help="adaptive: function and jump events, de-instrumented after --threshold hits; "
+                        "precise: also every instruction (default: %(default)s)")
+    p.add_argument("--threshold", type=int, default=500, metavar="N",
+                   help="hits per location before it stops being traced; 0 traces everything "
+                        "(default: %(default)s)")
+    p.add_argument("--include", action="append", default=None, metavar="PATTERN",
+                   help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
+    p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
+                   help="do not trace files matching PATTERN; repeatable")
+    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
+                   help="trace file (default: %(default)s)")
+    p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
+    p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
+                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
+    g.add_argument("-c", dest="code", metavar="CODE", help="run a program passed as a string")
+    g.add_argument("script", nargs="?", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
+    return p
+
+
+def _split_argv(argv):
+    """Options before the program belong to us; everything from the program on belongs to it."""
+    ours = []
+    i = 0
+    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id"}
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-m", "-c"):
+            if i + 1 >= len(argv):
+                return argv, []
+            return ours + [a, argv[i + 1]], argv[i + 2:]
+        if a == "--":
+            return ours + argv[i + 1:i + 2], argv[i + 2:]
+        if a.startswith("-") and a != "-":
+            ours.append(a)
+            if a in takes_value:
+                if i + 1 < len(argv):
+                    ours.append(argv[i + 1])
+                i += 2
+                continue
+            i += 1
+            continue
+        return ours + [a], argv[i + 1:]
+    return ours, []
+
+
+def main(argv=None):
+    import ocular
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, rest = _split_argv(argv)
+    parser = build_parser()
+    ns = parser.parse_args(ours)
+    if ns.threshold < 0:
+        parser.error("--threshold must be >= 0")
+    if ns.module:
+        prog_argv = [ns.module] + rest
+    elif ns.code is not None:
+        prog_argv = ["-c"] + rest
+    else:
+        if not os.path.exists(ns.script):
+            parser.error(f"can't open file {ns.script!r}: no such file")
+        prog_argv = [ns.script] + rest
+
+    saved_argv = sys.argv
+    sys.argv = prog_argv  # the process name in the trace is the program's, not ours
+    try:
+        ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
+                             exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id)
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        sys.argv = saved_argv
+        parser.exit(2, f"python -m ocular: error: {exc}\n")
+
+    status = 0
+    try:
+        if ns.module:
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
+        elif ns.code is not None:
+            sys.path.insert(0, "")
+            code = compile(ns.code, "<string>", "exec")
+            import __main__
+            exec(code, __main__.__dict__)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
+            runpy.run_path(ns.script, run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    finally:
+        if ocular.is_tracing():
+            try:
+                res = ocular.stop_tracing()
+                if not ns.quiet and res.output:
+                    size = os.path.getsize(res.output)
+                    print(f"ocular: trace written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
+                          f"{res.dropped} dropped)", file=sys.stderr)
+            except Exception as exc:
+                print(f"ocular: {exc}", file=sys.stderr)
+                if not status:
+                    status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+/* buffer.c -- per-thread record buffers and the chunk traffic between the program's threads and the
+ * writer thread.
+ *
+ * Each thread appends to its own 64 KiB chunk through a thread-local pointer: no lock, no allocation
+ * per event.  A full chunk is queued for the writer and a free one taken under one mutex (once per
+ * 4096 events).  Chunks come from a bounded pool: when all are in flight the producer waits for the
+ * writer (which never needs the GIL), so memory stays bounded and nothing is dropped.
+ *
+ * The slow path also learns the thread's name: until `threading` has registered the thread, the
+ * buffer's `end` is set a few records ahead so the lookup is retried every few events.
+ * A thread that exits hands its partial chunk over from a pthread key destructor.
+ */
+#include "ocular.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+OC_TLS __thread oc_tls_t oc_tls;
+static pthread_key_t tkey;
+static oc_tbuf *all_bufs;     /* every buffer ever made; guarded by S.lock */
+static uint32_t tgen = 1;     /* buffers of another generation are stale */
+
+static void set_internal_error(const char *msg) {
+    if (!S.internal_error) {
+        S.internal_error = 1;
+        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
+    }
+}
+
+/* lock held */
+void oc_chunk_put_free(oc_chunk *c) {
+    c->next = S.free_list;
+    S.free_list = c;
+}
+
+/* lock held; may wait for the writer to return a chunk */
+oc_chunk *oc_chunk_get(void) {
+    for (;;) {
+        if (S.free_list) {
+            oc_chunk *c = S.free_list;
+            S.free_list = c->next;
+            return c;
+        }
+        if (S.nchunks < OC_MAX_CHUNKS) {
+            oc_chunk *c = malloc(sizeof(oc_chunk));
+            if (c) {
+                S.nchunks++;
+                return c;
+            }
+            if (S.nchunks == 0)
+                return NULL;
+        }
+        if (!S.writer_started)
+            return NULL;
+        pthread_cond_wait(&S.cond_free, &S.lock);
+    }
+}
+
+/* lock held */
+static void enqueue(oc_tbuf *b) {
+    oc_chunk *c = b->chunk;
+    if (!c)
+        return;
+    c->n = (uint32_t)(b->pos - c->recs);
+    c->next = NULL;
+    if (c->n == 0) {
+        oc_chunk_put_free(c);
+    } else {
+        if (S.q_tail)
+            S.q_tail->next = c;
+        else
+            S.q_head = c;
+        S.q_tail = c;
+        pthread_cond_signal(&S.cond_writer);
+    }
+    b->chunk = NULL;
+    b->pos = b->end = b->limit = NULL;
+}
+
+static void thread_exit(void *p) {
+    oc_tbuf *b = p;
+    pthread_mutex_lock(&S.lock);
+    if (b->gen == tgen && S.active)
+        enqueue(b);
+    b->alive = 0;
+    b->gen = 0;
+    pthread_mutex_unlock(&S.lock);
+}
+
+int oc_buffer_init(void) {
+    if (pthread_key_create(&tkey, thread_exit) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: pthread_key_create failed");
+        return -1;
+    }
+    return 0;
+}
+
+/* New session: make every existing buffer stale. */
+void oc_buffer_reset(void) { tgen++; }
+
+static char *fallback_name(long tid) {
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "Thread %ld", tid);
+    return strdup(tmp);
+}
+
+/* Look the thread up in threading._active; returns 1 once the name is known. */
+static int resolve_name(oc_tbuf *b) {
+    uint32_t idx = b->thread_idx;
+    unsigned long ident = S.threads[idx].ident;
+    if (S.threads[idx].name)
+        return 1;
+    if (ident == S.main_ident) {
+        pthread_mutex_lock(&S.lock);
+        S.threads[idx].name = strdup("MainThread");
+        pthread_mutex_unlock(&S.lock);
+        return 1;
+    }
+    int found = 0;
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *modname = PyUnicode_FromString("threading");
+    PyObject *mod = modname ? PyImport_GetModule(modname) : NULL;
+    Py_XDECREF(modname);
+    if (mod) {
+        PyObject *active = PyObject_GetAttrString(mod, "_active");
+        if (active && PyDict_Check(active)) {
+            PyObject *key = PyLong_FromUnsignedLong(ident);
+            PyObject *th = key ? PyDict_GetItemWithError(active, key) : NULL;
+            Py_XDECREF(key);
+            if (th) {
+                Py_INCREF(th);
+                PyObject *name = PyObject_GetAttrString(th, "_name");
+                if (name && PyUnicode_Check(name)) {
+                    PyObject *u = PyUnicode_AsEncodedString(name, "utf-8", "backslashreplace");
+                    if (u) {
+                        char *s = oc_json_escape(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+                        if (s) {
+                            pthread_mutex_lock(&S.lock);
+                            if (!S.threads[idx].name)
+                                S.threads[idx].name = s;
+                            else
+                                free(s);
+                            pthread_mutex_unlock(&S.lock);
+                            found = 1;
+                        }
+                        Py_DECREF(u);
+                    }
+                }
+                Py_XDECREF(name);
+                Py_DECREF(th);
+            }
+        }
+        Py_XDECREF(active);
+        Py_DECREF(mod);
+    }
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    return found;
+}
+
+static int register_thread(oc_tbuf *b) {
+    pthread_mutex_lock(&S.lock);
+    if (S.nthreads == S.cap_threads) {
+        uint32_t cap = S.cap_threads ? S.cap_threads * 2 : 16;
+        oc_thread *n = realloc(S.threads, cap * sizeof(oc_thread));
+        if (!n) {
+            pthread_mutex_unlock(&S.lock);
+            return -1;
+        }
+        S.threads = n;
+        S.cap_threads = cap;
+    }
+    b->thread_idx = S.nthreads++;
+    oc_thread *t = &S.threads[b->thread_idx];
+    t->tid = (long)syscall(SYS_gettid);
+    t->ident = PyThread_get_thread_ident();
+    t->name = NULL;
+    pthread_mutex_unlock(&S.lock);
+    b->name_tries = 0;
+    return 0;
+}
+
+oc_tbuf *oc_buffer_slow(void) {
+    if (!S.active)
+        return NULL;
+    oc_tbuf *b = oc_tls.buf;
+    if (UNLIKELY(b && b->in_slow))
+        return NULL;
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) {
+            set_internal_error("out of memory for a thread buffer");
+            return NULL;
+        }
+        b->alive = 1;
+        pthread_setspecific(tkey, b);
+        pthread_mutex_lock(&S.lock);
+        b->next_all = all_bufs;
+        all_bufs = b;
+        pthread_mutex_unlock(&S.lock);
+        oc_tls.buf = b;
+    }
+    b->in_slow = 1;
+    if (oc_tls.gen != S.gen || b->gen != tgen) {
+        b->chunk = NULL;
+        b->pos = b->end = b->limit = NULL;
+        if (register_thread(b) < 0) {
+            set_internal_error("out of memory for the thread table");
+            b->in_slow = 0;
+            return NULL;
+        }
+        b->gen = tgen;
+        oc_tls.gen = S.gen;
+    }
+    if (!b->chunk || b->pos >= b->limit) {
+        pthread_mutex_lock(&S.lock);
+        enqueue(b);
+        oc_chunk *c = oc_chunk_get();
+        pthread_mutex_unlock(&S.lock);
+        if (!c) {
+            S.dropped++;
+            set_internal_error("out of memory for trace chunks: events were dropped");
+            b->in_slow = 0;
+            return NULL;
+        }
+        c->thread_idx = b->thread_idx;
+        c->tid = S.threads[b->thread_idx].tid;
+        c->n = 0;
+        b->chunk = c;
+        b->pos = c->recs;
+        b->limit = c->recs + OC_CHUNK_RECS - 1; /* one record kept for a two-record event */
+        b->end = b->limit;
+    }
+    if (!S.threads[b->thread_idx].name) {
+        if (!resolve_name(b)) {
+            b->name_tries++;
+            if (b->name_tries > 12) {
+                pthread_mutex_lock(&S.lock);
+                S.threads[b->thread_idx].name = fallback_name(S.threads[b->thread_idx].tid);
+                pthread_mutex_unlock(&S.lock);
+            } else {
+                size_t ahead = (size_t)4 << b->name_tries;
+                if ((size_t)(b->limit - b->pos) > ahead)
+                    b->end = b->pos + ahead;
+                else
+                    b->end = b->limit;
+                b->in_slow = 0;
+                return b;
+            }
+        }
+        b->end = b->limit;
+    }
+    b->in_slow = 0;
+    return b;
+}
+
+/* Stop (GIL held): hand every live buffer's partial chunk to the writer; name threads still unnamed. */
+void oc_buffer_flush_all(void) {
+    pthread_mutex_lock(&S.lock);
+    for (oc_tbuf *b = all_bufs; b; b = b->next_all)
+        if (b->gen == tgen)
+            enqueue(b);
+    pthread_mutex_unlock(&S.lock);
+    for (uint32_t i = 0; i < S.nthreads; i++) {
+        if (!S.threads[i].name) {
+            oc_tbuf tmp = {.thread_idx = i};
+            if (!resolve_name(&tmp)) {
+                pthread_mutex_lock(&S.lock);
+                if (!S.threads[i].name)
+                    S.threads[i].name = fallback_name(S.threads[i].tid);
+                pthread_mutex_unlock(&S.lock);
+            }
+        }
+    }
+    tgen++;
+}
+
+/* In a fork child (lock re-initialised by the caller): drop everything that belongs to the parent. */
+void oc_buffer_fork_child(void) {
+    oc_chunk *c = S.q_head;
+    while (c) {
+        oc_chunk *n = c->next;
+        free(c);
+        c = n;
+    }
+    S.q_head = S.q_tail = NULL;
+    uint32_t kept = 0;
+    for (oc_chunk *f = S.free_list; f; f = f->next)
+        kept++;
+    for (oc_tbuf *b = all_bufs; b; b = b->next_all) {
+        if (b->chunk)
+            free(b->chunk);
+        b->chunk = NULL;
+        b->pos = b->end = b->limit = NULL;
+        if (b != oc_tls.buf)
+            b->alive = 0;
+        b->gen = 0;
+    }
+    S.nchunks = kept;
+    for (uint32_t i = 0; i < S.nthreads; i++)
+        free(S.threads[i].name);
+    S.nthreads = 0;
+    tgen++;
+}

@@ -1,0 +1,253 @@
+/* codeinfo.c -- per-code metadata: the struct hung on each code object (co_extra) with the filter
+ * verdict, the session id and the hit counters, and the session's code table that the writer thread
+ * reads without the GIL (names escaped for JSON, a copy of the bytecode for loop instruction counts).
+ *
+ * Registration is the slow path: it runs once per code object per session, with the GIL held.
+ * The table is paged: pages never move once allocated, so the writer can read an entry while the
+ * program registers new ones (publication happens through the chunk hand-off, which takes a lock).
+ */
+#include "ocular.h"
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void free_extra(void *p) {
+    oc_codeextra *ex = p;
+    if (!ex)
+        return;
+    free(ex->edge_hits);
+    free(ex->insn_hits);
+    free(ex);
+}
+
+int oc_codeinfo_init(void) {
+    S.extra_index = (int)PyUnstable_Eval_RequestCodeExtraIndex(free_extra);
+    if (S.extra_index < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: no co_extra slot available for per-code data");
+        return -1;
+    }
+    return 0;
+}
+
+char *oc_json_escape(const char *s, Py_ssize_t n) {
+    char *out = malloc((size_t)n * 6 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[c >> 4];
+            o[5] = hex[c & 15];
+            o += 6;
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* UTF-8 copy of a str that never fails on lone surrogates (non-UTF-8 file names). */
+static PyObject *utf8_bytes(PyObject *s) {
+    if (!s || !PyUnicode_Check(s))
+        return PyBytes_FromString("?");
+    return PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
+}
+
+static int pattern_match(const char *pat, const char *name) {
+    if (strpbrk(pat, "*?["))
+        return fnmatch(pat, name, 0) == 0;
+    return strstr(name, pat) != NULL;
+}
+
+static int is_excluded(const char *filename) {
+    if (S.own_dir && strncmp(filename, S.own_dir, strlen(S.own_dir)) == 0)
+        return 1;
+    if (S.include_only && S.include_only[0]) {
+        int any = 0;
+        for (char **p = S.include_only; *p; p++)
+            if (pattern_match(*p, filename)) {
+                any = 1;
+                break;
+            }
+        if (!any)
+            return 1;
+    }
+    if (S.exclude)
+        for (char **p = S.exclude; *p; p++)
+            if (pattern_match(*p, filename))
+                return 1;
+    return 0;
+}
+
+uint32_t *oc_code_counters(oc_codeextra *ex, int insn) {
+    uint32_t **slot = insn ? &ex->insn_hits : &ex->edge_hits;
+    if (!*slot)
+        *slot = calloc(ex->nunits + 1, sizeof(uint32_t));
+    return *slot;
+}
+
+/* Line of every code unit, from co_lines() (the same table dis uses on 3.12 and 3.13). */
+static int32_t *line_table(PyCodeObject *co, uint32_t nunits) {
+    int32_t *lines = malloc(((size_t)nunits + 1) * sizeof(int32_t));
+    if (!lines)
+        return NULL;
+    for (uint32_t i = 0; i <= nunits; i++)
+        lines[i] = -1;
+    PyObject *it = PyObject_CallMethod((PyObject *)co, "co_lines", NULL);
+    PyObject *iter = it ? PyObject_GetIter(it) : NULL;
+    Py_XDECREF(it);
+    if (!iter) {
+        PyErr_Clear();
+        return lines;
+    }
+    PyObject *item;
+    while ((item = PyIter_Next(iter))) {
+        long start, end;
+        PyObject *line;
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 3) {
+            start = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+            end = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+            line = PyTuple_GET_ITEM(item, 2);
+            long ln = (line == Py_None) ? -1 : PyLong_AsLong(line);
+            for (long u = start / 2; u < end / 2 && u < (long)nunits; u++)
+                if (u >= 0)
+                    lines[u] = (int32_t)ln;
+        }
+        Py_DECREF(item);
+    }
+    Py_DECREF(iter);
+    PyErr_Clear();
+    return lines;
+}
+
+static void set_internal_error(const char *msg) {
+    if (!S.internal_error) {
+        S.internal_error = 1;
+        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
+    }
+}
+
+oc_codeextra *oc_code_register(PyCodeObject *co) {
+    void *p = NULL;
+    if (PyUnstable_Code_GetExtra((PyObject *)co, S.extra_index, &p) < 0) {
+        PyErr_Clear();
+        set_internal_error("could not read per-code data (co_extra)");
+        return NULL;
+    }
+    oc_codeextra *ex = p;
+    if (ex && ex->gen == S.gen)
+        return ex;
+    if (!ex) {
+        ex = calloc(1, sizeof *ex);
+        if (!ex) {
+            set_internal_error("out of memory registering a code object");
+            return NULL;
+        }
+        if (PyUnstable_Code_SetExtra((PyObject *)co, S.extra_index, ex) < 0) {
+            PyErr_Clear();
+            free(ex);
+            set_internal_error("could not attach per-code data (co_extra)");
+            return NULL;
+        }
+    }
+    free(ex->edge_hits);
+    free(ex->insn_hits);
+    memset(ex, 0, sizeof *ex);
+    ex->gen = S.gen;
+    ex->id = UINT32_MAX;
+
+    PyObject *fname = utf8_bytes(co->co_filename);
+    if (!fname) {
+        PyErr_Clear();
+        ex->flags = CF_EXCLUDED;
+        set_internal_error("could not encode a file name");
+        return ex;
+    }
+    if (is_excluded(PyBytes_AS_STRING(fname))) {
+        ex->flags = CF_EXCLUDED;
+        Py_DECREF(fname);
+        return ex;
+    }
+    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE) {
+        ex->flags = CF_EXCLUDED;
+        Py_DECREF(fname);
+        set_internal_error("more than 4 million code objects: the rest are not traced");
+        return ex;
+    }
+    uint32_t id = S.ncodes;
+    uint32_t page = id >> OC_PAGE_BITS;
+    if (!S.pages[page]) {
+        S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent));
+        if (!S.pages[page]) {
+            Py_DECREF(fname);
+            ex->flags = CF_EXCLUDED;
+            set_internal_error("out of memory growing the code table");
+            return ex;
+        }
+    }
+    oc_codeent *e = oc_code_entry(id);
+    PyObject *qn = utf8_bytes(co->co_qualname);
+    PyObject *bc = PyCode_GetCode(co);
+    if (!qn || !bc || !PyBytes_Check(bc)) {
+        PyErr_Clear();
+        Py_XDECREF(qn);
+        Py_XDECREF(bc);
+        Py_DECREF(fname);
+        ex->flags = CF_EXCLUDED;
+        set_internal_error("could not read a code object's name or bytecode");
+        return ex;
+    }
+    e->qualname = oc_json_escape(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
+    e->filename = oc_json_escape(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
+    e->firstlineno = co->co_firstlineno;
+    e->nunits = (uint32_t)(PyBytes_GET_SIZE(bc) / 2);
+    e->code = malloc((size_t)e->nunits * 2 + 1);
+    if (e->code)
+        memcpy(e->code, PyBytes_AS_STRING(bc), (size_t)e->nunits * 2);
+    Py_DECREF(qn);
+    Py_DECREF(bc);
+    Py_DECREF(fname);
+    e->lines = line_table(co, e->nunits);
+    if (!e->qualname || !e->filename || !e->code || !e->lines) {
+        free(e->qualname);
+        free(e->filename);
+        free(e->code);
+        free(e->lines);
+        memset(e, 0, sizeof *e);
+        ex->flags = CF_EXCLUDED;
+        set_internal_error("out of memory registering a code object");
+        return ex;
+    }
+    e->code_obj = Py_NewRef((PyObject *)co);
+    e->extra = ex;
+    ex->nunits = e->nunits;
+    ex->id = id;
+    S.ncodes = id + 1;
+    return ex;
+}
+
+/* After the writer has finished: free the table and drop the code references (GIL held). */
+void oc_codetable_clear(void) {
+    for (uint32_t pg = 0; pg < OC_MAX_PAGES; pg++) {
+        oc_codeent *page = S.pages[pg];
+        if (!page)
+            continue;
+        for (uint32_t i = 0; i < OC_PAGE_SIZE; i++) {
+            oc_codeent *e = &page[i];
+            free(e->qualname);
+            free(e->filename);
+            free(e->code);
+            free(e->lines);
+            Py_XDECREF(e->code_obj);
+        }
+        free(page);
+        S.pages[pg] = NULL;
+    }
+    S.ncodes = 0;
+}

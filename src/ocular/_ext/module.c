@@ -1,0 +1,303 @@
+/* module.c -- the binding layer of ocular._ocular: argument conversion, session start and stop, the
+ * fork hooks and test hooks.  Validation of user input happens in the Python package (ocular/__init__.py);
+ * this layer re-checks types and never trusts them blindly.  sys.monitoring registration also lives
+ * in Python; this module hands out the C callbacks.
+ */
+#include "ocular.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+oc_session S;
+
+static void free_strv(char **v) {
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static char *dup_utf8(PyObject *s) {
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "expected str");
+        return NULL;
+    }
+    PyObject *b = PyUnicode_AsEncodedString(s, "utf-8", "surrogateescape");
+    if (!b)
+        return NULL;
+    char *r = strdup(PyBytes_AS_STRING(b));
+    Py_DECREF(b);
+    if (!r)
+        PyErr_NoMemory();
+    return r;
+}
+
+static char **strv_from_tuple(PyObject *t) {
+    if (!PyTuple_Check(t)) {
+        PyErr_SetString(PyExc_TypeError, "filters must be a tuple of str");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    char **v = calloc((size_t)n + 1, sizeof(char *));
+    if (!v) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v[i] = dup_utf8(PyTuple_GET_ITEM(t, i));
+        if (!v[i]) {
+            free_strv(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void free_session_strings(void) {
+    free_strv(S.include_only);
+    free_strv(S.exclude);
+    free(S.own_dir);
+    free(S.out_path);
+    free(S.tmp_path);
+    free(S.process_name);
+    S.include_only = S.exclude = NULL;
+    S.own_dir = S.out_path = S.tmp_path = S.process_name = NULL;
+}
+
+static int set_paths(PyObject *out, PyObject *tmp) {
+    free(S.out_path);
+    free(S.tmp_path);
+    S.out_path = S.tmp_path = NULL;
+    if (out == Py_None)
+        return 0;
+    S.out_path = dup_utf8(out);
+    S.tmp_path = S.out_path ? dup_utf8(tmp) : NULL;
+    return S.tmp_path ? 0 : -1;
+}
+
+static void reset_counters(void) {
+    S.dropped = 0;
+    S.internal_error = 0;
+    S.internal_msg[0] = 0;
+    S.write_errno = 0;
+    S.bytes_written = 0;
+    S.calibrated = 0;
+    S.ns_per_tick = 1.0;
+    S.stopping = 0;
+}
+
+PyDoc_STRVAR(start_doc,
+             "_start(precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
+             "       cache_entries, process_name, disable, main_ident) -> dict of callbacks\n\n"
+             "Start a session.  output=None records without writing a file.  Internal: use\n"
+             "ocular.start_tracing(), which validates arguments and registers the callbacks.");
+
+static PyObject *py_start(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int precise;
+    unsigned long threshold;
+    unsigned long main_ident;
+    PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable;
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOk:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+                          &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
+                          &main_ident))
+        return NULL;
+    if (S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is already running");
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(cache) != 256) {
+        PyErr_SetString(PyExc_ValueError, "cache_entries must have 256 bytes");
+        return NULL;
+    }
+    if (threshold > 0xFFFFFFF0ul) {
+        PyErr_SetString(PyExc_OverflowError, "deinstrument_threshold is too large");
+        return NULL;
+    }
+    oc_codetable_clear();
+    free_session_strings();
+    reset_counters();
+    S.include_only = strv_from_tuple(inc);
+    S.exclude = S.include_only ? strv_from_tuple(exc) : NULL;
+    S.own_dir = S.exclude ? dup_utf8(own) : NULL;
+    char *pn = S.own_dir ? dup_utf8(pname) : NULL;
+    if (!pn || set_paths(out, tmp) < 0) {
+        free(pn);
+        free_session_strings();
+        return NULL;
+    }
+    S.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
+    free(pn);
+    memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
+    S.precise = precise;
+    S.threshold = (uint32_t)threshold;
+    S.write_json = out != Py_None;
+    Py_XSETREF(S.disable, Py_NewRef(disable));
+    S.main_ident = main_ident;
+    S.pid = (long)getpid();
+    S.nthreads = 0;
+    S.gen++;
+    oc_buffer_reset();
+    PyObject *cbs = oc_make_callbacks(precise);
+    if (!cbs)
+        return NULL;
+    oc_clock_init();
+    oc_clock_sample(&S.tsc0, &S.mono0_ns);
+    if (oc_writer_start() < 0) {
+        Py_DECREF(cbs);
+        return NULL;
+    }
+    S.active = 1;
+    return cbs;
+}
+
+PyDoc_STRVAR(stop_doc, "_stop() -> dict\n\nEnd the session (callbacks must already be unregistered): "
+                       "flush every thread, finish the file, return the session's figures.");
+
+static PyObject *py_stop(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (!S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
+        return NULL;
+    }
+    uint64_t stop_ticks = oc_now();
+    oc_buffer_flush_all();
+    S.active = 0;
+    Py_BEGIN_ALLOW_THREADS
+    oc_writer_stop(stop_ticks);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:s,s:s}",
+                         "events", (unsigned long long)oc_writer_events(),
+                         "dropped", (unsigned long long)S.dropped,
+                         "bytes", (unsigned long long)S.bytes_written,
+                         "write_errno", S.write_errno,
+                         "internal_error", S.internal_error ? S.internal_msg : "",
+                         "clock", oc_clock_source(),
+                         "ns_per_tick", S.ns_per_tick,
+                         "codes", S.ncodes,
+                         "threads", S.nthreads,
+                         "output", S.out_path ? S.out_path : "",
+                         "tmp_output", S.tmp_path ? S.tmp_path : "");
+}
+
+static PyObject *py_release(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (!S.active)
+        oc_codetable_clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return PyBool_FromLong(S.active);
+}
+
+static PyObject *py_before_fork(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (S.active)
+        pthread_mutex_lock(&S.lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_after_fork_parent(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (S.active)
+        pthread_mutex_unlock(&S.lock);
+    Py_RETURN_NONE;
+}
+
+static void init_sync(void) {
+    pthread_mutex_init(&S.lock, NULL);
+    pthread_cond_init(&S.cond_writer, NULL);
+    pthread_cond_init(&S.cond_free, NULL);
+}
+
+PyDoc_STRVAR(after_fork_child_doc,
+             "_after_fork_child(output, tmp_output, main_ident) -> bool\n\n"
+             "In a fork child: drop the parent's pending events and trace into a new file.  Returns\n"
+             "False if no session was active; raises if the child's file cannot be created (tracing\n"
+             "is then off in the child).");
+
+static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *out, *tmp;
+    unsigned long ident;
+    if (!PyArg_ParseTuple(args, "OOk", &out, &tmp, &ident))
+        return NULL;
+    if (!S.active)
+        Py_RETURN_FALSE;
+    init_sync(); /* the parent's copies were held across fork() by _before_fork */
+    oc_buffer_fork_child();
+    oc_writer_fork_child();
+    S.pid = (long)getpid();
+    S.main_ident = ident;
+    reset_counters();
+    S.calibrated = 0;
+    oc_clock_sample(&S.tsc0, &S.mono0_ns);
+    S.active = 0;
+    if (set_paths(out, tmp) < 0)
+        return NULL;
+    S.write_json = out != Py_None;
+    if (oc_writer_start() < 0)
+        return NULL;
+    S.active = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_set_test_clock(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    if (S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "the test clock cannot change while tracing");
+        return NULL;
+    }
+    oc_clock_set_test(on);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    int tsc = oc_clock_init();
+    return Py_BuildValue("{s:s,s:O}", "source", oc_clock_source(), "invariant_tsc", tsc ? Py_True : Py_False);
+}
+
+static PyMethodDef methods[] = {
+    {"_start", py_start, METH_VARARGS, start_doc},
+    {"_stop", py_stop, METH_NOARGS, stop_doc},
+    {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
+    {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
+    {"_before_fork", py_before_fork, METH_NOARGS, "os.register_at_fork(before=...) hook."},
+    {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, "after_in_parent hook."},
+    {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
+    {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
+    {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, .m_name = "ocular._ocular",
+    .m_doc = "Ocular's C engine: sys.monitoring callbacks, per-thread buffers and the writer thread.",
+    .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__ocular(void) {
+    static int initialised = 0;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m)
+        return NULL;
+    if (!initialised) {
+        init_sync();
+        if (oc_codeinfo_init() < 0 || oc_buffer_init() < 0)
+            goto fail;
+        initialised = 1;
+    }
+    if (oc_monitor_init(m) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

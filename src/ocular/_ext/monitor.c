@@ -1,0 +1,310 @@
+/* monitor.c -- the sys.monitoring callbacks: the hot path.
+ *
+ * Each callback is an instance of a small C type that carries its own vectorcall function pointer
+ * (cheaper to call than a METH_FASTCALL builtin).  Per event: read the code object's extra slot,
+ * check the filter verdict and the hit counter, read the clock, append one 16-byte record to this
+ * thread's chunk.  Nothing allocates, nothing locks, nothing raises: failures set a flag reported by
+ * stop_tracing(), and the slow paths keep any exception in flight intact.
+ *
+ * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
+ * PY_RETURN/PY_YIELD sites are disabled at their next firing (the end is still recorded, so the
+ * frame that was open gets its end).  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
+ * session, so a restart_events() by another tool is answered by disabling again.
+ */
+#include "ocular.h"
+#include <string.h>
+
+static int fast_extra_ok = 0;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vc;
+    const char *name;
+} oc_cb;
+
+static PyObject *cb_repr(PyObject *self) {
+    return PyUnicode_FromFormat("<ocular callback %s>", ((oc_cb *)self)->name);
+}
+
+static PyTypeObject CallbackType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ocular._ocular.Callback",
+    .tp_basicsize = sizeof(oc_cb),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(oc_cb, vc),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = cb_repr,
+    .tp_doc = "A sys.monitoring callback implemented in C by Ocular.",
+};
+
+static void internal_error(const char *msg) {
+    if (!S.internal_error) {
+        S.internal_error = 1;
+        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
+    }
+}
+
+static __attribute__((noinline)) oc_codeextra *lookup_slow(PyObject *code) {
+    if (!S.active || !PyCode_Check(code))
+        return NULL;
+    PyObject *exc = PyErr_GetRaisedException();
+    oc_codeextra *ex = oc_code_register((PyCodeObject *)code);
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    return ex;
+}
+
+static inline oc_codeextra *lookup(PyObject *code) {
+    void *ce = ((PyCodeObject *)code)->co_extra;
+    if (LIKELY(ce != NULL && fast_extra_ok)) {
+        if (LIKELY(S.extra_index < *(Py_ssize_t *)ce)) {
+            oc_codeextra *ex = ((oc_codeextra **)((char *)ce + sizeof(Py_ssize_t)))[S.extra_index];
+            if (LIKELY(ex != NULL && ex->gen == S.gen))
+                return ex;
+        }
+    }
+    return lookup_slow(code);
+}
+
+static inline oc_rec *reserve(void) {
+    oc_tbuf *b = oc_tls.buf;
+    if (UNLIKELY(oc_tls.gen != S.gen || b->pos >= b->end)) {
+        b = oc_buffer_slow();
+        if (!b)
+            return NULL;
+    }
+    return b->pos++;
+}
+
+static inline uint32_t frame_depth(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyThreadState *ts = PyThreadState_GetUnchecked();
+#else
+    PyThreadState *ts = _PyThreadState_UncheckedGet();
+#endif
+    return (uint32_t)(ts->py_recursion_limit - ts->py_recursion_remaining) & OC_PAYLOAD_MAX;
+}
+
+static inline uint32_t small_int(PyObject *o) {
+    if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)o)))
+        return (uint32_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    return (uint32_t)PyLong_AsUnsignedLongMask(o);
+}
+
+#define RETURN_NONE return Py_None /* None is immortal on 3.12+: no reference to take */
+#define RETURN_DISABLE return Py_NewRef(S.disable)
+
+static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex))
+        RETURN_NONE;
+    if (UNLIKELY(ex->flags)) {
+        if (kind == K_THROW) {
+            if (ex->flags & CF_EXCLUDED)
+                RETURN_NONE;
+        } else {
+            RETURN_DISABLE;
+        }
+    } else if (S.threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.threshold)) {
+        ex->flags |= CF_START_DISABLED;
+        RETURN_DISABLE;
+    }
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = ex->id;
+        r->info = OC_INFO(kind, frame_depth());
+    }
+    RETURN_NONE;
+}
+
+static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex))
+        RETURN_NONE;
+    if (UNLIKELY(ex->flags & CF_EXCLUDED)) {
+        if (kind == K_UNWIND)
+            RETURN_NONE;
+        RETURN_DISABLE;
+    }
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = ex->id;
+        r->info = OC_INFO(kind, frame_depth());
+    }
+    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND)
+        RETURN_DISABLE;
+    RETURN_NONE;
+}
+
+static PyObject *cb_start(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_enter(args, K_START);
+}
+static PyObject *cb_resume(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_enter(args, K_RESUME);
+}
+static PyObject *cb_throw(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_enter(args, K_THROW);
+}
+static PyObject *cb_return(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_leave(args, K_RETURN);
+}
+static PyObject *cb_yield(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_leave(args, K_YIELD);
+}
+static PyObject *cb_unwind(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    return on_leave(args, K_UNWIND);
+}
+
+/* JUMP and BRANCH: (code, offset, destination) */
+static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)kw;
+    if (UNLIKELY(PyVectorcall_NARGS(nargsf) < 3))
+        RETURN_NONE;
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex))
+        RETURN_NONE;
+    if (UNLIKELY(ex->flags & CF_EXCLUDED))
+        RETURN_DISABLE;
+    uint32_t src = small_int(args[1]) >> 1, dest = small_int(args[2]) >> 1;
+    if (S.threshold) {
+        uint32_t *hits = ex->edge_hits;
+        if (UNLIKELY(!hits)) {
+            hits = oc_code_counters(ex, 0);
+            if (!hits) {
+                internal_error("out of memory for jump counters");
+                RETURN_NONE;
+            }
+        }
+        if (LIKELY(src < ex->nunits) && UNLIKELY(++hits[src] > S.threshold))
+            RETURN_DISABLE;
+    }
+    oc_rec *r = reserve();
+    if (UNLIKELY(!r))
+        RETURN_NONE;
+    uint64_t ts = oc_now();
+    r->ts = ts;
+    r->code_id = ex->id;
+    if (LIKELY(src <= OC_NEAR_MAX && dest <= OC_NEAR_MAX)) {
+        r->info = OC_INFO(K_JUMP, (src << OC_NEAR_BITS) | dest);
+    } else {
+        r->info = OC_INFO(K_FARJUMP, src & OC_PAYLOAD_MAX);
+        oc_tbuf *b = oc_tls.buf; /* the slow path always leaves one spare record */
+        oc_rec *r2 = b->pos++;
+        r2->ts = ts;
+        r2->code_id = ex->id;
+        r2->info = OC_INFO(K_EXT, dest & OC_PAYLOAD_MAX);
+    }
+    RETURN_NONE;
+}
+
+/* INSTRUCTION: (code, offset) */
+static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)nargsf, (void)kw;
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex))
+        RETURN_NONE;
+    if (UNLIKELY(ex->flags & CF_EXCLUDED))
+        RETURN_DISABLE;
+    uint32_t off = small_int(args[1]) >> 1;
+    if (S.threshold) {
+        uint32_t *hits = ex->insn_hits;
+        if (UNLIKELY(!hits)) {
+            hits = oc_code_counters(ex, 1);
+            if (!hits) {
+                internal_error("out of memory for instruction counters");
+                RETURN_NONE;
+            }
+        }
+        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold))
+            RETURN_DISABLE;
+    }
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = ex->id;
+        r->info = OC_INFO(K_INSN, off & OC_PAYLOAD_MAX);
+    }
+    RETURN_NONE;
+}
+
+static PyObject *make_cb(vectorcallfunc f, const char *name) {
+    oc_cb *cb = PyObject_New(oc_cb, &CallbackType);
+    if (!cb)
+        return NULL;
+    cb->vc = f;
+    cb->name = name;
+    return (PyObject *)cb;
+}
+
+/* {event name: callback} for the mode; the Python layer registers them with sys.monitoring. */
+PyObject *oc_make_callbacks(int precise) {
+    static const struct {
+        const char *name;
+        vectorcallfunc f;
+    } table[] = {
+        {"PY_START", (vectorcallfunc)cb_start}, {"PY_RESUME", (vectorcallfunc)cb_resume},
+        {"PY_THROW", (vectorcallfunc)cb_throw}, {"PY_RETURN", (vectorcallfunc)cb_return},
+        {"PY_YIELD", (vectorcallfunc)cb_yield}, {"PY_UNWIND", (vectorcallfunc)cb_unwind},
+        {"JUMP", (vectorcallfunc)cb_jump},      {"BRANCH", (vectorcallfunc)cb_jump},
+        {"INSTRUCTION", (vectorcallfunc)cb_insn},
+    };
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (!precise && strcmp(table[i].name, "INSTRUCTION") == 0)
+            continue;
+        PyObject *cb = make_cb(table[i].f, table[i].name);
+        if (!cb || PyDict_SetItemString(d, table[i].name, cb) < 0) {
+            Py_XDECREF(cb);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(cb);
+    }
+    return d;
+}
+
+/* Check that our direct read of co_extra agrees with the official API on this CPython build. */
+static int probe_fast_extra(void) {
+    PyObject *co = Py_CompileString("0", "<ocular-probe>", Py_eval_input);
+    if (!co)
+        return -1;
+    oc_codeextra *ex = calloc(1, sizeof *ex);
+    if (!ex) {
+        Py_DECREF(co);
+        PyErr_NoMemory();
+        return -1;
+    }
+    ex->gen = 0xfeedbeef;
+    if (PyUnstable_Code_SetExtra(co, S.extra_index, ex) < 0) {
+        free(ex);
+        Py_DECREF(co);
+        return -1;
+    }
+    void *ce = ((PyCodeObject *)co)->co_extra;
+    fast_extra_ok = 0;
+    if (ce && S.extra_index < *(Py_ssize_t *)ce &&
+        ((oc_codeextra **)((char *)ce + sizeof(Py_ssize_t)))[S.extra_index] == ex)
+        fast_extra_ok = 1;
+    Py_DECREF(co); /* frees ex through the extra's free function */
+    return 0;
+}
+
+int oc_monitor_init(PyObject *module) {
+    if (PyType_Ready(&CallbackType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "Callback", (PyObject *)&CallbackType) < 0)
+        return -1;
+    if (probe_fast_extra() < 0)
+        return -1;
+    return PyModule_AddIntConstant(module, "fast_code_extra", fast_extra_ok);
+}

@@ -1,0 +1,262 @@
+/* ocular.h -- shared declarations of the Ocular engine.
+ *
+ * The engine is one session at a time, global to the process (CPython 3.12/3.13 with the GIL; no
+ * sub-interpreters).  Data flows: callbacks (monitor.c) -> per-thread chunks of fixed-size records
+ * (buffer.c) -> writer thread (writer.c) -> sinks (sink_json.c).  Per-code metadata lives on the code
+ * object (codeinfo.c); names and code bytes are copied into a session table the writer reads without
+ * the GIL.  Timing comes from clock.c.
+ */
+#ifndef OCULAR_H
+#define OCULAR_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef Py_GIL_DISABLED
+#error "Ocular needs the GIL: the free-threaded build is not supported yet"
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+#error "Ocular needs CPython 3.12 or newer (sys.monitoring)"
+#endif
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define OC_TLS __attribute__((tls_model("initial-exec")))
+
+/* ---- records: 16 bytes, written by the hot path, read by the writer ---- */
+enum oc_kind {
+    K_NONE = 0,
+    K_START = 1,   /* PY_START       payload: frame depth */
+    K_RESUME = 2,  /* PY_RESUME      payload: frame depth */
+    K_THROW = 3,   /* PY_THROW       payload: frame depth */
+    K_RETURN = 4,  /* PY_RETURN      payload: frame depth */
+    K_YIELD = 5,   /* PY_YIELD       payload: frame depth */
+    K_UNWIND = 6,  /* PY_UNWIND      payload: frame depth */
+    K_JUMP = 7,    /* JUMP/BRANCH    payload: src units (14 bits) | dest units (14 bits) */
+    K_FARJUMP = 8, /* JUMP/BRANCH    payload: src units; the next record (K_EXT) holds dest units */
+    K_EXT = 9,     /* continuation   payload: dest units */
+    K_INSN = 10,   /* INSTRUCTION    payload: offset units */
+};
+#define OC_PAYLOAD_BITS 28
+#define OC_PAYLOAD_MAX ((1u << OC_PAYLOAD_BITS) - 1)
+#define OC_NEAR_BITS 14
+#define OC_NEAR_MAX ((1u << OC_NEAR_BITS) - 1)
+#define OC_INFO(kind, payload) (((uint32_t)(payload) << 4) | (uint32_t)(kind))
+#define OC_KIND(info) ((info) & 15u)
+#define OC_PAYLOAD(info) ((info) >> 4)
+
+typedef struct {
+    uint64_t ts;
+    uint32_t code_id;
+    uint32_t info;
+} oc_rec;
+
+/* ---- chunks and per-thread buffers (buffer.c) ---- */
+#define OC_CHUNK_RECS 4096
+#define OC_MAX_CHUNKS 256 /* 16 MiB of records in flight at most; beyond that the hot path waits */
+
+typedef struct oc_chunk {
+    struct oc_chunk *next;
+    uint32_t thread_idx;
+    uint32_t n;
+    long tid;
+    oc_rec recs[OC_CHUNK_RECS];
+} oc_chunk;
+
+typedef struct oc_tbuf {
+    oc_rec *pos, *end;     /* end may sit below limit while the thread's name is still unknown */
+    oc_rec *limit;
+    oc_chunk *chunk;
+    uint32_t thread_idx;
+    uint32_t gen;
+    uint32_t name_tries;
+    int alive;             /* owned by a live thread */
+    int in_slow;           /* re-entrancy guard for the slow path */
+    struct oc_tbuf *next_all;
+} oc_tbuf;
+
+typedef struct {
+    oc_tbuf *buf;
+    uint32_t gen;
+} oc_tls_t;
+extern OC_TLS __thread oc_tls_t oc_tls;
+
+/* per-thread metadata, indexed by thread_idx; read by the writer at the end */
+typedef struct {
+    long tid;                 /* kernel thread id (gettid) */
+    unsigned long ident;      /* threading.get_ident() */
+    char *name;               /* JSON-escaped, malloc'd; NULL until known */
+} oc_thread;
+
+/* ---- per-code data ---- */
+enum { CF_EXCLUDED = 1, CF_START_DISABLED = 2 };
+
+typedef struct {
+    uint32_t gen;
+    uint32_t id;
+    uint32_t flags;
+    uint32_t enters;
+    uint32_t nunits;
+    uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
+    uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
+} oc_codeextra;
+
+/* session table entry: everything the writer needs about a code object, immutable once published */
+typedef struct {
+    char *qualname;        /* JSON-escaped UTF-8 */
+    char *filename;        /* JSON-escaped UTF-8 */
+    int firstlineno;
+    uint32_t nunits;
+    uint8_t *code;         /* de-instrumented bytecode copy, 2*nunits bytes */
+    int32_t *lines;        /* line number per code unit (-1: none) */
+    PyObject *code_obj;    /* strong reference, released at stop (used by the report) */
+    oc_codeextra *extra;   /* for the report's counters */
+} oc_codeent;
+
+#define OC_PAGE_BITS 10
+#define OC_PAGE_SIZE (1u << OC_PAGE_BITS)
+#define OC_MAX_PAGES 4096
+
+/* ---- the session ---- */
+typedef struct {
+    int active;
+    uint32_t gen;
+    int precise;
+    uint32_t threshold;
+    int write_json;
+    PyObject *disable;     /* sys.monitoring.DISABLE */
+    int extra_index;
+
+    /* filters: NULL-terminated arrays of UTF-8 strings */
+    char **include_only;
+    char **exclude;
+    char *own_dir;         /* Ocular's own package directory, always excluded */
+    uint8_t cache_entries[256];
+
+    /* code table */
+    oc_codeent *pages[OC_MAX_PAGES];
+    uint32_t ncodes;
+
+    /* threads */
+    oc_thread *threads;    /* grown under the registry lock; writer reads it only after the final flush */
+    uint32_t nthreads, cap_threads;
+    unsigned long main_ident;
+
+    /* clock */
+    uint64_t tsc0, mono0_ns;
+    double ns_per_tick;    /* set by calibration */
+    int calibrated;
+
+    /* output */
+    char *out_path, *tmp_path;
+    char *process_name;    /* JSON-escaped */
+    long pid;
+
+    /* writer and chunk traffic: guarded by lock */
+    pthread_mutex_t lock;
+    pthread_cond_t cond_writer;   /* writer waits for work */
+    pthread_cond_t cond_free;     /* producers wait for a free chunk */
+    oc_chunk *q_head, *q_tail;
+    oc_chunk *free_list;
+    uint32_t nchunks;
+    int stopping;
+    pthread_t writer;
+    int writer_started;
+
+    /* results */
+    atomic_uint_fast64_t nevents;
+    uint64_t dropped;
+    int internal_error;           /* set by the hot path on failures it cannot report */
+    char internal_msg[256];
+    int write_errno;              /* set by the writer */
+    uint64_t bytes_written;
+} oc_session;
+
+extern oc_session S;
+
+/* clock.c */
+int oc_clock_init(void);                 /* chooses the source; returns 1 if TSC */
+const char *oc_clock_source(void);
+void oc_clock_set_test(int on);
+extern int oc_test_clock;
+extern uint64_t oc_test_ticks;
+void oc_clock_sample(uint64_t *ticks, uint64_t *mono_ns);
+void oc_clock_calibrate(void);           /* from (tsc0, mono0) to now; sets ns_per_tick */
+static inline uint64_t oc_now(void);
+
+/* codeinfo.c */
+int oc_codeinfo_init(void);
+oc_codeextra *oc_code_register(PyCodeObject *co);   /* slow path; NULL on failure */
+void oc_codetable_clear(void);
+static inline oc_codeent *oc_code_entry(uint32_t id) {
+    return &S.pages[id >> OC_PAGE_BITS][id & (OC_PAGE_SIZE - 1)];
+}
+char *oc_json_escape(const char *s, Py_ssize_t n);
+uint32_t *oc_code_counters(oc_codeextra *ex, int insn);  /* lazily allocated; NULL on failure */
+
+/* buffer.c */
+oc_tbuf *oc_buffer_slow(void);           /* returns a buffer with room for at least 2 records, or NULL */
+void oc_buffer_flush_all(void);          /* stop: hand every thread's partial chunk to the writer */
+int oc_buffer_init(void);
+void oc_buffer_fork_child(void);
+void oc_buffer_reset(void);
+oc_chunk *oc_chunk_get(void);            /* lock held by caller */
+void oc_chunk_put_free(oc_chunk *c);     /* lock held by caller */
+
+/* writer.c */
+int oc_writer_start(void);               /* opens the temp file and starts the thread; -1 with exception */
+void oc_writer_stop(uint64_t stop_ticks); /* joins the writer; call with the GIL released */
+void oc_writer_fork_child(void);         /* forget the parent's writer state */
+uint64_t oc_writer_events(void);
+
+/* sink_json.c */
+typedef struct oc_out oc_out;
+struct oc_out {
+    int fd;
+    char *buf;
+    size_t len, cap;
+    int err;
+    uint64_t total;
+};
+void oc_out_write(oc_out *o, const char *s, size_t n);
+void oc_out_flush(oc_out *o);
+void oc_out_printf(oc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void oc_json_header(oc_out *o);
+void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
+void oc_json_end(oc_out *o, long tid, uint64_t ts_ns);
+void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
+                  uint32_t insns, uint64_t cycles, uint64_t ns);
+void oc_json_footer(oc_out *o, const char *clock, int precise);
+
+/* monitor.c */
+int oc_monitor_init(PyObject *module);
+PyObject *oc_make_callbacks(int precise);
+
+/* hot-path clock, inline */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+extern int oc_use_tsc;
+static inline uint64_t oc_now(void) {
+    if (UNLIKELY(oc_test_clock))
+        return ++oc_test_ticks;
+#if defined(__x86_64__)
+    if (LIKELY(oc_use_tsc))
+        return __rdtsc();
+#elif defined(__aarch64__)
+    if (LIKELY(oc_use_tsc)) {
+        uint64_t v;
+        __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
+        return v;
+    }
+#endif
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+#endif

@@ -1,0 +1,325 @@
+/* writer.c -- the background writer thread: drains chunks, rebuilds each thread's call stack from the
+ * records and drives the sink (Chrome JSON), streaming to a temporary file.
+ *
+ * Runs without the GIL and never touches the Python API.  Stack reconstruction is keyed by frame
+ * depth (carried in every enter/leave record): an end that matches no open begin at its depth is
+ * ignored (code that was running before tracing started, or a function already de-instrumented),
+ * and an event at depth d closes any deeper frame whose end was never seen.  Slices still open at
+ * stop are closed at the stop time, so the timeline is always balanced.
+ *
+ * Loop iterations: a backward jump in a frame marks the end of one iteration of the loop it closes;
+ * the first iteration of each run has no start time and is not reported, and an outer loop's
+ * backward jump starts new runs of the loops inside it.
+ */
+#include "ocular.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NLOOPS 4
+
+typedef struct {
+    uint32_t src, dest;     /* units; src == UINT32_MAX: free slot */
+    uint64_t last_ts;
+    uint64_t insn_mark;
+} loop_slot;
+
+typedef struct {
+    uint32_t code_id;
+    uint32_t depth;
+    uint64_t insns;         /* INSTRUCTION records seen in this activation (precise mode) */
+    loop_slot loops[NLOOPS];
+} frame;
+
+typedef struct {
+    long tid;
+    frame *stack;
+    uint32_t n, cap;
+    uint32_t far_src;       /* pending K_FARJUMP */
+    uint64_t far_ts;
+    uint32_t far_code;
+    int far_pending;
+} wthread;
+
+static struct {
+    oc_out out;
+    wthread *threads;
+    uint32_t nthreads;
+    uint64_t events;
+    uint64_t stop_ticks;
+    uint64_t start_ns;
+} W;
+
+uint64_t oc_writer_events(void) { return W.events; }
+
+static inline uint64_t to_ns(uint64_t ticks) {
+    int64_t d = (int64_t)(ticks - S.tsc0);
+    return S.mono0_ns + (uint64_t)((double)d * S.ns_per_tick);
+}
+
+static wthread *get_thread(uint32_t idx, long tid) {
+    if (idx >= W.nthreads) {
+        uint32_t n = idx + 16;
+        wthread *t = realloc(W.threads, n * sizeof(wthread));
+        if (!t)
+            return NULL;
+        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof(wthread));
+        W.threads = t;
+        W.nthreads = n;
+    }
+    W.threads[idx].tid = tid;
+    return &W.threads[idx];
+}
+
+static void pop_to(wthread *t, uint32_t keep, uint64_t ts) {
+    while (t->n > keep) {
+        t->n--;
+        oc_json_end(&W.out, t->tid, to_ns(ts));
+    }
+}
+
+static uint32_t static_insns(oc_codeent *e, uint32_t dest, uint32_t src) {
+    uint32_t n = 0;
+    for (uint32_t u = dest; u <= src && u < e->nunits;) {
+        n++;
+        u += 1 + S.cache_entries[e->code[2 * u]];
+    }
+    return n;
+}
+
+static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint64_t ts) {
+    loop_slot *hit = NULL, *freeslot = NULL;
+    for (int i = 0; i < NLOOPS; i++) {
+        loop_slot *l = &f->loops[i];
+        if (l->src == src && l->dest == dest)
+            hit = l;
+        else if (l->src != UINT32_MAX && l->dest >= dest && l->src <= src)
+            l->src = UINT32_MAX; /* an inner loop: its next iteration starts a new run */
+        if (l->src == UINT32_MAX && !freeslot)
+            freeslot = l;
+    }
+    if (hit) {
+        oc_codeent *e = oc_code_entry(f->code_id);
+        uint32_t insns = S.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(e, dest, src);
+        uint64_t cycles = ts - hit->last_ts;
+        int line = dest < e->nunits ? e->lines[dest] : -1;
+        oc_json_loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+                     (uint64_t)((double)cycles * S.ns_per_tick));
+    } else {
+        hit = freeslot ? freeslot : &f->loops[NLOOPS - 1];
+        hit->src = src;
+        hit->dest = dest;
+    }
+    hit->last_ts = ts;
+    hit->insn_mark = f->insns;
+}
+
+static void process_chunk(oc_chunk *c) {
+    wthread *t = get_thread(c->thread_idx, c->tid);
+    if (!t)
+        return;
+    W.events += c->n;
+    for (uint32_t i = 0; i < c->n; i++) {
+        oc_rec *r = &c->recs[i];
+        uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+        switch (kind) {
+        case K_START:
+        case K_RESUME:
+        case K_THROW: {
+            uint32_t keep = t->n;
+            while (keep > 0 && t->stack[keep - 1].depth >= p)
+                keep--;
+            pop_to(t, keep, r->ts);
+            if (t->n == t->cap) {
+                uint32_t cap = t->cap ? t->cap * 2 : 64;
+                frame *s = realloc(t->stack, cap * sizeof(frame));
+                if (!s)
+                    break;
+                t->stack = s;
+                t->cap = cap;
+            }
+            frame *f = &t->stack[t->n++];
+            f->code_id = r->code_id;
+            f->depth = p;
+            f->insns = 0;
+            for (int k = 0; k < NLOOPS; k++)
+                f->loops[k].src = UINT32_MAX;
+            oc_json_begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+            break;
+        }
+        case K_RETURN:
+        case K_YIELD:
+        case K_UNWIND: {
+            uint32_t keep = t->n;
+            while (keep > 0 && t->stack[keep - 1].depth > p)
+                keep--;
+            pop_to(t, keep, r->ts);
+            if (t->n > 0 && t->stack[t->n - 1].depth == p)
+                pop_to(t, t->n - 1, r->ts);
+            break;
+        }
+        case K_JUMP:
+        case K_EXT: {
+            uint32_t src, dest;
+            if (kind == K_JUMP) {
+                src = p >> OC_NEAR_BITS;
+                dest = p & OC_NEAR_MAX;
+            } else {
+                if (!t->far_pending || t->far_code != r->code_id)
+                    break;
+                src = t->far_src;
+                dest = p;
+                t->far_pending = 0;
+            }
+            if (dest < src && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id)
+                on_backjump(t, &t->stack[t->n - 1], src, dest, r->ts);
+            break;
+        }
+        case K_FARJUMP:
+            t->far_pending = 1;
+            t->far_src = p;
+            t->far_code = r->code_id;
+            break;
+        case K_INSN:
+            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id)
+                t->stack[t->n - 1].insns++;
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static uint64_t mono_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *writer_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        if (!S.calibrated) {
+            if (S.stopping || mono_now_ns() - W.start_ns >= 50000000ull) {
+                oc_clock_calibrate();
+            } else {
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_nsec += 10000000;
+                if (dl.tv_nsec >= 1000000000) {
+                    dl.tv_sec++;
+                    dl.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
+                continue;
+            }
+        }
+        oc_chunk *c = S.q_head;
+        if (!c) {
+            if (S.stopping)
+                break;
+            pthread_cond_wait(&S.cond_writer, &S.lock);
+            continue;
+        }
+        S.q_head = c->next;
+        if (!S.q_head)
+            S.q_tail = NULL;
+        pthread_mutex_unlock(&S.lock);
+        process_chunk(c);
+        pthread_mutex_lock(&S.lock);
+        oc_chunk_put_free(c);
+        pthread_cond_broadcast(&S.cond_free);
+    }
+    pthread_mutex_unlock(&S.lock);
+    /* close what is still open, at the stop time */
+    for (uint32_t i = 0; i < W.nthreads; i++)
+        if (W.threads[i].n)
+            pop_to(&W.threads[i], 0, W.stop_ticks);
+    pthread_mutex_lock(&S.lock); /* thread names were published under the lock */
+    oc_json_footer(&W.out, oc_clock_source(), S.precise);
+    pthread_mutex_unlock(&S.lock);
+    oc_out_flush(&W.out);
+    return NULL;
+}
+
+static void free_state(void) {
+    for (uint32_t i = 0; i < W.nthreads; i++)
+        free(W.threads[i].stack);
+    free(W.threads);
+    W.threads = NULL;
+    W.nthreads = 0;
+}
+
+int oc_writer_start(void) {
+    free_state();
+    W.events = 0;
+    W.start_ns = mono_now_ns();
+    W.out.fd = -1;
+    W.out.err = 0;
+    W.out.total = 0;
+    W.out.len = 0;
+    if (!W.out.buf) {
+        W.out.cap = 1 << 20;
+        W.out.buf = malloc(W.out.cap);
+        if (!W.out.buf) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (S.write_json) {
+        W.out.fd = open(S.tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (W.out.fd < 0) {
+            PyErr_Format(PyExc_OSError, "ocular: cannot create the trace file %s: %s", S.tmp_path,
+                         strerror(errno));
+            return -1;
+        }
+        oc_json_header(&W.out);
+    }
+    S.stopping = 0;
+    int rc = pthread_create(&S.writer, NULL, writer_main, NULL);
+    if (rc != 0) {
+        if (W.out.fd >= 0) {
+            close(W.out.fd);
+            unlink(S.tmp_path);
+            W.out.fd = -1;
+        }
+        PyErr_Format(PyExc_RuntimeError, "ocular: cannot start the writer thread: %s", strerror(rc));
+        return -1;
+    }
+    S.writer_started = 1;
+    return 0;
+}
+
+void oc_writer_stop(uint64_t stop_ticks) {
+    if (!S.writer_started)
+        return;
+    pthread_mutex_lock(&S.lock);
+    W.stop_ticks = stop_ticks;
+    S.stopping = 1;
+    pthread_cond_broadcast(&S.cond_writer);
+    pthread_mutex_unlock(&S.lock);
+    pthread_join(S.writer, NULL);
+    S.writer_started = 0;
+    if (W.out.fd >= 0) {
+        if (close(W.out.fd) != 0 && !W.out.err)
+            W.out.err = errno;
+        W.out.fd = -1;
+    }
+    S.write_errno = W.out.err;
+    S.bytes_written = W.out.total;
+    free_state();
+}
+
+/* In a fork child: the writer thread does not exist here and its fd belongs to the parent. */
+void oc_writer_fork_child(void) {
+    S.writer_started = 0;
+    if (W.out.fd >= 0)
+        close(W.out.fd); /* our copy only; the parent keeps writing its own */
+    W.out.fd = -1;
+    W.out.len = 0;
+    free_state();
+}
