@@ -107,16 +107,17 @@ def child_python(base: str, setup: bool) -> tuple[str, str]:
 
 def child_env(floor_dir: str | None) -> dict:
     env = dict(os.environ)
-    paths = [str(REPO / "src"), str(REPO)]
-    if floor_dir:
-        paths.append(floor_dir)
-    # Keep what the caller put on PYTHONPATH (e.g. `make bench` sets src),
-    # made absolute because children run in a scratch directory.
+    # What the caller put on PYTHONPATH comes first (`make bench` sets src;
+    # another Ocular build can be pointed at the same way), made absolute
+    # because children run in a scratch directory; then the in-place build
+    # in src/, the repository root (the bench package) and the floor module.
+    paths = []
     for p in env.get("PYTHONPATH", "").split(os.pathsep):
-        if p:
-            ap = os.path.abspath(p)
-            if ap not in paths:
-                paths.append(ap)
+        if p and os.path.abspath(p) not in paths:
+            paths.append(os.path.abspath(p))
+    for p in (str(REPO / "src"), str(REPO), floor_dir):
+        if p and p not in paths:
+            paths.append(p)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONHASHSEED"] = "0"
     env.pop("PYTHONSTARTUP", None)

@@ -225,6 +225,18 @@ struct oc_out {
 void oc_out_write(oc_out *o, const char *s, size_t n);
 void oc_out_flush(oc_out *o);
 void oc_out_printf(oc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A sink turns the writer's reconstructed events into bytes.  All calls come from the writer thread. */
+typedef struct {
+    const char *name;
+    void (*header)(oc_out *o);
+    void (*begin)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
+    void (*end)(oc_out *o, long tid, uint64_t ts_ns);
+    void (*loop)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
+                 uint32_t insns, uint64_t cycles, uint64_t ns);
+    void (*footer)(oc_out *o, const char *clock, int precise);
+} oc_sink;
+extern const oc_sink oc_sink_json;
+
 void oc_json_header(oc_out *o);
 void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
 void oc_json_end(oc_out *o, long tid, uint64_t ts_ns);

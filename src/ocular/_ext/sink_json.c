@@ -181,3 +181,12 @@ void oc_json_footer(oc_out *o, const char *clock, int precise) {
     put_u64(o, S.threshold);
     LIT(o, "}}\n");
 }
+
+const oc_sink oc_sink_json = {
+    .name = "json",
+    .header = oc_json_header,
+    .begin = oc_json_begin,
+    .end = oc_json_end,
+    .loop = oc_json_loop,
+    .footer = oc_json_footer,
+};

@@ -46,6 +46,7 @@ typedef struct {
 
 static struct {
     oc_out out;
+    const oc_sink *sink;
     wthread *threads;
     uint32_t nthreads;
     uint64_t events;
@@ -77,7 +78,7 @@ static wthread *get_thread(uint32_t idx, long tid) {
 static void pop_to(wthread *t, uint32_t keep, uint64_t ts) {
     while (t->n > keep) {
         t->n--;
-        oc_json_end(&W.out, t->tid, to_ns(ts));
+        W.sink->end(&W.out, t->tid, to_ns(ts));
     }
 }
 
@@ -106,7 +107,7 @@ static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         uint32_t insns = S.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(e, dest, src);
         uint64_t cycles = ts - hit->last_ts;
         int line = dest < e->nunits ? e->lines[dest] : -1;
-        oc_json_loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+        W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                      (uint64_t)((double)cycles * S.ns_per_tick));
     } else {
         hit = freeslot ? freeslot : &f->loops[NLOOPS - 1];
@@ -147,7 +148,7 @@ static void process_chunk(oc_chunk *c) {
             f->insns = 0;
             for (int k = 0; k < NLOOPS; k++)
                 f->loops[k].src = UINT32_MAX;
-            oc_json_begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+            W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
             break;
         }
         case K_RETURN:
@@ -240,7 +241,7 @@ static void *writer_main(void *arg) {
         if (W.threads[i].n)
             pop_to(&W.threads[i], 0, W.stop_ticks);
     pthread_mutex_lock(&S.lock); /* thread names were published under the lock */
-    oc_json_footer(&W.out, oc_clock_source(), S.precise);
+    W.sink->footer(&W.out, oc_clock_source(), S.precise);
     pthread_mutex_unlock(&S.lock);
     oc_out_flush(&W.out);
     return NULL;
@@ -257,6 +258,7 @@ static void free_state(void) {
 int oc_writer_start(void) {
     free_state();
     W.events = 0;
+    W.sink = &oc_sink_json;
     W.start_ns = mono_now_ns();
     W.out.fd = -1;
     W.out.err = 0;
@@ -277,7 +279,7 @@ int oc_writer_start(void) {
                          strerror(errno));
             return -1;
         }
-        oc_json_header(&W.out);
+        W.sink->header(&W.out);
     }
     S.stopping = 0;
     int rc = pthread_create(&S.writer, NULL, writer_main, NULL);
