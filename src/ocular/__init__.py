@@ -175,8 +175,22 @@ def _process_name():
     return f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
 
 
+PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
+FORMATS = ("json", "perfetto")
+
+
+def _format_for(output, fmt):
+    if fmt is None:
+        return "perfetto" if str(output).lower().endswith(PERFETTO_SUFFIXES) else "json"
+    if not isinstance(fmt, str):
+        raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}: choose one of {', '.join(map(repr, FORMATS))}")
+    return fmt
+
+
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
-                  include_only=None, output="ocular_trace.json", tool_id=None):
+                  include_only=None, output="ocular_trace.json", tool_id=None, format=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -190,6 +204,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
         excluded.
     output: path of the trace file (its directory must exist and be writable).
+    format: "json" (Chrome trace JSON) or "perfetto" (native Perfetto protobuf); by default chosen
+        from the output's suffix: .pftrace, .perfetto-trace or .pb mean protobuf, anything else JSON.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
 
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
@@ -218,6 +234,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         if not 0 <= tool_id <= 5:
             raise ValueError(f"tool_id must be from 0 to 5, got {tool_id}")
     path = _check_output(output) if perfetto else None
+    fmt = _format_for(output, format)
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
 
@@ -227,11 +244,12 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, tmp, incl, excl, _PACKAGE_DIR,
             _cache_entries(), _process_name(), sys.monitoring.DISABLE, threading.main_thread().ident,
+            1 if fmt == "perfetto" else 0,
         )
     except BaseException:
         _release_tool(tid, ())
         raise
-    settings = dict(mode=mode, output=path, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
+    settings = dict(mode=mode, output=path, format=fmt, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
                     pid=os.getpid())
     try:
         _register(tid, mode, callbacks)

@@ -89,7 +89,8 @@ static void reset_counters(void) {
 
 PyDoc_STRVAR(start_doc,
              "_start(precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
-             "       cache_entries, process_name, disable, main_ident) -> dict of callbacks\n\n"
+             "       cache_entries, process_name, disable, main_ident, format) -> dict of callbacks\n\n"
+             "format: 0 Chrome trace JSON, 1 native Perfetto protobuf.  "
              "Start a session.  output=None records without writing a file.  Internal: use\n"
              "ocular.start_tracing(), which validates arguments and registers the callbacks.");
 
@@ -98,11 +99,16 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     int precise;
     unsigned long threshold;
     unsigned long main_ident;
+    int format = OC_FORMAT_JSON;
     PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOk:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOk|i:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident))
+                          &main_ident, &format))
         return NULL;
+    if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO) {
+        PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
+        return NULL;
+    }
     if (S.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is already running");
         return NULL;
@@ -133,6 +139,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
     S.write_json = out != Py_None;
+    S.format = format;
     Py_XSETREF(S.disable, Py_NewRef(disable));
     S.main_ident = main_ident;
     S.pid = (long)getpid();

@@ -127,7 +127,8 @@ typedef struct {
     uint32_t gen;
     int precise;
     uint32_t threshold;
-    int write_json;
+    int write_json;        /* a trace file is written (either format) */
+    int format;            /* OC_FORMAT_JSON or OC_FORMAT_PERFETTO */
     PyObject *disable;     /* sys.monitoring.DISABLE */
     int extra_index;
 
@@ -236,6 +237,8 @@ typedef struct {
     void (*footer)(oc_out *o, const char *clock, int precise);
 } oc_sink;
 extern const oc_sink oc_sink_json;
+extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
+enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1 };
 
 void oc_json_header(oc_out *o);
 void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);

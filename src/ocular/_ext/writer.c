@@ -258,7 +258,7 @@ static void free_state(void) {
 int oc_writer_start(void) {
     free_state();
     W.events = 0;
-    W.sink = &oc_sink_json;
+    W.sink = S.format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : &oc_sink_json;
     W.start_ns = mono_now_ns();
     W.out.fd = -1;
     W.out.err = 0;
