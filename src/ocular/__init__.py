@@ -28,7 +28,7 @@ import threading
 
 from . import _ocular
 
-__all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "TraceResult", "MODES"]
+__all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "TraceResult", "MODES"]
 
 MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -36,6 +36,8 @@ _TOOL_PREFERENCE = (2, 3, 4, 5, 1, 0)  # PROFILER_ID first; 0, 1 are the debugge
 _TOOL_NAME = "ocular"
 
 _session = None  # the running session's settings, or None
+_last_report = None
+REPORTS = (True, False, "text", "json")
 
 
 class TraceResult(dict):
@@ -190,7 +192,7 @@ def _format_for(output, fmt):
 
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
-                  include_only=None, output="ocular_trace.json", tool_id=None, format=None):
+                  include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -207,6 +209,9 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     format: "json" (Chrome trace JSON) or "perfetto" (native Perfetto protobuf); by default chosen
         from the output's suffix: .pftrace, .perfetto-trace or .pb mean protobuf, anything else JSON.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
+    report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
+        hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
+        always available afterwards from ocular.last_report().
 
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
@@ -233,6 +238,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             raise TypeError(f"tool_id must be an int from 0 to 5 or None, not {type(tool_id).__name__}")
         if not 0 <= tool_id <= 5:
             raise ValueError(f"tool_id must be from 0 to 5, got {tool_id}")
+    if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
+        raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
     if _ocular._is_active():
@@ -249,7 +256,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     except BaseException:
         _release_tool(tid, ())
         raise
-    settings = dict(mode=mode, output=path, format=fmt, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
+    settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
                     pid=os.getpid())
     try:
         _register(tid, mode, callbacks)
@@ -280,7 +287,7 @@ def stop_tracing():
     partial file is removed, never left under the final name).  Internal failures of the engine (for
     instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
-    global _session
+    global _session, _last_report
     s = _session
     if s is None:
         raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
@@ -291,6 +298,18 @@ def stop_tracing():
         result = TraceResult(figures)
         result["mode"] = s["mode"]
         result["tool_id"] = s["tool_id"]
+        result["report"] = None
+        try:
+            from ._report import Report
+
+            _last_report = Report(_ocular._report_data(), s["mode"], s["threshold"], figures["clock"])
+            result["report"] = _last_report
+            if s["report"] in (True, "text"):
+                print(_last_report.format(), file=sys.stderr)
+            elif s["report"] == "json":
+                print(_last_report.to_json(), file=sys.stderr)
+        except Exception as exc:  # the trace matters more than the report: save it, then say so
+            print(f"ocular: could not build the report: {exc!r}", file=sys.stderr)
         out, tmp = figures["output"] or None, figures["tmp_output"] or None
         del result["tmp_output"]
         result["output"] = out
@@ -307,6 +326,11 @@ def stop_tracing():
         return result
     finally:
         _ocular._release()
+
+
+def last_report():
+    """The Report of the last finished session (None before the first stop_tracing())."""
+    return _last_report
 
 
 @contextlib.contextmanager

@@ -188,6 +188,15 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
                          "tmp_output", S.tmp_path ? S.tmp_path : "");
 }
 
+static PyObject *py_report_data(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    if (S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: report data is available after stop_tracing()");
+        return NULL;
+    }
+    return oc_stats_export();
+}
+
 static PyObject *py_release(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     if (!S.active)
@@ -274,6 +283,7 @@ static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
+    {"_report_data", py_report_data, METH_NOARGS, "Statistics of the last session (after stop)."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
     {"_before_fork", py_before_fork, METH_NOARGS, "os.register_at_fork(before=...) hook."},

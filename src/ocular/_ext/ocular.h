@@ -247,6 +247,18 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
                   uint32_t insns, uint64_t cycles, uint64_t ns);
 void oc_json_footer(oc_out *o, const char *clock, int precise);
 
+/* stats.c (writer thread, except export) */
+void oc_stats_reset(void);
+void oc_stats_gap(uint64_t delta);
+uint64_t oc_stats_net(uint64_t delta);
+uint64_t oc_stats_overhead(void);
+void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated);
+void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
+void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
+void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
+                   uint64_t insns);
+PyObject *oc_stats_export(void);
+
 /* monitor.c */
 int oc_monitor_init(PyObject *module);
 PyObject *oc_make_callbacks(int precise);

@@ -25,17 +25,29 @@ typedef struct {
     uint32_t src, dest;     /* units; src == UINT32_MAX: free slot */
     uint64_t last_ts;
     uint64_t insn_mark;
+    uint64_t self_mark;
 } loop_slot;
 
 typedef struct {
     uint32_t code_id;
     uint32_t depth;
     uint64_t insns;         /* INSTRUCTION records seen in this activation (precise mode) */
+    uint64_t begin_ts;
+    uint64_t self;          /* compensated ticks spent in this frame itself */
+    uint64_t child;         /* compensated inclusive ticks of its callees */
+    uint64_t same;          /* inclusive ticks of nested activations of the same code already counted */
+    int is_call;            /* began with PY_START (not a resume) */
+    uint32_t blk_start;     /* adaptive: unit where the current basic block began, or UINT32_MAX */
+    uint64_t blk_self;
+    uint32_t insn_unit;     /* precise: the instruction being executed, or UINT32_MAX */
+    uint64_t insn_self;
     loop_slot loops[NLOOPS];
 } frame;
 
 typedef struct {
     long tid;
+    uint64_t prev_ts;
+    int have_prev;
     frame *stack;
     uint32_t n, cap;
     uint32_t far_src;       /* pending K_FARJUMP */
@@ -75,9 +87,25 @@ static wthread *get_thread(uint32_t idx, long tid) {
     return &W.threads[idx];
 }
 
-static void pop_to(wthread *t, uint32_t keep, uint64_t ts) {
+/* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
+static void pop_to(wthread *t, uint32_t keep, uint64_t ts, int matched) {
     while (t->n > keep) {
-        t->n--;
+        frame *f = &t->stack[--t->n];
+        uint64_t incl = f->self + f->child;
+        frame *same = NULL; /* nearest activation of the same code below (recursion) */
+        for (uint32_t i = t->n; i-- > 0;)
+            if (t->stack[i].code_id == f->code_id) {
+                same = &t->stack[i];
+                break;
+            }
+        int counted = matched && t->n == keep;
+        /* total time counts each recursion tree once: a counted activation adds what its counted
+         * same-code descendants did not already add; an uncounted one passes theirs down */
+        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
+        if (same)
+            same->same += counted ? incl : f->same;
+        if (t->n > 0)
+            t->stack[t->n - 1].child += incl;
         W.sink->end(&W.out, t->tid, to_ns(ts));
     }
 }
@@ -106,6 +134,7 @@ static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         oc_codeent *e = oc_code_entry(f->code_id);
         uint32_t insns = S.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(e, dest, src);
         uint64_t cycles = ts - hit->last_ts;
+        oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
         int line = dest < e->nunits ? e->lines[dest] : -1;
         W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                      (uint64_t)((double)cycles * S.ns_per_tick));
@@ -116,6 +145,7 @@ static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     }
     hit->last_ts = ts;
     hit->insn_mark = f->insns;
+    hit->self_mark = f->self;
 }
 
 static void process_chunk(oc_chunk *c) {
@@ -126,6 +156,16 @@ static void process_chunk(oc_chunk *c) {
     for (uint32_t i = 0; i < c->n; i++) {
         oc_rec *r = &c->recs[i];
         uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+        if (kind != K_EXT) {
+            if (t->have_prev) {
+                uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
+                oc_stats_gap(delta);
+                if (t->n > 0)
+                    t->stack[t->n - 1].self += oc_stats_net(delta);
+            }
+            t->prev_ts = r->ts;
+            t->have_prev = 1;
+        }
         switch (kind) {
         case K_START:
         case K_RESUME:
@@ -133,7 +173,7 @@ static void process_chunk(oc_chunk *c) {
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
-            pop_to(t, keep, r->ts);
+            pop_to(t, keep, r->ts, 0);
             if (t->n == t->cap) {
                 uint32_t cap = t->cap ? t->cap * 2 : 64;
                 frame *s = realloc(t->stack, cap * sizeof(frame));
@@ -146,6 +186,12 @@ static void process_chunk(oc_chunk *c) {
             f->code_id = r->code_id;
             f->depth = p;
             f->insns = 0;
+            f->begin_ts = r->ts;
+            f->self = f->child = f->same = 0;
+            f->is_call = kind == K_START;
+            f->blk_start = kind == K_START ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
+            f->blk_self = 0;
+            f->insn_unit = UINT32_MAX;
             for (int k = 0; k < NLOOPS; k++)
                 f->loops[k].src = UINT32_MAX;
             W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
@@ -157,9 +203,9 @@ static void process_chunk(oc_chunk *c) {
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
-            pop_to(t, keep, r->ts);
+            pop_to(t, keep, r->ts, 0);
             if (t->n > 0 && t->stack[t->n - 1].depth == p)
-                pop_to(t, t->n - 1, r->ts);
+                pop_to(t, t->n - 1, r->ts, t->stack[t->n - 1].code_id == r->code_id);
             break;
         }
         case K_JUMP:
@@ -175,8 +221,17 @@ static void process_chunk(oc_chunk *c) {
                 dest = p;
                 t->far_pending = 0;
             }
-            if (dest < src && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id)
-                on_backjump(t, &t->stack[t->n - 1], src, dest, r->ts);
+            if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+                break;
+            frame *f = &t->stack[t->n - 1];
+            if (!S.precise) {
+                if (f->blk_start != UINT32_MAX)
+                    oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
+                f->blk_start = dest;
+                f->blk_self = f->self;
+            }
+            if (dest < src)
+                on_backjump(t, f, src, dest, r->ts);
             break;
         }
         case K_FARJUMP:
@@ -185,8 +240,14 @@ static void process_chunk(oc_chunk *c) {
             t->far_code = r->code_id;
             break;
         case K_INSN:
-            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id)
-                t->stack[t->n - 1].insns++;
+            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
+                frame *f = &t->stack[t->n - 1];
+                f->insns++;
+                if (f->insn_unit != UINT32_MAX)
+                    oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
+                f->insn_unit = p;
+                f->insn_self = f->self;
+            }
             break;
         default:
             break;
@@ -239,7 +300,7 @@ static void *writer_main(void *arg) {
     /* close what is still open, at the stop time */
     for (uint32_t i = 0; i < W.nthreads; i++)
         if (W.threads[i].n)
-            pop_to(&W.threads[i], 0, W.stop_ticks);
+            pop_to(&W.threads[i], 0, W.stop_ticks, 0);
     pthread_mutex_lock(&S.lock); /* thread names were published under the lock */
     W.sink->footer(&W.out, oc_clock_source(), S.precise);
     pthread_mutex_unlock(&S.lock);
@@ -258,6 +319,7 @@ static void free_state(void) {
 int oc_writer_start(void) {
     free_state();
     W.events = 0;
+    oc_stats_reset();
     W.sink = S.format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : &oc_sink_json;
     W.start_ns = mono_now_ns();
     W.out.fd = -1;

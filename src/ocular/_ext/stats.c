@@ -1,0 +1,262 @@
+/* stats.c -- statistics the writer accumulates from the reconstructed stream, for the report:
+ * per function (calls, inclusive and self time, spread), per loop (iterations, cycles, instructions),
+ * per basic block (adaptive mode) and per instruction (precise mode), plus the calibration of
+ * Ocular's own per-event cost.
+ *
+ * Calibration: the smallest gap between two consecutive records of one thread, over the first 64K
+ * gaps of the session, is the cost of one event (callback, dispatch and record) with no user work in
+ * between.  Every gap charged to a frame's self time has that cost subtracted (clamped at zero), so
+ * self times and cycles per instruction/block are not inflated by our callbacks.  With the test clock
+ * the calibration is off and every figure counts clock reads (deterministic, for golden tests).
+ *
+ * Accumulation runs on the writer thread (no GIL); export runs with the GIL after the writer joined.
+ */
+#include "ocular.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t src, dest;
+    uint64_t iterations, cycles, self_cycles, insns;
+} loop_stat;
+
+typedef struct {
+    uint64_t calls, segments, truncated;
+    uint64_t incl, self;        /* ticks, compensated; incl counts each recursion tree once */
+    uint64_t incl_all;          /* sum of every segment's inclusive ticks (for the mean) */
+    double sq;                  /* sum of squares of per-segment inclusive ticks */
+    uint64_t min, max;
+    uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
+    uint64_t *unit_count;       /* per unit: executions */
+    uint32_t *block_end;        /* adaptive: last unit of the block starting here */
+    loop_stat *loops;
+    uint32_t nloops, caploops;
+} code_stat;
+
+static code_stat *cs;
+static uint32_t ncs;
+static uint64_t gaps_seen;
+static uint64_t overhead = UINT64_MAX;
+static int failed;
+
+#define CALIBRATION_GAPS 65536
+
+void oc_stats_reset(void) {
+    for (uint32_t i = 0; i < ncs; i++) {
+        free(cs[i].unit_cycles);
+        free(cs[i].unit_count);
+        free(cs[i].block_end);
+        free(cs[i].loops);
+    }
+    free(cs);
+    cs = NULL;
+    ncs = 0;
+    gaps_seen = 0;
+    overhead = UINT64_MAX;
+    failed = 0;
+}
+
+static code_stat *get(uint32_t id) {
+    if (id >= ncs) {
+        uint32_t n = id + 256;
+        code_stat *c = realloc(cs, (size_t)n * sizeof *c);
+        if (!c) {
+            failed = 1;
+            return NULL;
+        }
+        memset(c + ncs, 0, (size_t)(n - ncs) * sizeof *c);
+        cs = c;
+        ncs = n;
+    }
+    return &cs[id];
+}
+
+void oc_stats_gap(uint64_t delta) {
+    if (gaps_seen < CALIBRATION_GAPS) {
+        gaps_seen++;
+        if (delta < overhead)
+            overhead = delta;
+    }
+}
+
+/* ticks of a gap after taking off one event's cost */
+uint64_t oc_stats_net(uint64_t delta) {
+    if (oc_test_clock)
+        return delta;
+    uint64_t o = overhead == UINT64_MAX ? 0 : overhead;
+    return delta > o ? delta - o : 0;
+}
+
+uint64_t oc_stats_overhead(void) { return oc_test_clock || overhead == UINT64_MAX ? 0 : overhead; }
+
+void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated) {
+    code_stat *c = get(id);
+    if (!c)
+        return;
+    if (truncated) {
+        c->truncated++;
+        return;
+    }
+    if (is_call)
+        c->calls++;
+    c->segments++;
+    c->self += self;
+    c->incl += total_add;
+    c->incl_all += incl;
+    c->sq += (double)incl * (double)incl;
+    if (c->segments == 1 || incl < c->min)
+        c->min = incl;
+    if (incl > c->max)
+        c->max = incl;
+}
+
+static int units(code_stat *c, uint32_t id) {
+    if (c->unit_cycles)
+        return 0;
+    uint32_t n = oc_code_entry(id)->nunits + 1;
+    c->unit_cycles = calloc(n, sizeof(uint64_t));
+    c->unit_count = calloc(n, sizeof(uint64_t));
+    c->block_end = calloc(n, sizeof(uint32_t));
+    if (!c->unit_cycles || !c->unit_count || !c->block_end) {
+        failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
+    code_stat *c = get(id);
+    if (!c || units(c, id) < 0 || start >= oc_code_entry(id)->nunits || end < start)
+        return;
+    c->unit_cycles[start] += cycles;
+    c->unit_count[start]++;
+    if (end > c->block_end[start])
+        c->block_end[start] = end;
+}
+
+void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
+    code_stat *c = get(id);
+    if (!c || units(c, id) < 0 || unit >= oc_code_entry(id)->nunits)
+        return;
+    c->unit_cycles[unit] += cycles;
+    c->unit_count[unit]++;
+}
+
+void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
+                   uint64_t insns) {
+    code_stat *c = get(id);
+    if (!c)
+        return;
+    loop_stat *l = NULL;
+    for (uint32_t i = 0; i < c->nloops; i++)
+        if (c->loops[i].src == src && c->loops[i].dest == dest) {
+            l = &c->loops[i];
+            break;
+        }
+    if (!l) {
+        if (c->nloops == c->caploops) {
+            uint32_t cap = c->caploops ? c->caploops * 2 : 4;
+            loop_stat *n = realloc(c->loops, cap * sizeof *n);
+            if (!n) {
+                failed = 1;
+                return;
+            }
+            c->loops = n;
+            c->caploops = cap;
+        }
+        l = &c->loops[c->nloops++];
+        memset(l, 0, sizeof *l);
+        l->src = src;
+        l->dest = dest;
+    }
+    l->iterations++;
+    l->cycles += cycles;
+    l->self_cycles += self_cycles;
+    l->insns += insns;
+}
+
+/* GIL held, writer joined.  One dict per code object that has any figure. */
+PyObject *oc_stats_export(void) {
+    PyObject *funcs = PyList_New(0);
+    if (!funcs)
+        return NULL;
+    for (uint32_t id = 0; id < ncs && id < S.ncodes; id++) {
+        code_stat *c = &cs[id];
+        oc_codeent *e = oc_code_entry(id);
+        if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
+            continue;
+        if (!e->code_obj)
+            continue;
+        double mean = c->segments ? (double)c->incl_all / (double)c->segments : 0.0;
+        double segmean = 0.0, var = 0.0;
+        if (c->segments) {
+            double s1 = 0.0;
+            /* the spread is over per-segment inclusive times (incl counts outermost only; use sq) */
+            s1 = c->sq / (double)c->segments;
+            segmean = mean;
+            var = s1 - segmean * segmean;
+            if (var < 0)
+                var = 0;
+        }
+        oc_codeextra *ex = e->extra;
+        PyObject *loops = PyList_New(0);
+        if (!loops)
+            goto fail;
+        for (uint32_t i = 0; i < c->nloops; i++) {
+            loop_stat *l = &c->loops[i];
+            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
+                                        "iterations", (unsigned long long)l->iterations,
+                                        "cycles", (unsigned long long)l->cycles,
+                                        "self_cycles", (unsigned long long)l->self_cycles,
+                                        "instructions", (unsigned long long)l->insns);
+            if (!t || PyList_Append(loops, t) < 0) {
+                Py_XDECREF(t);
+                Py_DECREF(loops);
+                goto fail;
+            }
+            Py_DECREF(t);
+        }
+        PyObject *unitd = PyDict_New();
+        if (!unitd) {
+            Py_DECREF(loops);
+            goto fail;
+        }
+        if (c->unit_cycles) {
+            for (uint32_t u = 0; u < e->nunits; u++) {
+                if (!c->unit_count[u])
+                    continue;
+                PyObject *v = Py_BuildValue("(KKI)", (unsigned long long)c->unit_count[u],
+                                            (unsigned long long)c->unit_cycles[u], c->block_end[u] * 2);
+                PyObject *k = PyLong_FromUnsignedLong(u * 2);
+                int rc = (v && k) ? PyDict_SetItem(unitd, k, v) : -1;
+                Py_XDECREF(v);
+                Py_XDECREF(k);
+                if (rc < 0) {
+                    Py_DECREF(loops);
+                    Py_DECREF(unitd);
+                    goto fail;
+                }
+            }
+        }
+        PyObject *d = Py_BuildValue(
+            "{s:O,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", e->code_obj,
+            "calls", (unsigned long long)c->calls, "segments", (unsigned long long)c->segments,
+            "truncated", (unsigned long long)c->truncated, "incl", (unsigned long long)c->incl,
+            "self", (unsigned long long)c->self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)c->min,
+            "max", (unsigned long long)c->max,
+            "deinstrumented", (ex && (ex->flags & CF_START_DISABLED)) ? Py_True : Py_False,
+            "enters", ex ? ex->enters : 0, "loops", loops, "units", unitd);
+        if (!d || PyList_Append(funcs, d) < 0) {
+            Py_XDECREF(d);
+            goto fail;
+        }
+        Py_DECREF(d);
+    }
+    return Py_BuildValue("{s:N,s:K,s:d,s:i,s:O,s:I}", "functions", funcs, "overhead_ticks",
+                         (unsigned long long)oc_stats_overhead(), "ns_per_tick", S.ns_per_tick, "precise",
+                         S.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", S.threshold);
+fail:
+    Py_DECREF(funcs);
+    return NULL;
+}

@@ -1,0 +1,208 @@
+"""The report printed at stop: function statistics and the hot-trace disassembly.
+
+Built from ``_ocular._report_data()`` after the session's callbacks are unregistered, so nothing here
+is traced.  Specialized instruction names are read from the adaptive bytecode (``dis`` with
+``adaptive=True``) once our instrumentation is gone: in adaptive mode the hot loop's instructions are
+still quickened (``BINARY_OP -> BINARY_OP_ADD_INT``); in precise mode an instruction is specialized
+only if it was de-instrumented (past the threshold) and ran again before stop, because CPython does
+not specialize instructions while INSTRUCTION events are on.
+
+Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the
+calibrated rate.  Ocular's own cost per event (calibrated at the start of the session) is subtracted
+from self times and from per-instruction/per-block cycles.
+"""
+
+import dis
+import json
+
+__all__ = ["Report"]
+
+TOP_FUNCTIONS = 15
+TOP_LOOPS = 5
+
+
+def _base_names(code):
+    return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
+
+
+def _fmt_ns(ns):
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f}s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f}ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f}us"
+    return f"{ns:.0f}ns"
+
+
+def _short(path, width):
+    if len(path) <= width:
+        return path
+    return "..." + path[-(width - 3):]
+
+
+class Report:
+    """Function statistics and hot loops of one session (``ocular.last_report()``)."""
+
+    def __init__(self, data, mode, threshold, clock):
+        self.mode = mode
+        self.threshold = threshold
+        self.clock = clock
+        self.ns_per_tick = data["ns_per_tick"] or 1.0
+        self.overhead_cycles = data["overhead_ticks"]
+        self.incomplete = data["stats_incomplete"]
+        self.functions = []
+        self.loops = []
+        for f in data["functions"]:
+            self._add_function(f)
+        self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
+        self.loops.sort(key=lambda r: r["cycles"], reverse=True)
+
+    # -- building -----------------------------------------------------------------------------
+    def _add_function(self, f):
+        code = f["code"]
+        ns = self.ns_per_tick
+        if f["segments"]:
+            sample = f["deinstrumented"]
+            self.functions.append({
+                "name": code.co_qualname,
+                "file": code.co_filename,
+                "line": code.co_firstlineno,
+                "calls": f["calls"],
+                "segments": f["segments"],
+                "total_cycles": f["incl"],
+                "self_cycles": f["self"],
+                "total_ns": f["incl"] * ns,
+                "self_ns": f["self"] * ns,
+                "mean_ns": f["mean"] * ns,
+                "stddev_ns": f["stddev"] * ns,
+                "min_ns": f["min"] * ns,
+                "max_ns": f["max"] * ns,
+                "deinstrumented": f["deinstrumented"],
+                "sample": sample,
+                "truncated": f["truncated"],
+            })
+        for lp in f["loops"]:
+            self.loops.append(self._loop(code, f, lp))
+
+    def _loop(self, code, f, lp):
+        ns = self.ns_per_tick
+        units = f["units"]
+        precise = self.mode == "precise"
+        base = _base_names(code)
+        rows = []
+        lo, hi = lp["dest"], lp["src"]
+        # adaptive: blocks (start -> (count, cycles, end)) covering each instruction
+        blocks = sorted((start, v) for start, v in units.items()) if not precise else []
+        instrs = [i for i in dis.get_instructions(code, adaptive=True) if lo <= i.offset <= hi]
+        for ins in instrs:
+            cyc = None
+            if precise:
+                v = units.get(ins.offset)
+                if v and v[0]:
+                    cyc = v[1] / v[0]
+            else:
+                for start, (count, cycles, end) in blocks:
+                    if start <= ins.offset <= end and count:
+                        n = sum(1 for j in instrs if start <= j.offset <= end) or 1
+                        cyc = cycles / count / n
+                        break
+            line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
+            b = base.get(ins.offset, ins.opname)
+            rows.append({
+                "offset": ins.offset,
+                "line": line,
+                "base": b,
+                "specialized": ins.opname,
+                "arg": ins.argrepr,
+                "cycles": cyc,
+                "ns": cyc * ns if cyc is not None else None,
+            })
+        it = lp["iterations"] or 1
+        first_line = next((r["line"] for r in rows if r["line"]), code.co_firstlineno)
+        return {
+            "function": code.co_qualname,
+            "file": code.co_filename,
+            "line": first_line,
+            "offset": lo,
+            "end_offset": hi,
+            "iterations": lp["iterations"],
+            "cycles": lp["cycles"],
+            "cycles_per_iteration": lp["cycles"] / it,
+            "self_cycles_per_iteration": lp["self_cycles"] / it,
+            "ns_per_iteration": lp["cycles"] / it * ns,
+            "instructions_per_iteration": lp["instructions"] / it,
+            "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
+            "rows": rows,
+        }
+
+    # -- views --------------------------------------------------------------------------------
+    def hot_loops(self, n=TOP_LOOPS):
+        """The hottest loops: the top n by cycles and the top n by iterations."""
+        by_cycles = sorted(self.loops, key=lambda r: r["cycles"], reverse=True)[:n]
+        by_hits = sorted(self.loops, key=lambda r: r["iterations"], reverse=True)[:n]
+        out = list(by_cycles)
+        for lp in by_hits:
+            if lp not in out:
+                out.append(lp)
+        return out
+
+    def to_dict(self):
+        return {
+            "mode": self.mode,
+            "threshold": self.threshold,
+            "clock": self.clock,
+            "ns_per_cycle": self.ns_per_tick,
+            "overhead_cycles_per_event": self.overhead_cycles,
+            "functions": self.functions,
+            "loops": self.hot_loops(),
+        }
+
+    def to_json(self, **kw):
+        return json.dumps(self.to_dict(), **kw)
+
+    def format(self, width=120):
+        ns = self.ns_per_tick
+        cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
+        out = []
+        out.append(f"ocular report - mode {self.mode}, threshold {self.threshold}, clock {self.clock}, "
+                   f"{ns:.4f} ns/cycle, own cost {self.overhead_cycles} cycles/event subtracted")
+        if self.incomplete:
+            out.append("warning: statistics are incomplete (out of memory in the writer)")
+        out.append("")
+        out.append("Functions (by self time; * = de-instrumented after the threshold: figures are a sample of "
+                   "the first calls)")
+        hdr = f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function"
+        out.append(hdr)
+        for f in self.functions[:TOP_FUNCTIONS]:
+            star = "*" if f["sample"] else " "
+            where = f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})"
+            line = (f"{f['calls']:>8}{star} {_fmt_ns(f['self_ns']):>9} {_fmt_ns(f['total_ns']):>9} "
+                    f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
+            out.append(line[:width])
+        loops = self.hot_loops()
+        out.append("")
+        if not loops:
+            out.append("Hot loops: none recorded")
+        for lp in loops:
+            out.append("")
+            head = (f"Hot loop {lp['function']} at {_short(lp['file'], 50)}:{lp['line']} - "
+                    f"{lp['iterations']} iterations{' (sample)' if lp['deinstrumented'] else ''}, "
+                    f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration, "
+                    f"{lp['instructions_per_iteration']:.1f} instructions")
+            out.append(head[:width])
+            out.append(f"  {'offset':>6} {'line':>5}  {'instruction (base -> specialized)':<52} "
+                       f"{'argument':<24} {cyc_label:>13} {'ns':>7}")
+            for r in lp["rows"]:
+                name = r["base"] if r["base"] == r["specialized"] else f"{r['base']} -> {r['specialized']}"
+                cyc = f"{r['cycles']:.1f}" if r["cycles"] is not None else "-"
+                nsv = f"{r['ns']:.1f}" if r["ns"] is not None else "-"
+                line = r["line"] if r["line"] is not None else ""
+                out.append(f"  {r['offset']:>6} {line:>5}  {name[:52]:<52} {r['arg'][:24]:<24} {cyc:>13} {nsv:>7}"[:width])
+        if self.mode != "precise" and loops:
+            out.append("")
+            out.append("cyc/exec(blk): cycles of each basic block per execution, spread evenly over its instructions")
+        return "\n".join(out)
+
+    def __str__(self):
+        return self.format()
