@@ -14,11 +14,35 @@ from self times and from per-instruction/per-block cycles.
 
 import dis
 import json
+import sys
 
 __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
 TOP_LOOPS = 5
+
+
+def _settle(codes):
+    """Bring the given code objects' bytecode up to date with the (now empty) instrumentation.
+
+    CPython removes instrumentation lazily, when a code object next runs; until then its adaptive
+    bytecode still holds INSTRUMENTED_* opcodes.  set_local_events() instruments a code object
+    immediately, so setting no local events under a temporary tool id settles it without running it.
+    """
+    mon = sys.monitoring
+    tool = next((i for i in (5, 4, 3, 2, 1, 0) if mon.get_tool(i) is None), None)
+    if tool is None:
+        return
+    mon.use_tool_id(tool, "ocular-report")
+    try:
+        for code in codes:
+            try:
+                mon.set_local_events(tool, code, mon.events.PY_START)  # a change forces the update
+                mon.set_local_events(tool, code, 0)
+            except (ValueError, TypeError):
+                pass
+    finally:
+        mon.free_tool_id(tool)
 
 
 def _base_names(code):
@@ -53,6 +77,7 @@ class Report:
         self.incomplete = data["stats_incomplete"]
         self.functions = []
         self.loops = []
+        _settle([f["code"] for f in data["functions"] if f["loops"]])
         for f in data["functions"]:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
@@ -199,6 +224,10 @@ class Report:
                 nsv = f"{r['ns']:.1f}" if r["ns"] is not None else "-"
                 line = r["line"] if r["line"] is not None else ""
                 out.append(f"  {r['offset']:>6} {line:>5}  {name[:52]:<52} {r['arg'][:24]:<24} {cyc:>13} {nsv:>7}"[:width])
+        if self.mode == "precise" and self.threshold == 0 and loops:
+            out.append("")
+            out.append("note: precise mode with threshold 0 keeps every instruction instrumented, and CPython does")
+            out.append("      not specialize instrumented instructions; use a threshold to see the specialized forms")
         if self.mode != "precise" and loops:
             out.append("")
             out.append("cyc/exec(blk): cycles of each basic block per execution, spread evenly over its instructions")

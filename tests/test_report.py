@@ -1,0 +1,193 @@
+"""De-instrumentation and the hot-trace report (issue 3): DISABLE really stops events, restart_events by
+another tool is survived, specialized opcodes show up, and with the deterministic test clock (one tick
+per clock read, no own-cost subtraction) the report's figures are exact."""
+
+import json
+
+from conftest import load_trace, check_balanced, run_py
+
+GOLDEN_SRC = """
+def leaf():
+    pass
+
+def mid():
+    leaf()
+    leaf()
+
+def loop():
+    t = 0
+    for i in range(5):
+        t += i * 2
+    return t
+
+mid()
+loop()
+"""
+
+
+def run_golden(extra=""):
+    p = run_py(f"""
+        import json, ocular, ocular._ocular as o
+        o._set_test_clock(True)
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=0, include_only=["<golden>"], report=False)
+        exec(compile({GOLDEN_SRC!r}, "<golden>", "exec"), {{}})
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        print(rep.to_json())
+        print("=====")
+        print(rep.format())
+        {extra}
+    """)
+    js, text = p.stdout.split("=====\n")
+    return json.loads(js), text
+
+
+def test_golden_function_figures():
+    rep, text = run_golden()
+    assert rep["clock"] == "test" and rep["overhead_cycles_per_event"] == 0
+    f = {x["name"]: x for x in rep["functions"]}
+    # leaf: START and RETURN are consecutive clock reads -> 1 tick each call
+    assert f["leaf"]["calls"] == 2
+    assert f["leaf"]["self_cycles"] == 2 and f["leaf"]["total_cycles"] == 2
+    assert f["leaf"]["mean_ns"] == 1.0 and f["leaf"]["stddev_ns"] == 0.0
+    # mid: 3 gaps while on top (start->leaf, between leaves, leaf->return), 2 ticks in its callees
+    assert f["mid"]["calls"] == 1
+    assert f["mid"]["self_cycles"] == 3 and f["mid"]["total_cycles"] == 5
+    assert not f["mid"]["deinstrumented"]
+    # the table is rendered with those figures
+    rows = [ln for ln in text.splitlines() if ln.rstrip().endswith(":2)") or "leaf  (" in ln]
+    assert any(ln.split()[:2] == ["2", "2ns"] and "leaf  (<golden>:2)" in ln for ln in rows), text
+
+
+def test_golden_loop_disassembly():
+    rep, text = run_golden()
+    (lp,) = [x for x in rep["loops"] if x["function"] == "loop"]
+    # 5 iterations, the first has no start: 4 measured, each exactly 2 events (FOR_ITER branch + JUMP_BACKWARD)
+    assert lp["iterations"] == 4
+    assert lp["cycles_per_iteration"] == 2.0
+    assert lp["line"] == 11
+    names = [(r["base"], r["specialized"]) for r in lp["rows"]]
+    bases = [b for b, _ in names]
+    assert bases[0] == "FOR_ITER" and bases[-1] == "JUMP_BACKWARD"
+    assert "BINARY_OP" in bases
+    assert all(r["line"] in (11, 12) for r in lp["rows"])
+    assert all(len(ln) <= 120 for ln in text.splitlines())
+    assert "Hot loop loop at <golden>:11" in text
+
+
+def test_specialized_opcodes_appear_in_adaptive_mode():
+    p = run_py("""
+        import ocular
+        def work(n):
+            total = 0
+            for i in range(n):
+                total += i * 2
+            return total
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=500, report=False)
+        work(3_000_000)
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        (lp,) = [l for l in rep.loops if l["function"] == "work"]
+        for r in lp["rows"]:
+            print(r["base"], r["specialized"])
+    """)
+    pairs = [tuple(ln.split()) for ln in p.stdout.splitlines()]
+    specialized = {s for b, s in pairs if b != s}
+    assert "BINARY_OP_ADD_INT" in specialized or "BINARY_OP_MULTIPLY_INT" in specialized, pairs
+    assert not any(s.startswith("INSTRUMENTED") or s == "INSTRUCTION" for _, s in pairs), pairs
+
+
+def test_precise_mode_reports_per_instruction_cycles(trace_path):
+    p = run_py(f"""
+        import ocular
+        def work(n):
+            total = 0
+            for i in range(n):
+                total += i * 2
+            return total
+        ocular.start_tracing(mode="precise", deinstrument_threshold=0, output={trace_path!r}, report=False)
+        work(2000)
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        (lp,) = [l for l in rep.loops if l["function"] == "work"]
+        print(sum(1 for r in lp["rows"] if r["cycles"] is not None), len(lp["rows"]), lp["instructions_per_iteration"])
+        print(all(not r["specialized"].startswith("INSTRUMENTED") for r in lp["rows"]))
+    """)
+    with_cycles, nrows, ipi = p.stdout.split("\n")[0].split()
+    assert int(with_cycles) == int(nrows) > 0
+    assert float(ipi) >= int(nrows) - 1
+    assert p.stdout.split("\n")[1] == "True"
+    data = load_trace(trace_path)
+    check_balanced(data["traceEvents"])
+    loops = [e for e in data["traceEvents"] if e["ph"] == "i" and "work" in e["name"]]
+    assert loops and all(e["args"]["instructions"] > 0 for e in loops)
+
+
+def test_disable_stops_events_at_the_threshold(trace_path):
+    run_py(f"""
+        import ocular
+        def f(x):
+            return x + 1
+        ocular.start_tracing(deinstrument_threshold=100, output={trace_path!r}, report=False)
+        for i in range(1000):
+            f(i)
+        ocular.stop_tracing()
+    """)
+    ev = load_trace(trace_path)["traceEvents"]
+    check_balanced(ev)
+    assert sum(1 for e in ev if e["ph"] == "B" and e["name"] == "f") == 100
+
+
+def test_restart_events_by_another_tool_is_survived(trace_path):
+    p = run_py(f"""
+        import sys, ocular
+        mon = sys.monitoring
+        def f(x):
+            return x + 1
+        ocular.start_tracing(deinstrument_threshold=50, output={trace_path!r}, report=False)
+        for i in range(200):
+            f(i)
+        mon.use_tool_id(5, "other")
+        mon.restart_events()        # re-arms every disabled site, ours included
+        for i in range(200):
+            f(i)
+        r = ocular.stop_tracing()
+        mon.free_tool_id(5)
+        print(r.report.functions[0]["name"] if r.report.functions else "")
+    """)
+    ev = load_trace(trace_path)["traceEvents"]
+    check_balanced(ev)
+    # counters persist past the threshold: after the restart f is disabled again at its first event
+    assert sum(1 for e in ev if e["ph"] == "B" and e["name"] == "f") == 50
+
+
+def test_deinstrumented_functions_are_marked_as_samples():
+    p = run_py("""
+        import ocular
+        def g():
+            return 1
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=20, report="json")
+        for i in range(500):
+            g()
+        ocular.stop_tracing()
+    """)
+    rep = json.loads(p.stderr.strip().splitlines()[-1])
+    (g,) = [f for f in rep["functions"] if f["name"] == "g"]
+    assert g["deinstrumented"] and g["sample"] and g["calls"] == 20
+
+
+def test_report_text_goes_to_sys_stderr():
+    p = run_py("""
+        import io, sys, ocular
+        buf = io.StringIO()
+        sys.stderr = buf
+        def h():
+            return [i for i in range(100)]
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=0)
+        h()
+        ocular.stop_tracing()
+        sys.stderr = sys.__stderr__
+        print("captured" if "ocular report" in buf.getvalue() else "missing")
+    """)
+    assert p.stdout.strip() == "captured"
+    assert "ocular report" not in p.stderr
