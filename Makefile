@@ -39,7 +39,7 @@ build: check-python $(foreach v,$(VERSIONS),.venv-$(v)/.ready)
 	done
 
 example: build
-	.venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.json examples/primes.py
+	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.json examples/primes.py
 
 test: build
 	@for v in $(VERSIONS); do \
