@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bench.configs import CONFIGS, EVENT_SETS
+from bench.workloads import fib_calls
 from bench.run import (
     BENCH_DIR,
     ChildError,
@@ -101,7 +102,7 @@ def main(argv=None) -> int:
             log("callgrind: SKIP {}: {}".format(c, probe["probe"].get(req, {}).get("reason")))
             configs.remove(c)
 
-    counts = run_child(python, env, "fib", args.n, "count")["counts"]
+    counts = run_child(python, env, "fib", args.n, "count", flags=["--callgrind"])["counts"]
 
     ir = {}
     failures = {}
@@ -152,8 +153,8 @@ def main(argv=None) -> int:
         "# Ocular callgrind results: fib({})\n".format(args.n),
         "- python: {} (`{}`)".format(probe["python"].replace("\n", " "), python),
         "- machine: {}".format(machine_info()),
-        "- fib({}) makes {:,} calls; events counted: {}".format(
-            args.n, counts.get("PY_START", 0),
+        "- fib({}) makes {:,} calls; events counted (a few are the harness's): {}".format(
+            args.n, fib_calls(args.n),
             ", ".join("{} {:,}".format(k, v) for k, v in counts.items() if v)),
         "",
         table,

@@ -6,8 +6,6 @@ agree on names, event sets and which floor each configuration is compared to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 # sys.monitoring event names (attributes of sys.monitoring.events).
 CALL_EVENTS = ("PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND")
 ADAPTIVE_EVENTS = CALL_EVENTS + ("JUMP", "BRANCH")
@@ -24,26 +22,36 @@ EVENT_SETS = {
 FLOOR_TOOL_ID = 2
 
 
-@dataclass(frozen=True)
 class Config:
-    name: str
-    kind: str  # untraced | floor | cprofile | ocular | viztracer | yappi
-    doc: str
-    # Event set (key of EVENT_SETS) this configuration receives: used for the
-    # floor's registration and for ns/event.  None: no events / unknown.
-    events: str | None = None
-    # Floor configuration this one is compared with ("x floor" column).
-    floor: str | None = None
-    # False when the number of events actually delivered is not the counted
-    # one (e.g. adaptive de-instrumentation after a threshold): no ns/event.
-    per_event: bool = True
-    params: dict = field(default_factory=dict)
-    # Import needed in the child; the runner probes it and skips the
-    # configuration with the reason if it fails.
-    requires: str | None = None
+    """One configuration.  (A plain class, not a dataclass: every child
+    imports this module, and dataclasses costs ~20 ms of start-up.)
+
+    name, kind: kind is untraced | floor | cprofile | ocular | viztracer | yappi.
+    events: event set (key of EVENT_SETS) the configuration receives: used for
+        the floor's registration and for ns/event; None: no events.
+    floor: the floor configuration this one is compared with ("x floor").
+    per_event: False when fewer events are delivered than counted (adaptive
+        de-instrumentation after a threshold): no ns/event then.
+    params: keyword arguments (ocular.start_tracing).
+    requires: module the child imports; the runner probes it and skips the
+        configuration, with the reason, if it fails.
+    """
+
+    __slots__ = ("name", "kind", "doc", "events", "floor", "per_event", "params", "requires")
+
+    def __init__(self, name, kind, doc, events=None, floor=None, per_event=True,
+                 params=None, requires=None):
+        self.name = name
+        self.kind = kind
+        self.doc = doc
+        self.events = events
+        self.floor = floor
+        self.per_event = per_event
+        self.params = dict(params or {})
+        self.requires = requires
 
 
-CONFIGS: dict[str, Config] = {
+CONFIGS = {
     c.name: c
     for c in (
         Config("untraced", "untraced", "no tracer at all (the baseline)"),

@@ -25,9 +25,9 @@ skipped with the reason printed.
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import glob
-import json
 import os
 import platform
 import re
@@ -149,7 +149,7 @@ def run_child(python, env, workload, size, config, cpu=None, save=True,
     flags: extra child flags (e.g. --callgrind).
     """
     with tempfile.TemporaryDirectory(prefix="ocular-bench-") as tmp:
-        result = os.path.join(tmp, "result.json")
+        result = os.path.join(tmp, "result.txt")
         cmd = list(prefix) + [python, "-m", "bench._child", workload, str(size), config, result]
         cmd += list(flags)
         if not save:
@@ -166,7 +166,7 @@ def run_child(python, env, workload, size, config, cpu=None, save=True,
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
             raise ChildError("exit {}:\n    {}".format(proc.returncode, "\n    ".join(tail)))
         with open(result) as f:
-            return json.load(f)
+            return ast.literal_eval(f.read())
 
 
 # --------------------------------------------------------------------------

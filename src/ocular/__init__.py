@@ -295,6 +295,14 @@ def stop_tracing():
     _release_tool(s["tool_id"], s["callbacks"])
     figures = _ocular._stop()
     try:
+        from ._report import _settle
+
+        # Sites we answered DISABLE stay disabled for our tool id until their code object is
+        # re-instrumented; do it now, so the next session (which may reuse the id) sees them armed.
+        _settle(_ocular._disabled_codes())
+    except Exception as exc:
+        print(f"ocular: could not re-arm disabled code: {exc!r}", file=sys.stderr)
+    try:
         result = TraceResult(figures)
         result["mode"] = s["mode"]
         result["tool_id"] = s["tool_id"]

@@ -105,6 +105,16 @@ static char *fallback_name(long tid) {
     return strdup(tmp);
 }
 
+/* NUL-terminated copy of n bytes: the raw name (the Perfetto sink writes it unescaped). */
+static char *dup_raw(const char *s, Py_ssize_t n) {
+    char *out = malloc((size_t)n + 1);
+    if (out) {
+        memcpy(out, s, (size_t)n);
+        out[n] = 0;
+    }
+    return out;
+}
+
 /* Look the thread up in threading._active; returns 1 once the name is known. */
 static int resolve_name(oc_tbuf *b) {
     uint32_t idx = b->thread_idx;
@@ -114,6 +124,7 @@ static int resolve_name(oc_tbuf *b) {
     if (ident == S.main_ident) {
         pthread_mutex_lock(&S.lock);
         S.threads[idx].name = strdup("MainThread");
+        S.threads[idx].name_raw = strdup("MainThread");
         pthread_mutex_unlock(&S.lock);
         return 1;
     }
@@ -137,10 +148,12 @@ static int resolve_name(oc_tbuf *b) {
                         char *s = oc_json_escape(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
                         if (s) {
                             pthread_mutex_lock(&S.lock);
-                            if (!S.threads[idx].name)
+                            if (!S.threads[idx].name) {
                                 S.threads[idx].name = s;
-                            else
+                                S.threads[idx].name_raw = dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+                            } else {
                                 free(s);
+                            }
                             pthread_mutex_unlock(&S.lock);
                             found = 1;
                         }
@@ -176,6 +189,7 @@ static int register_thread(oc_tbuf *b) {
     t->tid = (long)syscall(SYS_gettid);
     t->ident = PyThread_get_thread_ident();
     t->name = NULL;
+    t->name_raw = NULL;
     pthread_mutex_unlock(&S.lock);
     b->name_tries = 0;
     return 0;
@@ -238,6 +252,7 @@ oc_tbuf *oc_buffer_slow(void) {
             if (b->name_tries > 12) {
                 pthread_mutex_lock(&S.lock);
                 S.threads[b->thread_idx].name = fallback_name(S.threads[b->thread_idx].tid);
+                S.threads[b->thread_idx].name_raw = fallback_name(S.threads[b->thread_idx].tid);
                 pthread_mutex_unlock(&S.lock);
             } else {
                 size_t ahead = (size_t)4 << b->name_tries;
@@ -267,8 +282,10 @@ void oc_buffer_flush_all(void) {
             oc_tbuf tmp = {.thread_idx = i};
             if (!resolve_name(&tmp)) {
                 pthread_mutex_lock(&S.lock);
-                if (!S.threads[i].name)
+                if (!S.threads[i].name) {
                     S.threads[i].name = fallback_name(S.threads[i].tid);
+                    S.threads[i].name_raw = fallback_name(S.threads[i].tid);
+                }
                 pthread_mutex_unlock(&S.lock);
             }
         }
@@ -298,8 +315,10 @@ void oc_buffer_fork_child(void) {
         b->gen = 0;
     }
     S.nchunks = kept;
-    for (uint32_t i = 0; i < S.nthreads; i++)
+    for (uint32_t i = 0; i < S.nthreads; i++) {
         free(S.threads[i].name);
+        free(S.threads[i].name_raw);
+    }
     S.nthreads = 0;
     tgen++;
 }

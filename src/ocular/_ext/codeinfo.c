@@ -52,6 +52,16 @@ char *oc_json_escape(const char *s, Py_ssize_t n) {
     return out;
 }
 
+/* NUL-terminated copy of n bytes (the raw names the Perfetto sink writes). */
+static char *dup_raw(const char *s, Py_ssize_t n) {
+    char *out = malloc((size_t)n + 1);
+    if (out) {
+        memcpy(out, s, (size_t)n);
+        out[n] = 0;
+    }
+    return out;
+}
+
 /* UTF-8 copy of a str that never fails on lone surrogates (non-UTF-8 file names). */
 static PyObject *utf8_bytes(PyObject *s) {
     if (!s || !PyUnicode_Check(s))
@@ -169,11 +179,23 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         set_internal_error("could not encode a file name");
         return ex;
     }
-    if (is_excluded(PyBytes_AS_STRING(fname))) {
+    /* filters see the file name's original bytes (surrogateescape), like the patterns they are
+     * compared with; the trace shows it with backslash escapes */
+    PyObject *mname = PyUnicode_Check(co->co_filename)
+                          ? PyUnicode_AsEncodedString(co->co_filename, "utf-8", "surrogateescape")
+                          : NULL;
+    if (!mname)
+        PyErr_Clear();
+    const char *match_name = mname ? PyBytes_AS_STRING(mname) : PyBytes_AS_STRING(fname);
+    if (is_excluded(match_name)) {
         ex->flags = CF_EXCLUDED;
+        if (S.excluded_codes && PyList_Append(S.excluded_codes, (PyObject *)co) < 0)
+            PyErr_Clear();
+        Py_XDECREF(mname);
         Py_DECREF(fname);
         return ex;
     }
+    Py_XDECREF(mname);
     if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE) {
         ex->flags = CF_EXCLUDED;
         Py_DECREF(fname);
@@ -205,6 +227,8 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     }
     e->qualname = oc_json_escape(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
     e->filename = oc_json_escape(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
+    e->qualname_raw = dup_raw(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
+    e->filename_raw = dup_raw(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
     e->firstlineno = co->co_firstlineno;
     e->nunits = (uint32_t)(PyBytes_GET_SIZE(bc) / 2);
     e->code = malloc((size_t)e->nunits * 2 + 1);
@@ -214,9 +238,11 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     Py_DECREF(bc);
     Py_DECREF(fname);
     e->lines = line_table(co, e->nunits);
-    if (!e->qualname || !e->filename || !e->code || !e->lines) {
+    if (!e->qualname || !e->filename || !e->qualname_raw || !e->filename_raw || !e->code || !e->lines) {
         free(e->qualname);
         free(e->filename);
+        free(e->qualname_raw);
+        free(e->filename_raw);
         free(e->code);
         free(e->lines);
         memset(e, 0, sizeof *e);
@@ -242,6 +268,8 @@ void oc_codetable_clear(void) {
             oc_codeent *e = &page[i];
             free(e->qualname);
             free(e->filename);
+            free(e->qualname_raw);
+            free(e->filename_raw);
             free(e->code);
             free(e->lines);
             Py_XDECREF(e->code_obj);

@@ -122,6 +122,9 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
         return NULL;
     }
     oc_codetable_clear();
+    Py_XSETREF(S.excluded_codes, PyList_New(0));
+    if (!S.excluded_codes)
+        return NULL;
     free_session_strings();
     reset_counters();
     S.include_only = strv_from_tuple(inc);
@@ -197,10 +200,30 @@ static PyObject *py_report_data(PyObject *mod, PyObject *unused) {
     return oc_stats_export();
 }
 
+/* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later
+ * session (or another tool) starts from armed sites. */
+static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    PyObject *out = S.excluded_codes ? PySequence_List(S.excluded_codes) : PyList_New(0);
+    if (!out)
+        return NULL;
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (e->code_obj && e->extra && (e->extra->flags || e->extra->sites_disabled) &&
+            PyList_Append(out, e->code_obj) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyObject *py_release(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    if (!S.active)
+    if (!S.active) {
         oc_codetable_clear();
+        Py_CLEAR(S.excluded_codes);
+    }
     Py_RETURN_NONE;
 }
 
@@ -284,6 +307,7 @@ static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_report_data", py_report_data, METH_NOARGS, "Statistics of the last session (after stop)."},
+    {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
     {"_before_fork", py_before_fork, METH_NOARGS, "os.register_at_fork(before=...) hook."},
@@ -312,6 +336,8 @@ PyMODINIT_FUNC PyInit__ocular(void) {
         initialised = 1;
     }
     if (oc_monitor_init(m) < 0)
+        goto fail;
+    if (oc_usdt_init(m) < 0) /* usdt.c */
         goto fail;
     return m;
 fail:

@@ -183,8 +183,10 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
                 RETURN_NONE;
             }
         }
-        if (LIKELY(src < ex->nunits) && UNLIKELY(++hits[src] > S.threshold))
+        if (LIKELY(src < ex->nunits) && UNLIKELY(++hits[src] > S.threshold)) {
+            ex->sites_disabled = 1;
             RETURN_DISABLE;
+        }
     }
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
@@ -223,8 +225,10 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
                 RETURN_NONE;
             }
         }
-        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold))
+        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold)) {
+            ex->sites_disabled = 1;
             RETURN_DISABLE;
+        }
     }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {

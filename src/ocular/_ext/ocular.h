@@ -90,6 +90,7 @@ typedef struct {
     long tid;                 /* kernel thread id (gettid) */
     unsigned long ident;      /* threading.get_ident() */
     char *name;               /* JSON-escaped, malloc'd; NULL until known */
+    char *name_raw;           /* the same name as raw UTF-8 (Perfetto protobuf); set with name */
 } oc_thread;
 
 /* ---- per-code data ---- */
@@ -101,6 +102,7 @@ typedef struct {
     uint32_t flags;
     uint32_t enters;
     uint32_t nunits;
+    uint32_t sites_disabled; /* a jump or instruction site of this code answered DISABLE */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
 } oc_codeextra;
@@ -109,6 +111,8 @@ typedef struct {
 typedef struct {
     char *qualname;        /* JSON-escaped UTF-8 */
     char *filename;        /* JSON-escaped UTF-8 */
+    char *qualname_raw;    /* raw UTF-8 (Perfetto protobuf) */
+    char *filename_raw;    /* raw UTF-8 */
     int firstlineno;
     uint32_t nunits;
     uint8_t *code;         /* de-instrumented bytecode copy, 2*nunits bytes */
@@ -131,6 +135,7 @@ typedef struct {
     int format;            /* OC_FORMAT_JSON or OC_FORMAT_PERFETTO */
     PyObject *disable;     /* sys.monitoring.DISABLE */
     int extra_index;
+    PyObject *excluded_codes; /* list of code objects disabled by the filters (settled at stop) */
 
     /* filters: NULL-terminated arrays of UTF-8 strings */
     char **include_only;
@@ -262,6 +267,9 @@ PyObject *oc_stats_export(void);
 /* monitor.c */
 int oc_monitor_init(PyObject *module);
 PyObject *oc_make_callbacks(int precise);
+
+/* usdt.c: USDT probes (provider "ocular") with their own sys.monitoring tool; adds _usdt_* functions */
+int oc_usdt_init(PyObject *module);
 
 /* hot-path clock, inline */
 #if defined(__x86_64__)

@@ -1,14 +1,788 @@
-/* sink_perfetto.c -- native Perfetto protobuf trace encoding (work in progress: see issue 4).
- * Until the encoder lands, the Python layer refuses format="perfetto" before reaching this sink. */
+/* sink_perfetto.c -- native Perfetto protobuf encoding of the writer's events (format="perfetto").
+ *
+ * The file is a perfetto.protos.Trace: a stream of `repeated TracePacket packet = 1`, each packet built
+ * in a local buffer by our own small protobuf writer and handed to oc_out_write as soon as it is
+ * complete, so memory stays bounded however long the trace.  Field numbers and semantics come from
+ * Perfetto's published protos (protos/perfetto/trace/...); the names below follow them.
+ *
+ * Layout:
+ * - Sequence 1 (the writer's own): a ClockSnapshot tying CLOCK_MONOTONIC (our timestamps) to BOOTTIME
+ *   (Perfetto's default trace clock), then the process TrackDescriptor (pid, process name).
+ * - One packet sequence per traced thread (trusted_packet_sequence_id 2, 3, ...), as Perfetto's own
+ *   SDK does: the writer delivers each thread's events in chunks, so the events of different threads
+ *   arrive out of time order, and an incremental clock -- whose deltas cannot be negative -- can only
+ *   be monotonic per thread.  The first packet of a thread's sequence sets
+ *   SEQ_INCREMENTAL_STATE_CLEARED, first_packet_on_sequence and previous_packet_dropped (nothing was
+ *   emitted on it before), TracePacketDefaults (timestamp_clock_id = 64, the sequence-scoped
+ *   incremental clock, and track_uuid = the thread's track) and a ClockSnapshot defining clock 64
+ *   against MONOTONIC.  Every later packet says SEQ_NEEDS_INCREMENTAL_STATE and carries only its
+ *   timestamp delta (nanoseconds) and the TrackEvent.  The thread's TrackDescriptor (uuid, parent =
+ *   the process track, pid, tid) follows at once; its name is only known at the end, so the footer
+ *   emits the descriptor again with thread_name (the trace processor keeps the track and takes the
+ *   name: a descriptor re-emitted with the same uuid/parent/pid/tid is the same track).
+ * - Interning per sequence: event names (function qualnames, "loop qualname:line"), the categories
+ *   "python" and "loop", the debug annotation names, and file names (debug annotation string
+ *   values), each emitted in the InternedData of the first packet that uses it on that sequence.
+ *   Interning ids are global (the same name has the same iid on every sequence); each sequence keeps
+ *   a bitmap of the ids it has emitted.
+ *
+ * Runs on the writer thread only (the header on the thread that starts the session, before the writer
+ * exists): no GIL, no Python API.  Memory failures set the output's error (ENOMEM), which
+ * stop_tracing() reports like a failed write.
+ */
 #include "ocular.h"
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
-static void nop_header(oc_out *o) { (void)o; }
-static void nop_begin(oc_out *o, long tid, uint64_t ts, uint32_t id) { (void)o, (void)tid, (void)ts, (void)id; }
-static void nop_end(oc_out *o, long tid, uint64_t ts) { (void)o, (void)tid, (void)ts; }
-static void nop_loop(oc_out *o, long tid, uint64_t ts, uint32_t id, int line, uint32_t off, uint32_t n,
-                     uint64_t c, uint64_t ns) {
-    (void)o, (void)tid, (void)ts, (void)id, (void)line, (void)off, (void)n, (void)c, (void)ns;
+/* ---- field numbers (Perfetto protos under protos/perfetto/trace/) ---- */
+enum {
+    TRACE_PACKET = 1, /* Trace.packet */
+
+    TP_CLOCK_SNAPSHOT = 6, /* TracePacket */
+    TP_TIMESTAMP = 8,
+    TP_SEQUENCE_ID = 10, /* trusted_packet_sequence_id */
+    TP_TRACK_EVENT = 11,
+    TP_INTERNED_DATA = 12,
+    TP_SEQUENCE_FLAGS = 13,
+    TP_PREVIOUS_PACKET_DROPPED = 42,
+    TP_TIMESTAMP_CLOCK_ID = 58,
+    TP_DEFAULTS = 59,
+    TP_TRACK_DESCRIPTOR = 60,
+    TP_FIRST_PACKET_ON_SEQUENCE = 87,
+
+    DEF_TRACK_EVENT_DEFAULTS = 11, /* TracePacketDefaults */
+    DEF_TIMESTAMP_CLOCK_ID = 58,
+    TED_TRACK_UUID = 11, /* TrackEventDefaults */
+
+    CS_CLOCKS = 1,     /* ClockSnapshot */
+    CLK_ID = 1,        /* ClockSnapshot.Clock */
+    CLK_TIMESTAMP = 2,
+    CLK_INCREMENTAL = 3,
+
+    TD_UUID = 1, /* TrackDescriptor */
+    TD_PROCESS = 3,
+    TD_THREAD = 4,
+    TD_PARENT_UUID = 5,
+    PD_PID = 1, /* ProcessDescriptor */
+    PD_PROCESS_NAME = 6,
+    THD_PID = 1, /* ThreadDescriptor */
+    THD_TID = 2,
+    THD_THREAD_NAME = 5,
+
+    TE_CATEGORY_IIDS = 3, /* TrackEvent */
+    TE_DEBUG_ANNOTATIONS = 4,
+    TE_TYPE = 9,
+    TE_NAME_IID = 10,
+    DA_NAME_IID = 1, /* DebugAnnotation */
+    DA_UINT_VALUE = 3,
+    DA_INT_VALUE = 4,
+    DA_STRING_VALUE_IID = 17,
+
+    ID_EVENT_CATEGORIES = 1, /* InternedData */
+    ID_EVENT_NAMES = 2,
+    ID_DEBUG_ANNOTATION_NAMES = 3,
+    ID_DEBUG_ANNOTATION_STRINGS = 29,
+    IN_IID = 1, /* EventCategory, EventName, DebugAnnotationName, InternedString */
+    IN_NAME = 2,
+};
+enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
+enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
+enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 };
+enum { WRITER_SEQUENCE = 1 };
+
+/* fixed interned ids */
+enum { CAT_PYTHON = 1, CAT_LOOP = 2 };
+static const char *const cat_names[] = {NULL, "python", "loop"};
+enum { AN_FILE = 1, AN_LINE, AN_INSTRUCTIONS, AN_CYCLES, AN_NS, AN_OFFSET, AN_COUNT };
+static const char *const ann_names[] = {NULL, "file", "line", "instructions", "cycles", "ns", "offset"};
+
+/* ---- a small protobuf writer: one packet at a time into a growable buffer ---- */
+#define PB_DEPTH 8
+typedef struct {
+    uint8_t *b;
+    size_t n, cap;
+    size_t open[PB_DEPTH]; /* offset of the 1-byte length placeholder of each open message */
+    int depth;
+    int oom;
+} pbw;
+
+static int pb_reserve(pbw *w, size_t k) {
+    if (LIKELY(w->n + k <= w->cap))
+        return 1;
+    if (w->oom)
+        return 0;
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap < w->n + k)
+        cap *= 2;
+    uint8_t *nb = realloc(w->b, cap);
+    if (!nb) {
+        w->oom = 1;
+        return 0;
+    }
+    w->b = nb;
+    w->cap = cap;
+    return 1;
 }
-static void nop_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
-const oc_sink oc_sink_perfetto = {"perfetto", nop_header, nop_begin, nop_end, nop_loop, nop_footer};
+static inline int varint_size(uint64_t v) {
+    int k = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        k++;
+    }
+    return k;
+}
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline void pb_varint(pbw *w, uint64_t v) {
+    if (!pb_reserve(w, 10))
+        return;
+    w->n = (size_t)(put_varint(w->b + w->n, v) - w->b);
+}
+
+/* wire types: 0 varint, 2 length-delimited */
+static inline void pb_uint(pbw *w, uint32_t field, uint64_t v) {
+    pb_varint(w, (uint64_t)field << 3);
+    pb_varint(w, v);
+}
+
+/* int32/int64 fields: two's complement as a varint (not zigzag) */
+static inline void pb_int(pbw *w, uint32_t field, int64_t v) { pb_uint(w, field, (uint64_t)v); }
+
+static void pb_bytes(pbw *w, uint32_t field, const char *s, size_t n) {
+    pb_varint(w, ((uint64_t)field << 3) | 2);
+    pb_varint(w, n);
+    if (!pb_reserve(w, n))
+        return;
+    memcpy(w->b + w->n, s, n);
+    w->n += n;
+}
+
+static void pb_str(pbw *w, uint32_t field, const char *s) { pb_bytes(w, field, s ? s : "", s ? strlen(s) : 0); }
+
+/* Nested message: a 1-byte length placeholder, widened at close if the body reached 128 bytes. */
+static void pb_open(pbw *w, uint32_t field) {
+    pb_varint(w, ((uint64_t)field << 3) | 2);
+    if (w->depth >= PB_DEPTH || !pb_reserve(w, 1)) {
+        w->oom = 1;
+        return;
+    }
+    w->open[w->depth++] = w->n;
+    w->b[w->n++] = 0;
+}
+
+static void pb_close(pbw *w) {
+    if (w->depth <= 0) {
+        w->oom = 1;
+        return;
+    }
+    size_t at = w->open[--w->depth];
+    if (w->oom)
+        return;
+    size_t len = w->n - at - 1;
+    int k = varint_size(len);
+    if (k > 1) {
+        if (!pb_reserve(w, (size_t)k - 1))
+            return;
+        memmove(w->b + at + k, w->b + at + 1, len);
+        w->n += (size_t)k - 1;
+    }
+    put_varint(w->b + at, len);
+}
+
+/* ---- sink state ---- */
+typedef struct {
+    long tid;
+    uint32_t seq;          /* trusted_packet_sequence_id */
+    uint64_t uuid;         /* its thread track */
+    uint64_t last_ns;      /* value of the sequence's incremental clock */
+    uint32_t cats, anns;   /* bit i: fixed interned id i emitted on this sequence */
+    uint8_t *names;        /* bitmap by event name iid */
+    uint8_t *files;        /* bitmap by file string iid */
+    uint32_t names_cap, files_cap; /* in bits */
+} pf_thread;
+
+typedef struct {
+    const char *s;         /* a code entry's filename_raw (lives until the table is cleared after stop) */
+    uint32_t hash, iid;
+} file_slot;
+
+typedef struct {
+    uint64_t key;          /* code_id << 32 | (uint32_t)line, +1 so that 0 means empty */
+    uint32_t iid;
+} loop_slot;
+
+static struct {
+    int active;
+    pbw w;
+    uint64_t process_uuid;
+    uint64_t start_ns, max_ns;
+    pf_thread *th;
+    uint32_t nth, cap_th, last;
+    uint32_t next_seq;
+    uint32_t *code_name, *code_file; /* code id -> event name iid / file string iid (0: not yet) */
+    uint32_t code_cap;
+    uint32_t next_name_iid, next_file_iid;
+    file_slot *files;
+    uint32_t files_cap, files_n;
+    loop_slot *loops;
+    uint32_t loops_cap, loops_n;
+} P;
+
+static void fail(oc_out *o) {
+    if (!o->err)
+        o->err = ENOMEM;
+}
+
+static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t thread_uuid(long tid) {
+    uint64_t u = mix64(P.process_uuid ^ mix64((uint64_t)tid + 1));
+    return u && u != P.process_uuid ? u : u + 2;
+}
+
+static uint64_t clock_ns(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* The raw name of a JSON-escaped string produced by oc_json_escape (\" \\ \u00XX; malloc'd). */
+static char *json_unescape(const char *s) {
+    size_t n = strlen(s);
+    char *out = malloc(n + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 1 < n) {
+            char c = s[++i];
+            if (c == 'u' && i + 4 < n) {
+                unsigned v = 0;
+                for (int k = 1; k <= 4; k++) {
+                    char h = s[i + k];
+                    v = v * 16 + (unsigned)(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+                }
+                *o++ = (char)v; /* oc_json_escape only escapes bytes below 0x80 this way */
+                i += 4;
+            } else {
+                *o++ = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+            }
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* ---- packets ---- */
+static pbw *pkt_start(void) {
+    pbw *w = &P.w;
+    w->n = 0;
+    w->depth = 0;
+    pb_open(w, TRACE_PACKET);
+    return w;
+}
+
+static void pkt_end(oc_out *o) {
+    pbw *w = &P.w;
+    pb_close(w);
+    if (w->oom || w->depth) {
+        w->oom = 0;
+        fail(o);
+        return;
+    }
+    oc_out_write(o, (const char *)w->b, w->n);
+}
+
+static int bit_test(const uint8_t *bm, uint32_t cap, uint32_t i) { return i < cap && (bm[i >> 3] >> (i & 7)) & 1; }
+
+static int bit_set(uint8_t **bm, uint32_t *cap, uint32_t i) {
+    if (i >= *cap) {
+        uint32_t ncap = *cap ? *cap : 1024;
+        while (ncap <= i)
+            ncap *= 2;
+        uint8_t *n = realloc(*bm, ncap / 8);
+        if (!n)
+            return -1;
+        memset(n + *cap / 8, 0, (ncap - *cap) / 8);
+        *bm = n;
+        *cap = ncap;
+    }
+    (*bm)[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return 0;
+}
+
+/* ---- global interning ids ---- */
+static int grow_codes(uint32_t code_id) {
+    if (code_id < P.code_cap)
+        return 0;
+    uint32_t cap = P.code_cap ? P.code_cap : 1024;
+    while (cap <= code_id)
+        cap *= 2;
+    uint32_t *a = realloc(P.code_name, cap * sizeof(uint32_t));
+    if (!a)
+        return -1;
+    P.code_name = a;
+    uint32_t *b = realloc(P.code_file, cap * sizeof(uint32_t));
+    if (!b)
+        return -1;
+    P.code_file = b;
+    memset(P.code_name + P.code_cap, 0, (cap - P.code_cap) * sizeof(uint32_t));
+    memset(P.code_file + P.code_cap, 0, (cap - P.code_cap) * sizeof(uint32_t));
+    P.code_cap = cap;
+    return 0;
+}
+
+static uint32_t str_hash(const char *s) {
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static uint32_t file_iid_of(const char *s) {
+    if (P.files_n * 2 >= P.files_cap) {
+        uint32_t cap = P.files_cap ? P.files_cap * 2 : 256;
+        file_slot *t = calloc(cap, sizeof(file_slot));
+        if (!t)
+            return 0;
+        for (uint32_t i = 0; i < P.files_cap; i++)
+            if (P.files[i].s) {
+                uint32_t j = P.files[i].hash & (cap - 1);
+                while (t[j].s)
+                    j = (j + 1) & (cap - 1);
+                t[j] = P.files[i];
+            }
+        free(P.files);
+        P.files = t;
+        P.files_cap = cap;
+    }
+    uint32_t h = str_hash(s), j = h & (P.files_cap - 1);
+    while (P.files[j].s) {
+        if (P.files[j].hash == h && strcmp(P.files[j].s, s) == 0)
+            return P.files[j].iid;
+        j = (j + 1) & (P.files_cap - 1);
+    }
+    P.files[j].s = s;
+    P.files[j].hash = h;
+    P.files[j].iid = ++P.next_file_iid;
+    P.files_n++;
+    return P.files[j].iid;
+}
+
+/* event name and file ids of a code object (0 on memory failure) */
+static int code_iids(uint32_t code_id, uint32_t *name, uint32_t *file) {
+    if (grow_codes(code_id) < 0)
+        return -1;
+    if (!P.code_name[code_id])
+        P.code_name[code_id] = ++P.next_name_iid;
+    if (!P.code_file[code_id]) {
+        const char *f = oc_code_entry(code_id)->filename_raw;
+        P.code_file[code_id] = file_iid_of(f ? f : "?");
+        if (!P.code_file[code_id])
+            return -1;
+    }
+    *name = P.code_name[code_id];
+    *file = P.code_file[code_id];
+    return 0;
+}
+
+static uint32_t loop_iid(uint32_t code_id, int line) {
+    if (P.loops_n * 2 >= P.loops_cap) {
+        uint32_t cap = P.loops_cap ? P.loops_cap * 2 : 256;
+        loop_slot *t = calloc(cap, sizeof(loop_slot));
+        if (!t)
+            return 0;
+        for (uint32_t i = 0; i < P.loops_cap; i++)
+            if (P.loops[i].key) {
+                uint32_t j = (uint32_t)mix64(P.loops[i].key) & (cap - 1);
+                while (t[j].key)
+                    j = (j + 1) & (cap - 1);
+                t[j] = P.loops[i];
+            }
+        free(P.loops);
+        P.loops = t;
+        P.loops_cap = cap;
+    }
+    uint64_t key = (((uint64_t)code_id << 32) | (uint32_t)line) + 1;
+    uint32_t j = (uint32_t)mix64(key) & (P.loops_cap - 1);
+    while (P.loops[j].key) {
+        if (P.loops[j].key == key)
+            return P.loops[j].iid;
+        j = (j + 1) & (P.loops_cap - 1);
+    }
+    P.loops[j].key = key;
+    P.loops[j].iid = ++P.next_name_iid;
+    P.loops_n++;
+    return P.loops[j].iid;
+}
+
+/* ---- per-thread sequences ---- */
+static void put_clock(pbw *w, uint32_t id, uint64_t ts, int incremental) {
+    pb_open(w, CS_CLOCKS);
+    pb_uint(w, CLK_ID, id);
+    pb_uint(w, CLK_TIMESTAMP, ts);
+    if (incremental)
+        pb_uint(w, CLK_INCREMENTAL, 1);
+    pb_close(w);
+}
+
+static void put_thread_descriptor(pbw *w, pf_thread *t, const char *name) {
+    pb_open(w, TP_TRACK_DESCRIPTOR);
+    pb_uint(w, TD_UUID, t->uuid);
+    pb_uint(w, TD_PARENT_UUID, P.process_uuid);
+    pb_open(w, TD_THREAD);
+    pb_int(w, THD_PID, S.pid);
+    pb_int(w, THD_TID, t->tid);
+    if (name)
+        pb_str(w, THD_THREAD_NAME, name);
+    pb_close(w);
+    pb_close(w);
+}
+
+/* Timestamp of a packet on t's sequence: a delta on the incremental clock, or (never expected: a
+ * thread's events are in time order) an absolute MONOTONIC time that leaves the clock alone. */
+static inline void put_ts(pbw *w, pf_thread *t, uint64_t ts) {
+    if (LIKELY(ts >= t->last_ns)) {
+        pb_uint(w, TP_TIMESTAMP, ts - t->last_ns);
+        t->last_ns = ts;
+    } else {
+        pb_uint(w, TP_TIMESTAMP, ts);
+        pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
+    }
+    if (ts > P.max_ns)
+        P.max_ns = ts;
+}
+
+static void seq_header(pbw *w, pf_thread *t) {
+    pb_uint(w, TP_SEQUENCE_ID, t->seq);
+    pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
+}
+
+/* A new thread: open its sequence (defaults + incremental clock at ts) and announce its track. */
+static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
+    if (P.nth == P.cap_th) {
+        uint32_t cap = P.cap_th ? P.cap_th * 2 : 16;
+        pf_thread *n = realloc(P.th, cap * sizeof(pf_thread));
+        if (!n) {
+            fail(o);
+            return NULL;
+        }
+        P.th = n;
+        P.cap_th = cap;
+    }
+    pf_thread *t = &P.th[P.nth++];
+    memset(t, 0, sizeof *t);
+    t->tid = tid;
+    t->seq = P.next_seq++;
+    t->uuid = thread_uuid(tid);
+    t->last_ns = ts;
+
+    pbw *w = pkt_start();
+    pb_uint(w, TP_SEQUENCE_ID, t->seq);
+    pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+    pb_uint(w, TP_FIRST_PACKET_ON_SEQUENCE, 1);
+    pb_uint(w, TP_PREVIOUS_PACKET_DROPPED, 1); /* "set on the first packet of a sequence" */
+    pb_open(w, TP_DEFAULTS);
+    pb_uint(w, DEF_TIMESTAMP_CLOCK_ID, CLOCK_INCREMENTAL_ID);
+    pb_open(w, DEF_TRACK_EVENT_DEFAULTS);
+    pb_uint(w, TED_TRACK_UUID, t->uuid);
+    pb_close(w);
+    pb_close(w);
+    pb_open(w, TP_CLOCK_SNAPSHOT);
+    put_clock(w, CLOCK_MONOTONIC_ID, ts, 0);
+    put_clock(w, CLOCK_INCREMENTAL_ID, ts, 1);
+    pb_close(w);
+    pkt_end(o);
+
+    w = pkt_start();
+    put_ts(w, t, ts);
+    seq_header(w, t);
+    put_thread_descriptor(w, t, NULL);
+    pkt_end(o);
+    return t;
+}
+
+static pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
+    if (LIKELY(P.last < P.nth && P.th[P.last].tid == tid))
+        return &P.th[P.last];
+    for (uint32_t i = 0; i < P.nth; i++)
+        if (P.th[i].tid == tid) {
+            P.last = i;
+            return &P.th[i];
+        }
+    pf_thread *t = new_thread(o, tid, ts);
+    if (t)
+        P.last = (uint32_t)(t - P.th);
+    return t;
+}
+
+static inline int ready(oc_out *o) { return P.active && o->fd >= 0 && !o->err; }
+
+/* ---- interned data of one packet ---- */
+typedef struct {
+    int open;
+} interning;
+
+static void intern_begin(pbw *w, interning *in) {
+    if (!in->open) {
+        pb_open(w, TP_INTERNED_DATA);
+        in->open = 1;
+    }
+}
+
+static void intern_entry(pbw *w, interning *in, uint32_t field, uint32_t iid, const char *s) {
+    intern_begin(w, in);
+    pb_open(w, field);
+    pb_uint(w, IN_IID, iid);
+    pb_str(w, IN_NAME, s);
+    pb_close(w);
+}
+
+static void intern_category(pbw *w, interning *in, pf_thread *t, uint32_t cat) {
+    if (!(t->cats & (1u << cat))) {
+        intern_entry(w, in, ID_EVENT_CATEGORIES, cat, cat_names[cat]);
+        t->cats |= 1u << cat;
+    }
+}
+
+static void intern_ann(pbw *w, interning *in, pf_thread *t, uint32_t an) {
+    if (!(t->anns & (1u << an))) {
+        intern_entry(w, in, ID_DEBUG_ANNOTATION_NAMES, an, ann_names[an]);
+        t->anns |= 1u << an;
+    }
+}
+
+static int intern_name(pbw *w, interning *in, pf_thread *t, uint32_t iid, const char *name) {
+    if (bit_test(t->names, t->names_cap, iid))
+        return 0;
+    if (bit_set(&t->names, &t->names_cap, iid) < 0)
+        return -1;
+    intern_entry(w, in, ID_EVENT_NAMES, iid, name);
+    return 0;
+}
+
+static void intern_end(pbw *w, interning *in) {
+    if (in->open)
+        pb_close(w);
+}
+
+static void put_annotation_uint(pbw *w, uint32_t an, uint64_t v) {
+    pb_open(w, TE_DEBUG_ANNOTATIONS);
+    pb_uint(w, DA_NAME_IID, an);
+    pb_uint(w, DA_UINT_VALUE, v);
+    pb_close(w);
+}
+
+static void put_annotation_int(pbw *w, uint32_t an, int64_t v) {
+    pb_open(w, TE_DEBUG_ANNOTATIONS);
+    pb_uint(w, DA_NAME_IID, an);
+    pb_int(w, DA_INT_VALUE, v);
+    pb_close(w);
+}
+
+/* ---- the sink ---- */
+static void pf_header(oc_out *o) {
+    /* A forked child inherits the parent's tables in whatever state the parent's writer had them:
+     * forget them (never free: they may be mid-update).  A normal session ends with a clean state. */
+    memset(&P, 0, sizeof P);
+    P.active = 1;
+    P.next_seq = WRITER_SEQUENCE + 1;
+    /* MONOTONIC read on both sides of BOOTTIME: the midpoint is the best estimate of the pair */
+    uint64_t m1 = clock_ns(CLOCK_MONOTONIC), boot = clock_ns(CLOCK_BOOTTIME), m2 = clock_ns(CLOCK_MONOTONIC);
+    uint64_t mono = m1 + (m2 - m1) / 2;
+    P.start_ns = P.max_ns = mono;
+    P.process_uuid = mix64(((uint64_t)S.pid << 32) ^ mono) | 1;
+
+    pbw *w = pkt_start();
+    pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+    pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
+    pb_uint(w, TP_FIRST_PACKET_ON_SEQUENCE, 1);
+    pb_uint(w, TP_PREVIOUS_PACKET_DROPPED, 1);
+    pb_open(w, TP_CLOCK_SNAPSHOT);
+    put_clock(w, CLOCK_BOOTTIME_ID, boot, 0);
+    put_clock(w, CLOCK_MONOTONIC_ID, mono, 0);
+    pb_close(w);
+    pkt_end(o);
+
+    char *pname = json_unescape(S.process_name ? S.process_name : "python");
+    w = pkt_start();
+    pb_uint(w, TP_TIMESTAMP, mono);
+    pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
+    pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+    pb_open(w, TP_TRACK_DESCRIPTOR);
+    pb_uint(w, TD_UUID, P.process_uuid);
+    pb_open(w, TD_PROCESS);
+    pb_int(w, PD_PID, S.pid);
+    pb_str(w, PD_PROCESS_NAME, pname ? pname : "python");
+    pb_close(w);
+    pb_close(w);
+    pkt_end(o);
+    free(pname);
+}
+
+static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    if (UNLIKELY(!ready(o)))
+        return;
+    pf_thread *t = thread_for(o, tid, ts_ns);
+    uint32_t name, file;
+    if (!t || code_iids(code_id, &name, &file) < 0) {
+        fail(o);
+        return;
+    }
+    oc_codeent *e = oc_code_entry(code_id);
+    pbw *w = pkt_start();
+    put_ts(w, t, ts_ns);
+    seq_header(w, t);
+    interning in = {0};
+    intern_category(w, &in, t, CAT_PYTHON);
+    intern_ann(w, &in, t, AN_FILE);
+    intern_ann(w, &in, t, AN_LINE);
+    if (intern_name(w, &in, t, name, e->qualname_raw ? e->qualname_raw : "?") < 0)
+        w->oom = 1;
+    if (!bit_test(t->files, t->files_cap, file)) {
+        if (bit_set(&t->files, &t->files_cap, file) < 0)
+            w->oom = 1;
+        intern_entry(w, &in, ID_DEBUG_ANNOTATION_STRINGS, file, e->filename_raw ? e->filename_raw : "?");
+    }
+    intern_end(w, &in);
+    pb_open(w, TP_TRACK_EVENT);
+    pb_uint(w, TE_TYPE, TYPE_SLICE_BEGIN);
+    pb_uint(w, TE_CATEGORY_IIDS, CAT_PYTHON);
+    pb_uint(w, TE_NAME_IID, name);
+    pb_open(w, TE_DEBUG_ANNOTATIONS);
+    pb_uint(w, DA_NAME_IID, AN_FILE);
+    pb_uint(w, DA_STRING_VALUE_IID, file);
+    pb_close(w);
+    put_annotation_int(w, AN_LINE, e->firstlineno);
+    pb_close(w);
+    pkt_end(o);
+}
+
+static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
+    if (UNLIKELY(!ready(o)))
+        return;
+    pf_thread *t = thread_for(o, tid, ts_ns);
+    if (!t)
+        return;
+    pbw *w = pkt_start();
+    put_ts(w, t, ts_ns);
+    seq_header(w, t);
+    pb_open(w, TP_TRACK_EVENT);
+    pb_uint(w, TE_TYPE, TYPE_SLICE_END);
+    pb_close(w);
+    pkt_end(o);
+}
+
+static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
+                    uint32_t insns, uint64_t cycles, uint64_t ns) {
+    if (UNLIKELY(!ready(o)))
+        return;
+    pf_thread *t = thread_for(o, tid, ts_ns);
+    uint32_t name = t ? loop_iid(code_id, line) : 0;
+    if (!name) {
+        fail(o);
+        return;
+    }
+    pbw *w = pkt_start();
+    put_ts(w, t, ts_ns);
+    seq_header(w, t);
+    interning in = {0};
+    intern_category(w, &in, t, CAT_LOOP);
+    for (uint32_t an = AN_LINE; an < AN_COUNT; an++)
+        intern_ann(w, &in, t, an);
+    if (!bit_test(t->names, t->names_cap, name)) {
+        oc_codeent *e = oc_code_entry(code_id);
+        const char *qn = e->qualname_raw ? e->qualname_raw : "?";
+        size_t n = strlen(qn) + 32;
+        char *s = malloc(n);
+        if (!s || intern_name(w, &in, t, name, (snprintf(s, n, "loop %s:%d", qn, line), s)) < 0)
+            w->oom = 1;
+        free(s);
+    }
+    intern_end(w, &in);
+    pb_open(w, TP_TRACK_EVENT);
+    pb_uint(w, TE_TYPE, TYPE_INSTANT);
+    pb_uint(w, TE_CATEGORY_IIDS, CAT_LOOP);
+    pb_uint(w, TE_NAME_IID, name);
+    put_annotation_uint(w, AN_INSTRUCTIONS, insns);
+    put_annotation_uint(w, AN_CYCLES, cycles);
+    put_annotation_uint(w, AN_NS, ns);
+    put_annotation_int(w, AN_LINE, line);
+    put_annotation_uint(w, AN_OFFSET, offset);
+    pb_close(w);
+    pkt_end(o);
+}
+
+static void free_state(void) {
+    for (uint32_t i = 0; i < P.nth; i++) {
+        free(P.th[i].names);
+        free(P.th[i].files);
+    }
+    free(P.th);
+    free(P.code_name);
+    free(P.code_file);
+    free(P.files);
+    free(P.loops);
+    free(P.w.b);
+    memset(&P, 0, sizeof P);
+}
+
+/* Called with S.lock held: the thread names are final.  Re-emit each thread's descriptor, named. */
+static void pf_footer(oc_out *o, const char *clock, int precise) {
+    (void)clock, (void)precise;
+    if (ready(o)) {
+        for (uint32_t i = 0; i < S.nthreads; i++) {
+            oc_thread *th = &S.threads[i];
+            char *unescaped = NULL;
+            const char *name = th->name_raw;
+            if (!name && th->name)
+                name = unescaped = json_unescape(th->name);
+            pf_thread *t = NULL;
+            for (uint32_t k = 0; k < P.nth; k++)
+                if (P.th[k].tid == th->tid)
+                    t = &P.th[k];
+            pbw *w = pkt_start();
+            if (t) { /* on its own sequence, at its last event */
+                put_ts(w, t, t->last_ns);
+                seq_header(w, t);
+                put_thread_descriptor(w, t, name ? name : "thread");
+            } else { /* a thread without events: on the writer's sequence */
+                pf_thread tmp = {.tid = th->tid, .uuid = thread_uuid(th->tid)};
+                pb_uint(w, TP_TIMESTAMP, P.max_ns);
+                pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
+                pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+                put_thread_descriptor(w, &tmp, name ? name : "thread");
+            }
+            pkt_end(o);
+            free(unescaped);
+        }
+    }
+    free_state();
+}
+
+const oc_sink oc_sink_perfetto = {
+    .name = "perfetto",
+    .header = pf_header,
+    .begin = pf_begin,
+    .end = pf_end,
+    .loop = pf_loop,
+    .footer = pf_footer,
+};

@@ -337,8 +337,7 @@ int oc_writer_start(void) {
     if (S.write_json) {
         W.out.fd = open(S.tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (W.out.fd < 0) {
-            PyErr_Format(PyExc_OSError, "ocular: cannot create the trace file %s: %s", S.tmp_path,
-                         strerror(errno));
+            PyErr_SetFromErrnoWithFilename(PyExc_OSError, S.tmp_path);
             return -1;
         }
         W.sink->header(&W.out);
