@@ -14,8 +14,10 @@ atexit handler, so ``sys.exit()`` or an uncaught exception still leaves a comple
 
 Fork: a child process forked while tracing keeps tracing into its own file, named after the output
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
-not affected.  A child that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
-call ``stop_tracing()`` first, or its file is not written.
+not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
+call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
+wraps ``os._exit`` in the child so the child's trace is saved first, and, if the child's SIGTERM does the
+default, saves the trace on SIGTERM before dying of it (``multiprocessing.Pool`` ends its workers so).
 """
 
 import atexit
@@ -392,7 +394,53 @@ def _after_fork_child():
         _session = None
         return
     if ok:
-        _session = dict(_session, output=child_out, pid=pid)
+        _session = dict(_session, output=child_out, pid=pid, report=False)
+        _wrap_os_exit()
+        _save_on_sigterm()
+
+
+_real_os_exit = os._exit
+
+
+def _save_on_sigterm():
+    """In a forked child whose SIGTERM does the default (die), save the trace first and then die the
+    same way (multiprocessing.Pool terminates its fork workers with SIGTERM)."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+    except ValueError:  # not the main thread
+        return
+
+    def _on_term(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if _session is not None and _session["pid"] == os.getpid():
+            try:
+                stop_tracing()
+            except Exception as exc:
+                print(f"ocular: {exc}", file=sys.stderr)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:
+        pass
+
+
+def _wrap_os_exit():
+    """In a forked child, save the trace before os._exit (multiprocessing's fork workers end that way)."""
+
+    def _exit(status):
+        if _session is not None and _session["pid"] == os.getpid():
+            try:
+                stop_tracing()
+            except Exception as exc:
+                print(f"ocular: {exc}", file=sys.stderr)
+        _real_os_exit(status)
+
+    _exit.__doc__ = _real_os_exit.__doc__
+    os._exit = _exit
 
 
 atexit.register(_at_exit)

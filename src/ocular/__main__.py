@@ -38,6 +38,13 @@ def build_parser():
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+    p.add_argument("--format", choices=("json", "perfetto"), default=None,
+                   help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
+                        "native Perfetto protobuf, anything else = Chrome trace JSON)")
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
+    r.add_argument("--report-json", action="store_true",
+                   help="print the report as JSON (on stderr) instead of the text table")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
@@ -51,7 +58,7 @@ def _split_argv(argv):
     """Options before the program belong to us; everything from the program on belongs to it."""
     ours = []
     i = 0
-    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id"}
+    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -95,7 +102,9 @@ def main(argv=None):
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
         ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
-                             exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id)
+                             exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
+                             format=ns.format,
+                             report=False if ns.no_report else ("json" if ns.report_json else True))
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         sys.argv = saved_argv
         parser.exit(2, f"python -m ocular: error: {exc}\n")
