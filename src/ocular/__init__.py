@@ -370,14 +370,6 @@ def _at_exit():
             print(f"ocular: {exc}", file=sys.stderr)
 
 
-def _before_fork():
-    _ocular._before_fork()
-
-
-def _after_fork_parent():
-    _ocular._after_fork_parent()
-
-
 def _after_fork_child():
     global _session
     if _session is None:
@@ -444,4 +436,4 @@ def _wrap_os_exit():
 
 
 atexit.register(_at_exit)
-os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
+os.register_at_fork(after_in_child=_after_fork_child)  # the C engine holds its own locks across fork()

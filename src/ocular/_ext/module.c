@@ -232,24 +232,28 @@ static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
     return PyBool_FromLong(S.active);
 }
 
-static PyObject *py_before_fork(PyObject *mod, PyObject *unused) {
-    (void)mod, (void)unused;
-    if (S.active)
-        pthread_mutex_lock(&S.lock);
-    Py_RETURN_NONE;
-}
-
-static PyObject *py_after_fork_parent(PyObject *mod, PyObject *unused) {
-    (void)mod, (void)unused;
-    if (S.active)
-        pthread_mutex_unlock(&S.lock);
-    Py_RETURN_NONE;
-}
-
 static void init_sync(void) {
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.cond_writer, NULL);
     pthread_cond_init(&S.cond_free, NULL);
+}
+
+/* fork(): hold the chunk lock across the fork so the child never inherits it mid-update.  These run
+ * inside fork() itself, after CPython's own before-fork work (import lock and all), with the forking
+ * thread holding the GIL: no callback can be waiting for the lock, only the writer, briefly. */
+static int fork_locked;
+static void atfork_prepare(void) {
+    fork_locked = S.active;
+    if (fork_locked)
+        pthread_mutex_lock(&S.lock);
+}
+static void atfork_parent(void) {
+    if (fork_locked)
+        pthread_mutex_unlock(&S.lock);
+}
+static void atfork_child(void) {
+    if (fork_locked)
+        init_sync(); /* the writer thread does not exist here; the lock must start free */
 }
 
 PyDoc_STRVAR(after_fork_child_doc,
@@ -266,7 +270,6 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
         return NULL;
     if (!S.active)
         Py_RETURN_FALSE;
-    init_sync(); /* the parent's copies were held across fork() by _before_fork */
     oc_buffer_fork_child();
     oc_writer_fork_child();
     S.pid = (long)getpid();
@@ -310,8 +313,6 @@ static PyMethodDef methods[] = {
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
-    {"_before_fork", py_before_fork, METH_NOARGS, "os.register_at_fork(before=...) hook."},
-    {"_after_fork_parent", py_after_fork_parent, METH_NOARGS, "after_in_parent hook."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
     {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},
@@ -331,6 +332,10 @@ PyMODINIT_FUNC PyInit__ocular(void) {
         return NULL;
     if (!initialised) {
         init_sync();
+        if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) {
+            PyErr_SetString(PyExc_RuntimeError, "ocular: pthread_atfork failed");
+            goto fail;
+        }
         if (oc_codeinfo_init() < 0 || oc_buffer_init() < 0)
             goto fail;
         initialised = 1;

@@ -143,9 +143,7 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
     put_str(o, e->qualname);
     LIT(o, ":");
     put_i64(o, line);
-    LIT(o, "\",\"args\":{\"file\":\"");
-    put_str(o, e->filename);
-    LIT(o, "\",\"line\":");
+    LIT(o, "\",\"args\":{\"line\":");
     put_i64(o, line);
     LIT(o, ",\"offset\":");
     put_u64(o, offset);
@@ -153,8 +151,7 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
     put_u64(o, insns);
     LIT(o, ",\"cycles\":");
     put_u64(o, cycles);
-    LIT(o, ",\"ns\":");
-    put_u64(o, ns);
+    (void)ns; /* cycles x otherData.ns_per_tick; kept out of every instant to keep them short */
     LIT(o, "}},\n");
 }
 

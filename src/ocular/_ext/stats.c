@@ -57,6 +57,12 @@ void oc_stats_reset(void) {
     failed = 0;
 }
 
+/* fork child: forget the parent's arrays without freeing them (see oc_writer_fork_child) */
+void oc_stats_abandon(void) {
+    cs = NULL;
+    ncs = 0;
+}
+
 static code_stat *get(uint32_t id) {
     if (id >= ncs) {
         uint32_t n = id + 256;

@@ -384,5 +384,9 @@ void oc_writer_fork_child(void) {
         close(W.out.fd); /* our copy only; the parent keeps writing its own */
     W.out.fd = -1;
     W.out.len = 0;
-    free_state();
+    /* The parent's writer may have been half-way through updating its state when fork() copied it:
+     * abandon that state (a one-time leak in the child) rather than free what may be inconsistent. */
+    W.threads = NULL;
+    W.nthreads = 0;
+    oc_stats_abandon();
 }
