@@ -10,7 +10,20 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+/* Writer-side caches: the constant tail of each code object's begin event, and the pid/tid prefix
+ * of the thread being encoded (chunks come one thread at a time). */
+typedef struct {
+    char *s;
+    size_t n;
+} frag;
+static frag *tails;
+static uint32_t ntails;
+static char pfx[64];
+static size_t npfx;
+static long pfx_tid = -1;
 
 void oc_out_flush(oc_out *o) {
     size_t off = 0;
@@ -42,8 +55,15 @@ static inline void reserve(oc_out *o, size_t n) {
 }
 
 void oc_out_write(oc_out *o, const char *s, size_t n) {
-    if (o->fd < 0)
+    if (LIKELY(o->len + n <= o->cap)) {
+        memcpy(o->buf + o->len, s, n);
+        o->len += n;
         return;
+    }
+    if (o->fd < 0) {
+        o->len = 0;
+        return;
+    }
     while (n) {
         reserve(o, 1);
         size_t room = o->cap - o->len;
@@ -65,9 +85,19 @@ void oc_out_printf(oc_out *o, const char *fmt, ...) {
         oc_out_write(o, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-#define LIT(o, s) oc_out_write((o), (s), sizeof(s) - 1)
+/* the common case inline (constant sizes become plain moves); oc_out_write handles a full buffer */
+static inline __attribute__((always_inline)) void put(oc_out *o, const char *s, size_t n) {
+    if (LIKELY(o->len + n <= o->cap)) {
+        memcpy(o->buf + o->len, s, n);
+        o->len += n;
+    } else {
+        oc_out_write(o, s, n);
+    }
+}
 
-static inline void put_str(oc_out *o, const char *s) { oc_out_write(o, s, strlen(s)); }
+#define LIT(o, s) put((o), (s), sizeof(s) - 1)
+
+static inline void put_str(oc_out *o, const char *s) { put(o, s, strlen(s)); }
 
 static inline void put_u64(oc_out *o, uint64_t v) {
     char tmp[24];
@@ -76,7 +106,7 @@ static inline void put_u64(oc_out *o, uint64_t v) {
         tmp[--i] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    oc_out_write(o, tmp + i, (size_t)(24 - i));
+    put(o, tmp + i, (size_t)(24 - i));
 }
 
 static inline void put_i64(oc_out *o, int64_t v) {
@@ -88,40 +118,83 @@ static inline void put_i64(oc_out *o, int64_t v) {
     }
 }
 
-/* microseconds with three decimals from integer nanoseconds */
+/* microseconds with three decimals from integer nanoseconds, in one write */
 static inline void put_ts(oc_out *o, uint64_t ns) {
-    char tmp[4];
-    put_u64(o, ns / 1000);
+    char tmp[32];
+    int i = 28;
     unsigned f = (unsigned)(ns % 1000);
-    tmp[0] = '.';
-    tmp[1] = (char)('0' + f / 100);
-    tmp[2] = (char)('0' + f / 10 % 10);
-    tmp[3] = (char)('0' + f % 10);
-    oc_out_write(o, tmp, 4);
+    tmp[28] = '.';
+    tmp[29] = (char)('0' + f / 100);
+    tmp[30] = (char)('0' + f / 10 % 10);
+    tmp[31] = (char)('0' + f % 10);
+    uint64_t v = ns / 1000;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    put(o, tmp + i, (size_t)(32 - i));
 }
 
 static inline void put_pid_tid(oc_out *o, long tid) {
-    LIT(o, "\"pid\":");
-    put_i64(o, S.pid);
-    LIT(o, ",\"tid\":");
-    put_i64(o, tid);
+    if (UNLIKELY(tid != pfx_tid)) {
+        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", S.pid, tid);
+        if (npfx >= sizeof pfx)
+            npfx = sizeof pfx - 1;
+        pfx_tid = tid;
+    }
+    put(o, pfx, npfx);
 }
 
-void oc_json_header(oc_out *o) { LIT(o, "{\"traceEvents\":[\n"); }
+/* ",\"cat\":...,\"args\":{...}},\n" of a code object's begin events, built once */
+static frag *begin_tail(uint32_t code_id) {
+    if (code_id >= ntails) {
+        uint32_t n = code_id + 1024;
+        frag *t = realloc(tails, n * sizeof(frag));
+        if (!t)
+            return NULL;
+        memset(t + ntails, 0, (n - ntails) * sizeof(frag));
+        tails = t;
+        ntails = n;
+    }
+    frag *f = &tails[code_id];
+    if (!f->s) {
+        oc_codeent *e = oc_code_entry(code_id);
+        size_t cap = strlen(e->qualname) + strlen(e->filename) + 96;
+        f->s = malloc(cap);
+        if (!f->s)
+            return NULL;
+        int n = snprintf(f->s, cap, ",\"cat\":\"python\",\"name\":\"%s\",\"args\":{\"file\":\"%s\",\"line\":%d}},\n",
+                         e->qualname, e->filename, e->firstlineno);
+        f->n = n < 0 ? 0 : ((size_t)n < cap ? (size_t)n : cap - 1);
+    }
+    return f;
+}
+
+static void free_tails(void) {
+    for (uint32_t i = 0; i < ntails; i++)
+        free(tails[i].s);
+    free(tails);
+    tails = NULL;
+    ntails = 0;
+    pfx_tid = -1;
+}
+
+void oc_json_header(oc_out *o) {
+    tails = NULL; /* a fork child may inherit a half-updated cache: start a new one */
+    ntails = 0;
+    pfx_tid = -1;
+    LIT(o, "{\"traceEvents\":[\n");
+}
 
 void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
-    oc_codeent *e = oc_code_entry(code_id);
+    frag *f = begin_tail(code_id);
+    if (!f)
+        return;
     LIT(o, "{\"ph\":\"B\",");
     put_pid_tid(o, tid);
     LIT(o, ",\"ts\":");
     put_ts(o, ts_ns);
-    LIT(o, ",\"cat\":\"python\",\"name\":\"");
-    put_str(o, e->qualname);
-    LIT(o, "\",\"args\":{\"file\":\"");
-    put_str(o, e->filename);
-    LIT(o, "\",\"line\":");
-    put_i64(o, e->firstlineno);
-    LIT(o, "}},\n");
+    put(o, f->s, f->n);
 }
 
 void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
@@ -177,6 +250,7 @@ void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, ",\"threshold\":");
     put_u64(o, S.threshold);
     LIT(o, "}}\n");
+    free_tails();
 }
 
 const oc_sink oc_sink_json = {
