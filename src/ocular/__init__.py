@@ -93,6 +93,8 @@ def _check_patterns(name, value):
             raise TypeError(f"{name} must contain only strings, found {type(item).__name__}: {item!r}")
         if not item:
             raise ValueError(f"{name} contains an empty pattern, which would match every file")
+        if "\0" in item:
+            raise ValueError(f"{name} contains a pattern with a NUL character: {item!r}")
     return tuple(value)
 
 
@@ -176,7 +178,8 @@ def _register(tool_id, mode, callbacks):
 
 def _process_name():
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
-    return f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
+    name = f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 script name stays valid text
 
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")

@@ -36,6 +36,9 @@ def build_parser():
     p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
                    help="trace file (default: %(default)s)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
+    p.add_argument("--usdt", action="store_true",
+                   help="enable the USDT probes (provider 'ocular', for bpftrace, gdb, perf); with "
+                        "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
     p.add_argument("--format", choices=("json", "perfetto"), default=None,
@@ -101,10 +104,15 @@ def main(argv=None):
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
-        ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
-                             exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                             format=ns.format,
-                             report=False if ns.no_report else ("json" if ns.report_json else True))
+        if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
+            import ocular.usdt
+
+            ocular.usdt.enable()
+        if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
+            ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
+                                 exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
+                                 format=ns.format,
+                                 report=False if ns.no_report else ("json" if ns.report_json else True))
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         sys.argv = saved_argv
         parser.exit(2, f"python -m ocular: error: {exc}\n")

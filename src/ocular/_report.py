@@ -12,6 +12,7 @@ calibrated rate.  Ocular's own cost per event (calibrated at the start of the se
 from self times and from per-instruction/per-block cycles.
 """
 
+import bisect
 import dis
 import json
 import sys
@@ -118,20 +119,23 @@ class Report:
         rows = []
         lo, hi = lp["dest"], lp["src"]
         # adaptive: blocks (start -> (count, cycles, end)) covering each instruction
-        blocks = sorted((start, v) for start, v in units.items()) if not precise else []
+        blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
         instrs = [i for i in dis.get_instructions(code, adaptive=True) if lo <= i.offset <= hi]
+        offsets = [i.offset for i in instrs]
+        k = 0  # adaptive: the first block (by start) that does not end before the current instruction
         for ins in instrs:
             cyc = None
             if precise:
                 v = units.get(ins.offset)
                 if v and v[0]:
                     cyc = v[1] / v[0]
-            else:
-                for start, (count, cycles, end) in blocks:
-                    if start <= ins.offset <= end and count:
-                        n = sum(1 for j in instrs if start <= j.offset <= end) or 1
-                        cyc = cycles / count / n
-                        break
+            else:  # the block with the smallest start covering the instruction; one pass, not quadratic
+                while k < len(blocks) and blocks[k][1][2] < ins.offset:
+                    k += 1
+                if k < len(blocks) and blocks[k][0] <= ins.offset:
+                    start, (count, cycles, end) = blocks[k]
+                    n = bisect.bisect_right(offsets, end) - bisect.bisect_left(offsets, start) or 1
+                    cyc = cycles / count / n
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
             rows.append({

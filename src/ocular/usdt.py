@@ -49,12 +49,15 @@ import os
 
 from . import _ocular
 
-__all__ = ["enable", "disable", "available", "status", "is_enabled", "library_path", "PROBES", "PROVIDER"]
+__all__ = ["enable", "disable", "available", "reason", "status", "is_enabled", "wait_for_tracer", "library_path",
+           "script_path",
+           "PROBES", "PROVIDER"]
 
 PROVIDER = "ocular"
 PROBES = ("py_start", "py_resume", "py_return", "py_yield", "py_unwind", "call", "line", "raise")
 DEFAULT_POLL_MS = 10
 POLL_ENV = "OCULAR_USDT_POLL_MS"
+WAIT_ENV = "OCULAR_USDT_WAIT"
 _MAX_POLL_MS = 60000
 
 
@@ -71,6 +74,14 @@ def reason():
 def library_path():
     """Path of the shared object that holds the probes: the ``usdt:PATH:ocular:...`` of bpftrace."""
     return os.path.abspath(_ocular.__file__)
+
+
+def script_path(name="calltree"):
+    """Path of a bpftrace script shipped with Ocular (``src/ocular/bpftrace/NAME.bt``)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bpftrace", name + ".bt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"ocular.usdt: no bpftrace script {name!r} ({path})")
+    return path
 
 
 def _check_poll_ms(value, source):
@@ -93,17 +104,64 @@ def _poll_ms_from_env():
     return _check_poll_ms(value, POLL_ENV)
 
 
-def enable(poll_ms=None):
+def _wait_from_env():
+    raw = os.environ.get(WAIT_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 3600:  # also rejects nan
+        raise ValueError(f"{WAIT_ENV}={raw!r} is not a number of seconds from 0 to 3600")
+    return value
+
+
+def enable(poll_ms=None, wait=None):
     """Make the probes live: start the poller thread that watches the semaphores.
 
     poll_ms: how often to check for attached tracers, in milliseconds (1-60000); default from the
     environment variable OCULAR_USDT_POLL_MS, else 10.  Calling enable() again only changes the interval.
+    wait: seconds to block until a tracer has attached (see ``wait_for_tracer()``), so that a program
+    started before its tracer loses no event; default from OCULAR_USDT_WAIT, else no waiting.
 
-    Raises RuntimeError if the probes are not available (``reason()`` says why), ValueError/TypeError for
-    a bad interval (including a bad OCULAR_USDT_POLL_MS).
+    Returns True if a tracer is attached when enable() returns.  Raises RuntimeError if the probes are
+    not available (``reason()`` says why), ValueError/TypeError for a bad interval or wait (including
+    bad OCULAR_USDT_POLL_MS / OCULAR_USDT_WAIT values); nothing is started in those cases.
     """
     ms = _poll_ms_from_env() if poll_ms is None else _check_poll_ms(poll_ms, "poll_ms")
+    if wait is None:
+        wait = _wait_from_env()
+    elif isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
+        raise ValueError(f"wait must be a number of seconds from 0 to 3600, got {wait!r}")
     _ocular._usdt_enable(ms)
+    if wait:
+        return wait_for_tracer(timeout=wait)
+    return bool(_ocular._usdt_info()["applied"])
+
+
+def wait_for_tracer(probes=None, timeout=10.0):
+    """Block until the given probes (default: any probe) have a tracer attached and their events are on.
+
+    Returns True when they are, False after ``timeout`` seconds.  Needs enable() first.
+    """
+    import time
+
+    if not _ocular._usdt_info()["enabled"]:
+        raise RuntimeError("ocular.usdt: call enable() before wait_for_tracer()")
+    if probes is not None:
+        probes = (probes,) if isinstance(probes, str) else tuple(probes)
+        unknown = [p for p in probes if p not in PROBES]
+        if unknown:
+            raise ValueError(f"unknown probe(s) {unknown}: choose from {', '.join(PROBES)}")
+    deadline = time.monotonic() + timeout
+    while True:
+        applied = _ocular._usdt_info()["applied"]
+        if (set(probes) <= set(applied)) if probes else applied:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
 
 
 def disable():
@@ -124,8 +182,8 @@ def status():
     ``applied``: probes whose events are currently enabled (lags ``attached`` by up to one poll).
     ``tool_id``: the sys.monitoring id held ("ocular-usdt"), or None while nothing is attached.
     ``events``: ``sys.monitoring.get_events(tool_id)`` (0 without a tool id).  ``changes``: how many
-    times the set of enabled events changed.  ``error``: the last failure ("" if none), e.g. every
-    tool id in use.
+    times the set of enabled events changed.  ``error``: why the attached probes could not be
+    enabled, e.g. every tool id in use ("" once they are; a failed set is retried about every second).
     """
     import sys
 

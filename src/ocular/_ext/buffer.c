@@ -138,6 +138,23 @@ static int resolve_name(oc_tbuf *b) {
         if (active && PyDict_Check(active)) {
             PyObject *key = PyLong_FromUnsignedLong(ident);
             PyObject *th = key ? PyDict_GetItemWithError(active, key) : NULL;
+            if (!th && key) {
+                /* not in _active yet: a starting thread sits in _limbo once it knows its ident */
+                PyObject *limbo = PyObject_GetAttrString(mod, "_limbo");
+                if (limbo && PyDict_Check(limbo)) {
+                    Py_ssize_t pos = 0;
+                    PyObject *k, *v;
+                    while (!th && PyDict_Next(limbo, &pos, &k, &v)) {
+                        PyObject *vid = PyObject_GetAttrString(v, "_ident");
+                        if (vid && PyLong_Check(vid) && PyLong_AsUnsignedLong(vid) == ident)
+                            th = v;
+                        Py_XDECREF(vid);
+                        PyErr_Clear();
+                    }
+                }
+                Py_XDECREF(limbo);
+                PyErr_Clear();
+            }
             Py_XDECREF(key);
             if (th) {
                 Py_INCREF(th);
@@ -249,13 +266,14 @@ oc_tbuf *oc_buffer_slow(void) {
     if (!S.threads[b->thread_idx].name) {
         if (!resolve_name(b)) {
             b->name_tries++;
-            if (b->name_tries > 12) {
+            if (b->name_tries > 48) {
                 pthread_mutex_lock(&S.lock);
                 S.threads[b->thread_idx].name = fallback_name(S.threads[b->thread_idx].tid);
                 S.threads[b->thread_idx].name_raw = fallback_name(S.threads[b->thread_idx].tid);
                 pthread_mutex_unlock(&S.lock);
             } else {
-                size_t ahead = (size_t)4 << b->name_tries;
+                /* every 2 events for a while (a short thread is in _active only briefly), then sparser */
+                size_t ahead = b->name_tries < 32 ? 2 : (size_t)2 << (b->name_tries - 31);
                 if ((size_t)(b->limit - b->pos) > ahead)
                     b->end = b->pos + ahead;
                 else

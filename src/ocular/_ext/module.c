@@ -177,7 +177,8 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     oc_writer_stop(stop_ticks);
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:s,s:s}",
+    /* paths were encoded with surrogateescape: decode them the same way (non-UTF-8 file names) */
+    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:N,s:N}",
                          "events", (unsigned long long)oc_writer_events(),
                          "dropped", (unsigned long long)S.dropped,
                          "bytes", (unsigned long long)S.bytes_written,
@@ -187,8 +188,8 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
                          "ns_per_tick", S.ns_per_tick,
                          "codes", S.ncodes,
                          "threads", S.nthreads,
-                         "output", S.out_path ? S.out_path : "",
-                         "tmp_output", S.tmp_path ? S.tmp_path : "");
+                         "output", PyUnicode_DecodeFSDefault(S.out_path ? S.out_path : ""),
+                         "tmp_output", PyUnicode_DecodeFSDefault(S.tmp_path ? S.tmp_path : ""));
 }
 
 static PyObject *py_report_data(PyObject *mod, PyObject *unused) {
@@ -243,7 +244,7 @@ static void init_sync(void) {
  * thread holding the GIL: no callback can be waiting for the lock, only the writer, briefly. */
 static int fork_locked;
 static void atfork_prepare(void) {
-    fork_locked = S.active;
+    fork_locked = S.active || S.writer_started; /* another thread's stop may still be joining the writer */
     if (fork_locked)
         pthread_mutex_lock(&S.lock);
 }
@@ -252,8 +253,10 @@ static void atfork_parent(void) {
         pthread_mutex_unlock(&S.lock);
 }
 static void atfork_child(void) {
-    if (fork_locked)
+    if (fork_locked) {
         init_sync(); /* the writer thread does not exist here; the lock must start free */
+        oc_writer_fork_child(); /* at once: a callback before _after_fork_child must not wait for it */
+    }
 }
 
 PyDoc_STRVAR(after_fork_child_doc,

@@ -7,8 +7,8 @@
  * stop_tracing(), and the slow paths keep any exception in flight intact.
  *
  * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
- * PY_RETURN/PY_YIELD sites are disabled at their next firing (the end is still recorded, so the
- * frame that was open gets its end).  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
+ * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
  * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
  * session, so a restart_events() by another tool is answered by disabling again.
  */
@@ -109,11 +109,14 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
         ex->flags |= CF_START_DISABLED;
         RETURN_DISABLE;
     }
+    uint32_t depth = frame_depth();
+    if (depth < 64)
+        ex->open_depths |= (uint64_t)1 << depth;
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         r->ts = oc_now();
         r->code_id = ex->id;
-        r->info = OC_INFO(kind, frame_depth());
+        r->info = OC_INFO(kind, depth);
     }
     RETURN_NONE;
 }
@@ -127,13 +130,28 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
             RETURN_NONE;
         RETURN_DISABLE;
     }
+    uint32_t depth = frame_depth();
+    uint64_t bit = depth < 64 ? (uint64_t)1 << depth : 0;
+    int begun = (ex->open_depths & bit) != 0;
+    ex->open_depths &= ~bit;
+    if (UNLIKELY(ex->flags & CF_START_DISABLED)) {
+        /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
+         * still open (their ends matter); ends of unrecorded activations are not recorded. */
+        if (!begun && depth < 64) {
+            if (ex->open_depths && kind != K_UNWIND)
+                RETURN_NONE;
+            if (kind == K_UNWIND)
+                RETURN_NONE;
+            RETURN_DISABLE;
+        }
+    }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         r->ts = oc_now();
         r->code_id = ex->id;
-        r->info = OC_INFO(kind, frame_depth());
+        r->info = OC_INFO(kind, depth);
     }
-    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND)
+    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open_depths)
         RETURN_DISABLE;
     RETURN_NONE;
 }

@@ -156,8 +156,10 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
         return;
     loop_stat *l = NULL;
     for (uint32_t i = 0; i < c->nloops; i++)
-        if (c->loops[i].src == src && c->loops[i].dest == dest) {
+        if (c->loops[i].dest == dest) { /* one loop per header; continue edges included */
             l = &c->loops[i];
+            if (src > l->src)
+                l->src = src;
             break;
         }
     if (!l) {

@@ -256,15 +256,15 @@ static PyTypeObject UsdtCallbackType = {
 };
 
 #define CB_ARGS PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
-#define CB_GUARD(probe, nargs)                                                   \
-    (void)self, (void)kw;                                                      \
-    if (UNLIKELY(!SEMA(probe)) || UNLIKELY(PyVectorcall_NARGS(nargsf) < (nargs))) \
-        return Py_None; /* immortal: no reference to take */
+#define CB_GUARD(probe, nargs)                                                      \
+    (void)self, (void)kw;                                                           \
+    if (UNLIKELY(!SEMA(probe)) || UNLIKELY(PyVectorcall_NARGS(nargsf) < (nargs)))   \
+        return Py_None; /* detached since the last poll; None is immortal: no incref */
 
 /* the common five arguments, with the line of the offset */
-#define FIRE5(fn, probe)                                                                        \
-    static PyObject *cb_##fn(CB_ARGS) {                                                        \
-        CB_GUARD(probe, 2)                                                                        \
+#define FIRE5(fn, probe)                                                                         \
+    static PyObject *cb_##fn(CB_ARGS) {                                                          \
+        CB_GUARD(probe, 2)                                                                       \
         const us_code *c = code_info(args[0]);                                                   \
         int off = as_int(args[1]);                                                               \
         STAP_PROBE5(ocular, probe, c->name, c->filename, line_of(args[0], off), off, cur_tid()); \
@@ -462,15 +462,17 @@ static int acquire_tool(void) {
         Py_XDECREF(events);
         return events ? 0 : -1;
     }
-    PyObject *names = PyUnicode_FromString("");
-    for (int i = 0; names && i < 6; i++) {
+    char holders[200] = "";
+    size_t len = 0;
+    for (int i = 0; i < 6 && len < sizeof holders; i++) {
         PyObject *h = mon_call("get_tool", "(i)", i);
-        if (h && h != Py_None)
-            PyUnicode_AppendAndDel(&names, PyUnicode_FromFormat("%s%d=%R", i && PyUnicode_GET_LENGTH(names) ? ", " : "", i, h));
+        const char *hs = h && PyUnicode_Check(h) ? PyUnicode_AsUTF8(h) : NULL;
+        if (hs)
+            len += (size_t)snprintf(holders + len, sizeof holders - len, "%s%d=%s", len ? ", " : "", i, hs);
         Py_XDECREF(h);
+        PyErr_Clear();
     }
-    PyErr_Format(PyExc_RuntimeError, "every sys.monitoring tool id is in use (%U)", names ? names : Py_None);
-    Py_XDECREF(names);
+    PyErr_Format(PyExc_RuntimeError, "every sys.monitoring tool id is in use (%s)", holders);
     return -1;
 }
 
@@ -489,14 +491,18 @@ static int apply(unsigned want) {
             Py_XDECREF(r);
         }
         if (!r) {
-            set_error_from_exception("enabling the probes");
+            char before[sizeof U.error];
+            memcpy(before, U.error, sizeof before);
+            set_error_from_exception("cannot enable the probes");
+            if (strcmp(before, U.error) != 0) /* say it once, not at every retry */
+                fprintf(stderr, "ocular.usdt: %s\n", U.error);
             release_tool();
-            fprintf(stderr, "ocular.usdt: %s\n", U.error);
             return -1;
         }
         U.events = events;
     }
     U.changes++;
+    U.error[0] = 0;
     return 0;
 }
 

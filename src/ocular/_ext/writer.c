@@ -12,7 +12,9 @@
  * backward jump starts new runs of the loops inside it.
  */
 #include "ocular.h"
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,15 +122,24 @@ static uint32_t static_insns(oc_codeent *e, uint32_t dest, uint32_t src) {
 }
 
 static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint64_t ts) {
-    loop_slot *hit = NULL, *freeslot = NULL;
+    /* A loop is known by its header (the jump target): `continue` edges of one loop share it.  Other
+     * loops whose header lies inside this iteration's span are inner loops (their next iteration
+     * starts a new run); loops entirely before or after this one are finished: free their slots. */
+    loop_slot *hit = NULL, *freeslot = NULL, *oldest = NULL;
     for (int i = 0; i < NLOOPS; i++) {
         loop_slot *l = &f->loops[i];
-        if (l->src == src && l->dest == dest)
-            hit = l;
-        else if (l->src != UINT32_MAX && l->dest >= dest && l->src <= src)
-            l->src = UINT32_MAX; /* an inner loop: its next iteration starts a new run */
-        if (l->src == UINT32_MAX && !freeslot)
-            freeslot = l;
+        if (l->src != UINT32_MAX) {
+            if (l->dest == dest)
+                hit = l;
+            else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src)
+                l->src = UINT32_MAX;
+        }
+        if (l->src == UINT32_MAX) {
+            if (!freeslot)
+                freeslot = l;
+        } else if (l != hit && (!oldest || l->last_ts < oldest->last_ts)) {
+            oldest = l;
+        }
     }
     if (hit) {
         oc_codeent *e = oc_code_entry(f->code_id);
@@ -138,8 +149,10 @@ static void on_backjump(wthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         int line = dest < e->nunits ? e->lines[dest] : -1;
         W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                      (uint64_t)((double)cycles * S.ns_per_tick));
+        if (src > hit->src)
+            hit->src = src;
     } else {
-        hit = freeslot ? freeslot : &f->loops[NLOOPS - 1];
+        hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
         hit->src = src;
         hit->dest = dest;
     }
@@ -261,8 +274,49 @@ static uint64_t mono_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A child forked from a non-main thread ends when that thread returns: no interpreter exit, no atexit,
+ * and without us the process would end with its last thread.  So in a fork child the idle writer looks
+ * every 200 ms whether it is the last thread left; if so nobody can stop the session any more: it
+ * finishes the trace, gives it its final name and ends the process with status 0, as the last thread's
+ * exit would have. */
+static int in_fork_child;
+
+static int last_thread_left(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int live = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && live < 2) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        buf[n > 0 ? n : 0] = 0;
+        char *st = strrchr(buf, ')'); /* "tid (comm) S ...": a thread that has exited but whose */
+        if (!st || (st[1] == ' ' && st[2] != 'Z' && st[2] != 'X'))  /* process lives on is a zombie */
+            live++;
+    }
+    closedir(d);
+    return live == 1;
+}
+
+static void finish_orphan(void) {
+    int err = W.out.err;
+    if (W.out.fd >= 0 && close(W.out.fd) != 0 && !err)
+        err = errno;
+    if (S.tmp_path && S.out_path && (err || rename(S.tmp_path, S.out_path) != 0))
+        unlink(S.tmp_path);
+    exit(0);
+}
+
 static void *writer_main(void *arg) {
     (void)arg;
+    int orphaned = 0;
     pthread_mutex_lock(&S.lock);
     for (;;) {
         if (!S.calibrated) {
@@ -284,6 +338,22 @@ static void *writer_main(void *arg) {
         if (!c) {
             if (S.stopping)
                 break;
+            if (in_fork_child) {
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_nsec += 200000000;
+                if (dl.tv_nsec >= 1000000000) {
+                    dl.tv_sec++;
+                    dl.tv_nsec -= 1000000000;
+                }
+                if (pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl) == ETIMEDOUT && !S.q_head &&
+                    !S.stopping && last_thread_left()) {
+                    orphaned = 1;
+                    W.stop_ticks = oc_now();
+                    break;
+                }
+                continue;
+            }
             pthread_cond_wait(&S.cond_writer, &S.lock);
             continue;
         }
@@ -305,6 +375,8 @@ static void *writer_main(void *arg) {
     W.sink->footer(&W.out, oc_clock_source(), S.precise);
     pthread_mutex_unlock(&S.lock);
     oc_out_flush(&W.out);
+    if (orphaned)
+        finish_orphan();
     return NULL;
 }
 
@@ -379,6 +451,7 @@ void oc_writer_stop(uint64_t stop_ticks) {
 
 /* In a fork child: the writer thread does not exist here and its fd belongs to the parent. */
 void oc_writer_fork_child(void) {
+    in_fork_child = 1;
     S.writer_started = 0;
     if (W.out.fd >= 0)
         close(W.out.fd); /* our copy only; the parent keeps writing its own */

@@ -1,0 +1,479 @@
+/* deflate.c -- a small zlib-format (RFC 1950/1951) compressor for the Perfetto sink's
+ * TracePacket.compressed_packets.
+ *
+ * One call compresses one buffer into one complete zlib stream: a 2-byte header, a single deflate
+ * block with dynamic Huffman codes, and the Adler-32 of the input.  Matching is LZ77 over a 32 KiB
+ * window with hash chains (bounded depth) and one step of lazy evaluation; code lengths are limited
+ * to 15 (7 for the code-length alphabet) by halving the frequencies until the Huffman tree fits.
+ * Trace packets repeat almost byte for byte, so this reaches a few bytes per event.
+ *
+ * Written from the RFCs for Ocular; runs on the writer thread (no Python API).  Not thread-safe: the
+ * state is one static context, used by one writer at a time.
+ */
+#include "ocular.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define WSIZE 32768u
+#define HBITS 15
+#define HSIZE (1u << HBITS)
+#define MIN_MATCH 3
+#define MAX_MATCH 258
+#ifndef CHAIN_DEPTH
+#define CHAIN_DEPTH 16
+#endif
+#ifndef NICE_MATCH
+#define NICE_MATCH 64
+#endif
+
+/* token: bit 31 set = match (length in bits 16..24, distance in bits 0..15); else a literal byte */
+#define TOK_MATCH 0x80000000u
+
+static const uint16_t len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                                      31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+static const uint8_t len_extra[29] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+                                      2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0};
+static const uint16_t dist_base[30] = {1,   2,   3,   4,   5,   7,    9,    13,   17,   25,
+                                       33,  49,  65,  97,  129, 193,  257,  385,  513,  769,
+                                       1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
+static const uint8_t dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6,
+                                       6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
+static const uint8_t cl_order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
+
+static struct {
+    int32_t head[HSIZE];
+    int32_t prev[WSIZE];
+    uint32_t *tok;
+    size_t ntok, cap_tok;
+    uint8_t len_sym[MAX_MATCH + 1]; /* match length -> index into len_base */
+    uint8_t dist_sym_lo[256];       /* distance-1 < 256 -> distance symbol */
+    uint8_t dist_sym_hi[256];       /* (distance-1) >> 7 -> distance symbol */
+    int tables;
+} Z;
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    uint64_t acc;
+    int bits;
+    int oom;
+} bitw;
+
+static void bw_room(bitw *w, size_t k) {
+    if (w->n + k <= w->cap || w->oom)
+        return;
+    size_t cap = w->cap ? w->cap * 2 : 65536;
+    while (cap < w->n + k)
+        cap *= 2;
+    uint8_t *p = realloc(w->p, cap);
+    if (!p) {
+        w->oom = 1;
+        return;
+    }
+    w->p = p;
+    w->cap = cap;
+}
+
+/* append `n` (<= 32) bits of v, least significant first */
+static inline void bw_put(bitw *w, uint32_t v, int n) {
+    w->acc |= (uint64_t)v << w->bits;
+    w->bits += n;
+    if (w->bits >= 32) {
+        bw_room(w, 4);
+        if (!w->oom) {
+            w->p[w->n++] = (uint8_t)w->acc;
+            w->p[w->n++] = (uint8_t)(w->acc >> 8);
+            w->p[w->n++] = (uint8_t)(w->acc >> 16);
+            w->p[w->n++] = (uint8_t)(w->acc >> 24);
+        }
+        w->acc >>= 32;
+        w->bits -= 32;
+    }
+}
+
+static void bw_align(bitw *w) {
+    while (w->bits > 0) {
+        bw_room(w, 1);
+        if (!w->oom)
+            w->p[w->n++] = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->bits -= 8;
+    }
+    w->bits = 0;
+    w->acc = 0;
+}
+
+static void bw_byte(bitw *w, uint8_t b) {
+    bw_room(w, 1);
+    if (!w->oom)
+        w->p[w->n++] = b;
+}
+
+static void init_tables(void) {
+    for (int s = 0; s < 29; s++) {
+        int top = s == 28 ? MAX_MATCH : len_base[s] + (1 << len_extra[s]) - 1;
+        for (int l = len_base[s]; l <= top && l <= MAX_MATCH; l++)
+            Z.len_sym[l] = (uint8_t)s;
+    }
+    Z.len_sym[MAX_MATCH] = 28; /* 258 has its own symbol, not 227 + 31 */
+    for (int s = 0; s < 30; s++)
+        for (int d = dist_base[s]; d < dist_base[s] + (1 << dist_extra[s]) && d <= 32768; d++) {
+            if (d - 1 < 256)
+                Z.dist_sym_lo[d - 1] = (uint8_t)s;
+            else
+                Z.dist_sym_hi[(d - 1) >> 7] = (uint8_t)s;
+        }
+    Z.tables = 1;
+}
+
+static inline int dist_sym(uint32_t d) { return d <= 256 ? Z.dist_sym_lo[d - 1] : Z.dist_sym_hi[(d - 1) >> 7]; }
+
+static inline uint32_t hash3(const uint8_t *p) {
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+    return (v * 2654435761u) >> (32 - HBITS);
+}
+
+/* ---- LZ77 ---- */
+static inline void insert(const uint8_t *in, size_t i) {
+    uint32_t h = hash3(in + i);
+    Z.prev[i & (WSIZE - 1)] = Z.head[h];
+    Z.head[h] = (int32_t)i;
+}
+
+/* length of the common prefix of a and b, at most limit: 8 bytes at a time */
+static inline uint32_t match_len(const uint8_t *a, const uint8_t *b, uint32_t limit) {
+    uint32_t l = 0;
+    while (l + 8 <= limit) {
+        uint64_t x, y;
+        memcpy(&x, a + l, 8);
+        memcpy(&y, b + l, 8);
+        if (x != y)
+            return l + (uint32_t)(__builtin_ctzll(x ^ y) >> 3); /* little-endian: first differing byte */
+        l += 8;
+    }
+    while (l < limit && a[l] == b[l])
+        l++;
+    return l;
+}
+
+static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
+    uint32_t best = 0;
+    size_t limit = n - i < MAX_MATCH ? n - i : MAX_MATCH;
+    if (limit < MIN_MATCH)
+        return 0;
+    int32_t cand = Z.head[hash3(in + i)];
+    for (int depth = 0; cand >= 0 && depth < CHAIN_DEPTH; depth++) {
+        size_t c = (size_t)cand;
+        if (i - c > WSIZE)
+            break;
+        if (in[c + best] == in[i + best] && in[c] == in[i]) {
+            uint32_t l = match_len(in + c, in + i, (uint32_t)limit);
+            if (l > best) {
+                best = l;
+                *dist = (uint32_t)(i - c);
+                if (l >= NICE_MATCH || l == limit)
+                    break;
+            }
+        }
+        int32_t nx = Z.prev[c & (WSIZE - 1)];
+        if (nx >= cand)
+            break; /* the slot was reused by a newer position: the chain ends here */
+        cand = nx;
+    }
+    return best >= MIN_MATCH ? best : 0;
+}
+
+static int tokenize(const uint8_t *in, size_t n) {
+    if (Z.cap_tok < n + 1) {
+        uint32_t *t = realloc(Z.tok, (n + 1) * sizeof(uint32_t));
+        if (!t)
+            return -1;
+        Z.tok = t;
+        Z.cap_tok = n + 1;
+    }
+    Z.ntok = 0;
+    for (uint32_t h = 0; h < HSIZE; h++)
+        Z.head[h] = -1;
+    size_t i = 0;
+    uint32_t pend_len = 0, pend_dist = 0; /* a match found at i-1, held for one step (lazy) */
+    while (i < n) {
+        uint32_t dist = 0, len = 0;
+        if (i + MIN_MATCH <= n) {
+            len = longest(in, n, i, &dist);
+            insert(in, i);
+        }
+        if (pend_len) {
+            if (len > pend_len) { /* better match one byte later: emit the byte as a literal */
+                Z.tok[Z.ntok++] = in[i - 1];
+                pend_len = len;
+                pend_dist = dist;
+                i++;
+                continue;
+            }
+            Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
+            size_t end = i - 1 + pend_len; /* the match covered i-1 .. end-1; i is already inserted */
+            for (size_t k = i + 1; k < end; k++)
+                if (k + MIN_MATCH <= n)
+                    insert(in, k);
+            i = end;
+            pend_len = 0;
+            continue;
+        }
+        if (len) {
+            if (len >= NICE_MATCH) { /* long enough: no lazy look */
+                Z.tok[Z.ntok++] = TOK_MATCH | len << 16 | dist;
+                for (size_t k = i + 1; k < i + len; k++)
+                    if (k + MIN_MATCH <= n)
+                        insert(in, k);
+                i += len;
+            } else {
+                pend_len = len;
+                pend_dist = dist;
+                i++;
+            }
+        } else {
+            Z.tok[Z.ntok++] = in[i++];
+        }
+    }
+    if (pend_len)
+        Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
+    return 0;
+}
+
+/* ---- Huffman codes ---- */
+/* Optimal code lengths for `n` symbols with frequencies f (0 = unused), all lengths <= maxbits.
+ * At least two symbols must be used. */
+static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
+    uint32_t w[2 * 288];
+    int sym[288], parent[2 * 288], depth[2 * 288];
+    uint32_t scale = 0;
+    for (;;) {
+        int m = 0;
+        for (int s = 0; s < n; s++)
+            if (f[s]) {
+                uint32_t v = f[s] >> scale;
+                w[m] = v ? v : 1;
+                sym[m++] = s;
+            }
+        /* sort leaves by weight (insertion sort: n <= 288, called a few times per block) */
+        for (int a = 1; a < m; a++) {
+            uint32_t wv = w[a];
+            int sv = sym[a], b = a - 1;
+            while (b >= 0 && w[b] > wv) {
+                w[b + 1] = w[b];
+                sym[b + 1] = sym[b];
+                b--;
+            }
+            w[b + 1] = wv;
+            sym[b + 1] = sv;
+        }
+        /* two-queue construction: leaves 0..m-1, internal nodes m.. in non-decreasing weight */
+        int li = 0, ii = m, next = m;
+        for (int k = 0; k < m - 1; k++) {
+            int pick[2];
+            for (int j = 0; j < 2; j++) {
+                if (li < m && (ii >= next || w[li] <= w[ii]))
+                    pick[j] = li++;
+                else
+                    pick[j] = ii++;
+            }
+            w[next] = w[pick[0]] + w[pick[1]];
+            parent[pick[0]] = parent[pick[1]] = next;
+            next++;
+        }
+        int root = next - 1, maxd = 0;
+        depth[root] = 0;
+        for (int k = root - 1; k >= 0; k--) {
+            depth[k] = depth[parent[k]] + 1;
+            if (k < m && depth[k] > maxd)
+                maxd = depth[k];
+        }
+        if (maxd <= maxbits) {
+            memset(len, 0, (size_t)n);
+            for (int k = 0; k < m; k++)
+                len[sym[k]] = (uint8_t)depth[k];
+            return;
+        }
+        scale++; /* flatten the distribution and try again */
+    }
+}
+
+/* Canonical codes (RFC 1951 3.2.2), bit-reversed for LSB-first output. */
+static void canonical(const uint8_t *len, int n, uint16_t *code) {
+    uint16_t count[16] = {0}, next[16];
+    for (int s = 0; s < n; s++)
+        count[len[s]]++;
+    count[0] = 0;
+    uint16_t c = 0;
+    for (int b = 1; b < 16; b++) {
+        c = (uint16_t)((c + count[b - 1]) << 1);
+        next[b] = c;
+    }
+    for (int s = 0; s < n; s++) {
+        int l = len[s];
+        if (!l) {
+            code[s] = 0;
+            continue;
+        }
+        uint16_t v = next[l]++, r = 0;
+        for (int b = 0; b < l; b++)
+            r = (uint16_t)(r << 1 | ((v >> b) & 1));
+        code[s] = r;
+    }
+}
+
+static uint32_t adler32(const uint8_t *p, size_t n) {
+    uint32_t a = 1, b = 0;
+    while (n) {
+        size_t k = n < 5552 ? n : 5552; /* largest run before b can overflow 32 bits */
+        n -= k;
+        while (k--) {
+            a += *p++;
+            b += a;
+        }
+        a %= 65521;
+        b %= 65521;
+    }
+    return b << 16 | a;
+}
+
+/* Compress in[0..n) into one zlib stream written at the start of *out (malloc'd, grown as needed;
+ * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure. */
+size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+    if (!Z.tables)
+        init_tables();
+    if (tokenize(in, n) < 0)
+        return 0;
+    uint32_t lf[286] = {0}, df[30] = {0};
+    for (size_t k = 0; k < Z.ntok; k++) {
+        uint32_t t = Z.tok[k];
+        if (t & TOK_MATCH) {
+            lf[257 + Z.len_sym[(t >> 16) & 0x1ff]]++;
+            df[dist_sym(t & 0xffff)]++;
+        } else {
+            lf[t]++;
+        }
+    }
+    lf[256] = 1;
+    /* every code needs two used symbols to be complete */
+    if (!lf[0] && !lf[1])
+        lf[lf[0] ? 1 : 0] = 1;
+    int used = 0;
+    for (int s = 0; s < 30; s++)
+        used += df[s] != 0;
+    for (int s = 0; used < 2 && s < 30; s++)
+        if (!df[s]) {
+            df[s] = 1;
+            used++;
+        }
+    uint8_t ll[286], dl[30];
+    uint16_t lc[286], dc[30];
+    code_lengths(lf, 286, 15, ll);
+    code_lengths(df, 30, 15, dl);
+    canonical(ll, 286, lc);
+    canonical(dl, 30, dc);
+    int hlit = 286, hdist = 30;
+    while (hlit > 257 && !ll[hlit - 1])
+        hlit--;
+    while (hdist > 1 && !dl[hdist - 1])
+        hdist--;
+
+    /* run-length encode the code lengths: sym | extra << 8 */
+    uint8_t all[316];
+    memcpy(all, ll, (size_t)hlit);
+    memcpy(all + hlit, dl, (size_t)hdist);
+    int total = hlit + hdist, nrle = 0;
+    uint16_t rle[316];
+    uint32_t cf[19] = {0};
+    for (int k = 0; k < total;) {
+        int v = all[k], run = 1;
+        while (k + run < total && all[k + run] == v)
+            run++;
+        if (v == 0 && run >= 3) {
+            int r = run > 138 ? 138 : run;
+            rle[nrle++] = r >= 11 ? (uint16_t)(18 | (r - 11) << 8) : (uint16_t)(17 | (r - 3) << 8);
+            cf[r >= 11 ? 18 : 17]++;
+            k += r;
+        } else if (v != 0 && run >= 4) {
+            rle[nrle++] = (uint16_t)v; /* the length once, then repeats of it */
+            cf[v]++;
+            int r = run - 1 > 6 ? 6 : run - 1;
+            rle[nrle++] = (uint16_t)(16 | (r - 3) << 8);
+            cf[16]++;
+            k += 1 + r;
+        } else {
+            rle[nrle++] = (uint16_t)v;
+            cf[v]++;
+            k++;
+        }
+    }
+    int cused = 0;
+    for (int s = 0; s < 19; s++)
+        cused += cf[s] != 0;
+    for (int s = 0; cused < 2 && s < 19; s++)
+        if (!cf[s]) {
+            cf[s] = 1;
+            cused++;
+        }
+    uint8_t cl[19];
+    uint16_t cc[19];
+    code_lengths(cf, 19, 7, cl);
+    canonical(cl, 19, cc);
+    int hclen = 19;
+    while (hclen > 4 && !cl[cl_order[hclen - 1]])
+        hclen--;
+
+    bitw w = {.p = *out, .cap = *out_cap};
+    bw_room(&w, n / 4 + 1024);
+    bw_byte(&w, 0x78); /* CM 8 (deflate), 32 KiB window */
+    bw_byte(&w, 0x01); /* no dictionary, check bits: 0x7801 % 31 == 0 */
+    bw_put(&w, 1, 1);  /* BFINAL */
+    bw_put(&w, 2, 2);  /* BTYPE 10: dynamic Huffman */
+    bw_put(&w, (uint32_t)(hlit - 257), 5);
+    bw_put(&w, (uint32_t)(hdist - 1), 5);
+    bw_put(&w, (uint32_t)(hclen - 4), 4);
+    for (int k = 0; k < hclen; k++)
+        bw_put(&w, cl[cl_order[k]], 3);
+    for (int k = 0; k < nrle; k++) {
+        int s = rle[k] & 0xff, x = rle[k] >> 8;
+        bw_put(&w, cc[s], cl[s]);
+        if (s == 16)
+            bw_put(&w, (uint32_t)x, 2);
+        else if (s == 17)
+            bw_put(&w, (uint32_t)x, 3);
+        else if (s == 18)
+            bw_put(&w, (uint32_t)x, 7);
+    }
+    for (size_t k = 0; k < Z.ntok && !w.oom; k++) {
+        uint32_t t = Z.tok[k];
+        if (t & TOK_MATCH) {
+            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff;
+            int ls = Z.len_sym[l], ds = dist_sym(d);
+            bw_put(&w, lc[257 + ls], ll[257 + ls]);
+            if (len_extra[ls])
+                bw_put(&w, l - len_base[ls], len_extra[ls]);
+            bw_put(&w, dc[ds], dl[ds]);
+            if (dist_extra[ds])
+                bw_put(&w, d - dist_base[ds], dist_extra[ds]);
+        } else {
+            bw_put(&w, lc[t], ll[t]);
+        }
+    }
+    bw_put(&w, lc[256], ll[256]);
+    bw_align(&w);
+    uint32_t ad = adler32(in, n);
+    bw_byte(&w, (uint8_t)(ad >> 24));
+    bw_byte(&w, (uint8_t)(ad >> 16));
+    bw_byte(&w, (uint8_t)(ad >> 8));
+    bw_byte(&w, (uint8_t)ad);
+    *out = w.p;
+    *out_cap = w.cap;
+    return w.oom ? 0 : w.n;
+}
+
+/* Release the matcher's token buffer (the tables are static). */
+void oc_deflate_free(void) {
+    free(Z.tok);
+    Z.tok = NULL;
+    Z.cap_tok = 0;
+}
