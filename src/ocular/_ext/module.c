@@ -146,6 +146,11 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     Py_XSETREF(S.disable, Py_NewRef(disable));
     S.main_ident = main_ident;
     S.pid = (long)getpid();
+    for (uint32_t i = 0; i < S.nthreads; i++) { /* the last session's thread names */
+        free(S.threads[i].name);
+        free(S.threads[i].name_raw);
+        S.threads[i].name = S.threads[i].name_raw = NULL;
+    }
     S.nthreads = 0;
     S.gen++;
     oc_buffer_reset();

@@ -1,0 +1,433 @@
+"""Native Perfetto protobuf output (format="perfetto" / .pftrace): every file is parsed with Perfetto's
+own schema (perfetto_trace_pb2) and its incremental state is replayed as the trace processor does
+(sequences, interning, packet defaults, incremental clocks), then checked against the program."""
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import zlib
+
+import pytest
+
+from conftest import run_py
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+
+CLEARED = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+NEEDS = pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+BEGIN, END, INSTANT = pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_INSTANT
+MONOTONIC, BOOTTIME = 3, 6
+MAX_COMPRESSED_PACKET = 512 * 1024  # Perfetto's limit for one compressed_packets TracePacket
+
+
+def read_packets(path):
+    """The file's TracePackets, compressed_packets batches expanded in place; also the outer ones."""
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:1] == b"\x0a", "a Perfetto trace starts with Trace.packet (field 1, length-delimited)"
+    trace = pb.Trace()
+    trace.ParseFromString(data)
+    packets = []
+    for p in trace.packet:
+        if p.HasField("compressed_packets"):
+            assert p.ByteSize() < MAX_COMPRESSED_PACKET
+            assert p.ListFields()[0][0].name == "compressed_packets" and len(p.ListFields()) == 1
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            assert len(inner.packet) > 0
+            packets.extend(inner.packet)
+        else:
+            packets.append(p)
+    return packets, trace.packet
+
+
+class Decoded:
+    """Replay of a trace: per-sequence incremental state, tracks, and events in MONOTONIC ns."""
+
+    def __init__(self, path):
+        self.packets, self.outer = read_packets(path)
+        self.seqs = {}
+        self.descriptors = collections.defaultdict(list)  # uuid -> [(ts, TrackDescriptor)]
+        self.events = []  # dicts: track, ts, type, name, cats, args, seq
+        self.snapshots = []  # (seq, {clock_id: Clock})
+        for p in self.packets:
+            self._packet(p)
+
+    def _packet(self, p):
+        sid = p.trusted_packet_sequence_id
+        assert sid, "every packet names its sequence"
+        st = self.seqs.get(sid)
+        if st is None:  # first packet of the sequence
+            assert p.sequence_flags & CLEARED, p
+            assert p.first_packet_on_sequence and p.previous_packet_dropped
+            st = self.seqs[sid] = dict(defaults=None, clocks={}, names={}, cats={}, anns={}, strs={}, packets=0)
+        else:
+            assert not p.sequence_flags & CLEARED, "incremental state is cleared once per sequence"
+            if p.HasField("track_event") or (p.HasField("timestamp") and not p.HasField("timestamp_clock_id")):
+                assert p.sequence_flags & NEEDS, p
+        st["packets"] += 1
+        if p.HasField("trace_packet_defaults"):
+            st["defaults"] = p.trace_packet_defaults
+        if p.HasField("interned_data"):
+            d = p.interned_data
+            for table, entries, attr in ((st["names"], d.event_names, "name"), (st["cats"], d.event_categories, "name"),
+                                         (st["anns"], d.debug_annotation_names, "name"),
+                                         (st["strs"], d.debug_annotation_string_values, "str")):
+                for e in entries:
+                    value = getattr(e, attr)
+                    value = value.decode("utf-8") if isinstance(value, bytes) else value
+                    assert table.setdefault(e.iid, value) == value, "an iid is never redefined on a sequence"
+        if p.HasField("clock_snapshot"):
+            clocks = {c.clock_id: c for c in p.clock_snapshot.clocks}
+            assert MONOTONIC in clocks
+            for cid, c in clocks.items():
+                if 64 <= cid < 128:  # sequence-scoped: incremental, defined against MONOTONIC
+                    assert c.is_incremental
+                    st["clocks"][cid] = dict(value=c.timestamp, base=c.timestamp, mono=clocks[MONOTONIC].timestamp)
+            self.snapshots.append((sid, clocks))
+            return
+        ts = None
+        if p.HasField("timestamp"):
+            cid = p.timestamp_clock_id or (st["defaults"].timestamp_clock_id if st["defaults"] else 0)
+            if cid == MONOTONIC:
+                ts = p.timestamp
+            else:
+                clk = st["clocks"][cid]
+                clk["value"] += p.timestamp
+                ts = clk["value"] - clk["base"] + clk["mono"]
+        if p.HasField("track_descriptor"):
+            self.descriptors[p.track_descriptor.uuid].append((ts, p.track_descriptor))
+        if p.HasField("track_event"):
+            te = p.track_event
+            assert ts is not None
+            track = te.track_uuid if te.HasField("track_uuid") else st["defaults"].track_event_defaults.track_uuid
+            args = {}
+            for a in te.debug_annotations:
+                key = st["anns"][a.name_iid]
+                kind = a.WhichOneof("value")
+                args[key] = st["strs"][a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
+            self.events.append(dict(track=track, ts=ts, type=te.type, seq=p.trusted_packet_sequence_id,
+                                    name=st["names"][te.name_iid] if te.HasField("name_iid") else None,
+                                    cats=[st["cats"][c] for c in te.category_iids], args=args))
+
+    # ---- views ----
+    def process_tracks(self):
+        return {u: ds for u, ds in self.descriptors.items() if ds[-1][1].HasField("process")}
+
+    def thread_tracks(self):
+        return {u: ds for u, ds in self.descriptors.items() if ds[-1][1].HasField("thread")}
+
+    def thread_by_tid(self):
+        return {ds[-1][1].thread.tid: (u, ds) for u, ds in self.thread_tracks().items()}
+
+    def slices(self):
+        """Balanced begin/end per track with monotonic timestamps: {track: [(name, begin, end, depth, args)]}."""
+        stacks, last, out = collections.defaultdict(list), {}, collections.defaultdict(list)
+        for e in self.events:
+            t = e["track"]
+            assert e["ts"] >= last.get(t, 0), f"time goes backwards on track {t}: {e}"
+            last[t] = e["ts"]
+            if e["type"] == BEGIN:
+                stacks[t].append(e)
+            elif e["type"] == END:
+                assert stacks[t], f"end without begin on {t} at {e['ts']}"
+                b = stacks[t].pop()
+                out[t].append((b["name"], b["ts"], e["ts"], len(stacks[t]), b["args"]))
+        for t, st in stacks.items():
+            assert not st, f"unclosed slices on {t}: {[b['name'] for b in st]}"
+        return out
+
+
+PROGRAM = r'''
+import json, os, sys, threading, time
+import ocular
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def work(box):
+    box["tid"] = threading.get_native_id()
+    total = 0
+    for i in range(50):
+        total += i
+    return fib(12) + total
+
+out, fmt = sys.argv[1], (sys.argv[2] or None)
+before = time.monotonic_ns()
+boot_offset = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+ocular.start_tracing(output=out, deinstrument_threshold=0, format=fmt, report=False)
+box = {}
+t = threading.Thread(target=work, args=(box,), name="pf-worker")
+t.start()
+fib(18)
+t.join()
+r = ocular.stop_tracing()
+after = time.monotonic_ns()
+print(json.dumps(dict(pid=os.getpid(), worker_tid=box["tid"], before=before, after=after, boot_offset=boot_offset,
+                      fib_line=fib.__code__.co_firstlineno, work_line=work.__code__.co_firstlineno,
+                      file=fib.__code__.co_filename, bytes=r["bytes"], output=r["output"])))
+'''
+
+
+def run_program(tmp_path, name, fmt="", env=None):
+    script = tmp_path / "pfprog.py"
+    script.write_text(PROGRAM)
+    out = tmp_path / name
+    p = run_py(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", str(out), fmt, env=env)
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    info["loop_line"] = info["work_line"] + 3
+    assert info["output"] == str(out) and os.path.getsize(out) == info["bytes"]
+    return str(out), info
+
+
+def check_program_trace(path, info):
+    d = Decoded(path)
+    # process track
+    procs = d.process_tracks()
+    assert len(procs) == 1
+    (puuid, pds), = procs.items()
+    assert pds[-1][1].process.pid == info["pid"]
+    assert pds[-1][1].process.process_name
+    # thread tracks: parented to the process, first announced unnamed, then re-emitted with the name
+    threads = d.thread_by_tid()
+    assert set(threads) == {info["pid"], info["worker_tid"]}
+    for tid, (uuid, ds) in threads.items():
+        for _, td in ds:
+            assert td.parent_uuid == puuid and td.thread.pid == info["pid"] and td.thread.tid == tid and td.uuid == uuid
+        assert not ds[0][1].thread.HasField("thread_name")
+        assert len(ds) >= 2
+    main_uuid, worker_uuid = threads[info["pid"]][0], threads[info["worker_tid"]][0]
+    assert threads[info["pid"]][1][-1][1].thread.thread_name == "MainThread"
+    assert threads[info["worker_tid"]][1][-1][1].thread.thread_name == "pf-worker"
+    # one sequence per thread, whose defaults point at its track and at the incremental clock
+    for sid, st in d.seqs.items():
+        if st["defaults"] is not None:
+            assert st["defaults"].timestamp_clock_id == 64
+            assert st["defaults"].track_event_defaults.track_uuid in (main_uuid, worker_uuid)
+    # clocks: MONOTONIC tied to BOOTTIME with the offset the program measured
+    boot = [c for _, c in d.snapshots if BOOTTIME in c]
+    assert len(boot) == 1
+    assert abs((boot[0][BOOTTIME].timestamp - boot[0][MONOTONIC].timestamp) - info["boot_offset"]) < 50_000_000
+    # events
+    slices = d.slices()
+    for e in d.events:
+        assert info["before"] <= e["ts"] <= info["after"], e
+    fibs = {t: [s for s in ss if s[0] == "fib"] for t, ss in slices.items()}
+    assert len(fibs[main_uuid]) == 8361  # calls of fib(18)
+    assert len(fibs[worker_uuid]) == 465  # calls of fib(12)
+    for s in fibs[main_uuid][:50]:
+        assert s[4] == {"file": info["file"], "line": info["fib_line"]}
+        assert s[1] <= s[2]
+    assert any(s[0] == "work" for s in slices[worker_uuid])
+    assert not any(s[0] == "work" for s in slices[main_uuid])
+    for e in d.events:
+        if e["type"] == BEGIN:
+            assert e["cats"] == ["python"] and set(e["args"]) == {"file", "line"}
+    instants = [e for e in d.events if e["type"] == INSTANT]
+    for e in instants:
+        assert e["cats"] == ["loop"] and e["name"].startswith("loop ")
+        assert set(e["args"]) == {"instructions", "cycles", "ns", "line", "offset"}
+    loops = [e for e in instants if e["name"] == f"loop work:{info['loop_line']}"]
+    assert len(loops) >= 45 and all(e["track"] == worker_uuid for e in loops)  # iterations of range(50)
+    for e in loops:
+        assert e["args"]["line"] == info["loop_line"] and e["args"]["instructions"] > 0
+    return d
+
+
+def test_format_perfetto_overrides_suffix(tmp_path):
+    path, info = run_program(tmp_path, "trace.json", "perfetto")
+    d = check_program_trace(path, info)
+    assert any(p.HasField("compressed_packets") for p in d.outer)
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".perfetto-trace", ".pb"])
+def test_suffix_selects_protobuf(tmp_path, suffix):
+    path, info = run_program(tmp_path, "trace" + suffix)
+    check_program_trace(path, info)
+
+
+def test_uncompressed_stream_is_the_same_trace(tmp_path):
+    """OCULAR_PERFETTO_DEFLATE=0 writes the packets themselves, one by one: the same trace."""
+    path, info = run_program(tmp_path, "raw.pftrace", env={"OCULAR_PERFETTO_DEFLATE": "0"})
+    d = check_program_trace(path, info)
+    assert not any(p.HasField("compressed_packets") for p in d.outer)
+    assert len(d.outer) == len(d.packets)
+    zpath, zinfo = run_program(tmp_path, "z.pftrace")
+    z = Decoded(zpath)
+    shape = lambda dec: collections.Counter((e["type"], e["name"]) for e in dec.events)  # noqa: E731
+    assert shape(z) == shape(d)
+    assert os.path.getsize(zpath) * 5 < os.path.getsize(path)
+
+
+def test_same_events_as_json(tmp_path):
+    """The same program traced to JSON and to protobuf gives the same events on the same threads."""
+    jpath, jinfo = run_program(tmp_path, "same.json", "json")
+    with open(jpath, encoding="utf-8") as f:
+        jev = json.load(f)["traceEvents"]
+    tname = {e["tid"]: e["args"]["name"] for e in jev if e["ph"] == "M" and e["name"] == "thread_name"}
+    kind = {"B": BEGIN, "E": END, "i": INSTANT}
+    jshape = collections.Counter((tname[e["tid"]], kind[e["ph"]], e.get("name") if e["ph"] != "E" else None)
+                                 for e in jev if e["ph"] in kind)
+    ppath, pinfo = run_program(tmp_path, "same.pftrace")
+    d = Decoded(ppath)
+    names = {u: ds[-1][1].thread.thread_name for u, ds in d.thread_tracks().items()}
+    pshape = collections.Counter((names[e["track"]], e["type"], e["name"]) for e in d.events)
+    assert pshape == jshape
+
+
+def test_protoc_decode_raw(tmp_path):
+    protoc = shutil.which("protoc")
+    if not protoc:
+        pytest.skip("protoc not installed (Debian package protobuf-compiler)")
+    path, info = run_program(tmp_path, "raw.pftrace", env={"OCULAR_PERFETTO_DEFLATE": "0"})
+    with open(path, "rb") as f:
+        p = subprocess.run([protoc, "--decode_raw"], stdin=f, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert '"pf-worker"' in p.stdout and '"fib"' in p.stdout and '"python"' in p.stdout
+    zpath, _ = run_program(tmp_path, "z.pftrace")
+    with open(zpath, "rb") as f:
+        p = subprocess.run([protoc, "--decode_raw"], stdin=f, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    _, outer = read_packets(zpath)
+    for o in outer:  # each batch inflates to a stream of Trace.packet fields protoc can read
+        if o.HasField("compressed_packets"):
+            q = subprocess.run([protoc, "--decode_raw"], input=zlib.decompress(o.compressed_packets),
+                               capture_output=True, timeout=120)
+            assert q.returncode == 0, q.stderr
+
+
+def test_raw_utf8_names(tmp_path):
+    """Names go out as raw UTF-8, not with the JSON sink's escapes."""
+    out = tmp_path / "u.pftrace"
+    run_py(r'''
+        import sys, threading, ocular
+        def größe():
+            return 1
+        class K:
+            def m(self):
+                return größe()
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        def run():
+            for _ in range(300):  # long enough for the engine to learn the thread's name
+                K().m()
+        t = threading.Thread(target=run, name='q"uo\\te\tß☃')
+        t.start(); t.join()
+        ocular.stop_tracing()
+    ''', str(out))
+    d = Decoded(str(out))
+    names = {e["name"] for e in d.events}
+    assert {"größe", "K.m"} <= names
+    thread_names = {ds[-1][1].thread.thread_name for ds in d.thread_tracks().values()}
+    assert 'q"uo\\te\tß☃' in thread_names
+    assert "MainThread" in thread_names
+    assert d.process_tracks()
+
+
+def test_sessions_fork_and_no_file(tmp_path):
+    """Two sessions in one process, a forked child's own file, and perfetto=False."""
+    out1, out2 = tmp_path / "s1.pftrace", tmp_path / "s2.pftrace"
+    p = run_py(r'''
+        import os, sys, ocular
+        def f(n):
+            return n if n < 2 else f(n - 1) + f(n - 2)
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        f(10)
+        ocular.stop_tracing()
+        ocular.start_tracing(output=sys.argv[2], deinstrument_threshold=0, report=False)
+        f(11)
+        pid = os.fork()
+        if pid == 0:
+            f(9)
+            ocular.stop_tracing()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        f(8)
+        ocular.stop_tracing()
+        ocular.start_tracing(perfetto=False, format="perfetto", deinstrument_threshold=0, report=False)
+        f(12)
+        r = ocular.stop_tracing()
+        assert r["output"] is None and r["events"] > 0
+        print(pid)
+    ''', str(out1), str(out2))
+    child = int(p.stdout.split()[-1])
+
+    def fcalls(path):
+        d = Decoded(str(path))
+        d.slices()
+        return sum(1 for e in d.events if e["type"] == BEGIN and e["name"] == "f"), d
+
+    n1, d1 = fcalls(out1)
+    assert n1 == 177  # calls of f(10)
+    n2, d2 = fcalls(out2)
+    assert n2 == 287 + 67  # f(11) and f(8) in the parent
+    child_file = tmp_path / f"s2.{child}.pftrace"
+    n3, d3 = fcalls(child_file)
+    assert n3 == 109  # f(9) in the child
+    (_, pds), = d3.process_tracks().items()
+    assert pds[-1][1].process.pid == child
+    assert set(d3.thread_by_tid()) == {child}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+FIB_BYTES = r'''
+import sys, ocular
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, format=sys.argv[2])
+fib(int(sys.argv[3]))
+print(ocular.stop_tracing()["bytes"])
+'''
+
+
+def test_bytes_per_event(tmp_path, capsys):
+    """Function events cost about a byte each with compression (target <= 4), ~21 without."""
+    n, calls = 22, 57313  # fib(22): 57313 calls, two events each
+    sizes = {}
+    for label, fmt, env in (("perfetto", "perfetto", None), ("perfetto-raw", "perfetto", {"OCULAR_PERFETTO_DEFLATE": "0"}),
+                            ("json", "json", None)):
+        out = tmp_path / f"fib.{label}"
+        p = run_py(FIB_BYTES, str(out), fmt, str(n), env=env)
+        sizes[label] = int(p.stdout.split()[-1]) / (2 * calls)
+        if fmt == "perfetto":
+            d = Decoded(str(out))
+            assert sum(1 for e in d.events if e["name"] == "fib" and e["type"] == BEGIN) == calls
+    with capsys.disabled():
+        print("\nbytes per function event, fib(%d) threshold 0: %s" % (n, {k: round(v, 2) for k, v in sizes.items()}))
+    assert sizes["perfetto"] <= 4.0
+    assert sizes["perfetto-raw"] <= 24
+    assert sizes["perfetto"] * 20 < sizes["json"]
+
+
+def _trace_processor_binary():
+    path = os.environ.get("OCULAR_TRACE_PROCESSOR")
+    if path and os.path.isfile(path):
+        return path
+    cache = os.path.expanduser("~/.local/share/perfetto/prebuilts")
+    if os.path.isdir(cache):
+        for name in sorted(os.listdir(cache)):
+            full = os.path.join(cache, name)
+            if name.startswith("trace_processor_shell") and not name.endswith(".tmp") and os.access(full, os.X_OK):
+                return full
+    return None
+
+
+def test_trace_processor_loads_it(tmp_path):
+    """Perfetto's trace processor, when a binary is at hand (never downloaded by the tests)."""
+    binary = _trace_processor_binary()
+    if not binary:
+        pytest.skip("no trace_processor_shell binary (set OCULAR_TRACE_PROCESSOR)")
+    from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
+
+    path, info = run_program(tmp_path, "tp.pftrace")
+    tp = TraceProcessor(trace=path, config=TraceProcessorConfig(bin_path=binary))
+    try:
+        rows = list(tp.query("select count(*) as n from slice where name = 'fib'"))
+        assert rows[0].n == 8361 + 465
+        names = {r.tid: r.name for r in tp.query("select tid, name from thread")}
+        assert names.get(info["worker_tid"]) == "pf-worker"
+        errors = list(tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0"))
+        assert not errors, errors
+    finally:
+        tp.close()
