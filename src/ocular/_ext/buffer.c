@@ -21,13 +21,6 @@ static pthread_key_t tkey;
 static oc_tbuf *all_bufs;     /* every buffer ever made; guarded by S.lock */
 static uint32_t tgen = 1;     /* buffers of another generation are stale */
 
-static void set_internal_error(const char *msg) {
-    if (!S.internal_error) {
-        S.internal_error = 1;
-        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
-    }
-}
-
 /* lock held */
 void oc_chunk_put_free(oc_chunk *c) {
     c->next = S.free_list;
@@ -105,16 +98,6 @@ static char *fallback_name(long tid) {
     return strdup(tmp);
 }
 
-/* NUL-terminated copy of n bytes: the raw name (the Perfetto sink writes it unescaped). */
-static char *dup_raw(const char *s, Py_ssize_t n) {
-    char *out = malloc((size_t)n + 1);
-    if (out) {
-        memcpy(out, s, (size_t)n);
-        out[n] = 0;
-    }
-    return out;
-}
-
 /* Look the thread up in threading._active; returns 1 once the name is known. */
 static int resolve_name(oc_tbuf *b) {
     uint32_t idx = b->thread_idx;
@@ -167,7 +150,7 @@ static int resolve_name(oc_tbuf *b) {
                             pthread_mutex_lock(&S.lock);
                             if (!S.threads[idx].name) {
                                 S.threads[idx].name = s;
-                                S.threads[idx].name_raw = dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+                                S.threads[idx].name_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
                             } else {
                                 free(s);
                             }
@@ -221,7 +204,7 @@ oc_tbuf *oc_buffer_slow(void) {
     if (!b) {
         b = calloc(1, sizeof *b);
         if (!b) {
-            set_internal_error("out of memory for a thread buffer");
+            oc_internal_error("out of memory for a thread buffer");
             return NULL;
         }
         b->alive = 1;
@@ -237,7 +220,7 @@ oc_tbuf *oc_buffer_slow(void) {
         b->chunk = NULL;
         b->pos = b->end = b->limit = NULL;
         if (register_thread(b) < 0) {
-            set_internal_error("out of memory for the thread table");
+            oc_internal_error("out of memory for the thread table");
             b->in_slow = 0;
             return NULL;
         }
@@ -251,7 +234,7 @@ oc_tbuf *oc_buffer_slow(void) {
         pthread_mutex_unlock(&S.lock);
         if (!c) {
             S.dropped++;
-            set_internal_error("out of memory for trace chunks: events were dropped");
+            oc_internal_error("out of memory for trace chunks: events were dropped");
             b->in_slow = 0;
             return NULL;
         }

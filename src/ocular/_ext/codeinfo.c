@@ -53,7 +53,7 @@ char *oc_json_escape(const char *s, Py_ssize_t n) {
 }
 
 /* NUL-terminated copy of n bytes (the raw names the Perfetto sink writes). */
-static char *dup_raw(const char *s, Py_ssize_t n) {
+char *oc_dup_raw(const char *s, Py_ssize_t n) {
     char *out = malloc((size_t)n + 1);
     if (out) {
         memcpy(out, s, (size_t)n);
@@ -136,7 +136,8 @@ static int32_t *line_table(PyCodeObject *co, uint32_t nunits) {
     return lines;
 }
 
-static void set_internal_error(const char *msg) {
+/* Record the first internal failure; stop_tracing() reports it after saving the trace. */
+void oc_internal_error(const char *msg) {
     if (!S.internal_error) {
         S.internal_error = 1;
         snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
@@ -147,7 +148,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     void *p = NULL;
     if (PyUnstable_Code_GetExtra((PyObject *)co, S.extra_index, &p) < 0) {
         PyErr_Clear();
-        set_internal_error("could not read per-code data (co_extra)");
+        oc_internal_error("could not read per-code data (co_extra)");
         return NULL;
     }
     oc_codeextra *ex = p;
@@ -156,13 +157,13 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     if (!ex) {
         ex = calloc(1, sizeof *ex);
         if (!ex) {
-            set_internal_error("out of memory registering a code object");
+            oc_internal_error("out of memory registering a code object");
             return NULL;
         }
         if (PyUnstable_Code_SetExtra((PyObject *)co, S.extra_index, ex) < 0) {
             PyErr_Clear();
             free(ex);
-            set_internal_error("could not attach per-code data (co_extra)");
+            oc_internal_error("could not attach per-code data (co_extra)");
             return NULL;
         }
     }
@@ -176,7 +177,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     if (!fname) {
         PyErr_Clear();
         ex->flags = CF_EXCLUDED;
-        set_internal_error("could not encode a file name");
+        oc_internal_error("could not encode a file name");
         return ex;
     }
     /* filters see the file name's original bytes (surrogateescape), like the patterns they are
@@ -199,7 +200,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE) {
         ex->flags = CF_EXCLUDED;
         Py_DECREF(fname);
-        set_internal_error("more than 4 million code objects: the rest are not traced");
+        oc_internal_error("more than 4 million code objects: the rest are not traced");
         return ex;
     }
     uint32_t id = S.ncodes;
@@ -209,7 +210,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         if (!S.pages[page]) {
             Py_DECREF(fname);
             ex->flags = CF_EXCLUDED;
-            set_internal_error("out of memory growing the code table");
+            oc_internal_error("out of memory growing the code table");
             return ex;
         }
     }
@@ -222,13 +223,13 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         Py_XDECREF(bc);
         Py_DECREF(fname);
         ex->flags = CF_EXCLUDED;
-        set_internal_error("could not read a code object's name or bytecode");
+        oc_internal_error("could not read a code object's name or bytecode");
         return ex;
     }
     e->qualname = oc_json_escape(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
     e->filename = oc_json_escape(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
-    e->qualname_raw = dup_raw(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
-    e->filename_raw = dup_raw(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
+    e->qualname_raw = oc_dup_raw(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
+    e->filename_raw = oc_dup_raw(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
     e->firstlineno = co->co_firstlineno;
     e->nunits = (uint32_t)(PyBytes_GET_SIZE(bc) / 2);
     e->code = malloc((size_t)e->nunits * 2 + 1);
@@ -247,7 +248,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         free(e->lines);
         memset(e, 0, sizeof *e);
         ex->flags = CF_EXCLUDED;
-        set_internal_error("out of memory registering a code object");
+        oc_internal_error("out of memory registering a code object");
         return ex;
     }
     e->code_obj = Py_NewRef((PyObject *)co);

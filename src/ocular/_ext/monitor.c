@@ -37,13 +37,6 @@ static PyTypeObject CallbackType = {
     .tp_doc = "A sys.monitoring callback implemented in C by Ocular.",
 };
 
-static void internal_error(const char *msg) {
-    if (!S.internal_error) {
-        S.internal_error = 1;
-        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
-    }
-}
-
 static __attribute__((noinline)) oc_codeextra *lookup_slow(PyObject *code) {
     if (!S.active || !PyCode_Check(code))
         return NULL;
@@ -197,7 +190,7 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
         if (UNLIKELY(!hits)) {
             hits = oc_code_counters(ex, 0);
             if (!hits) {
-                internal_error("out of memory for jump counters");
+                oc_internal_error("out of memory for jump counters");
                 RETURN_NONE;
             }
         }
@@ -239,7 +232,7 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
         if (UNLIKELY(!hits)) {
             hits = oc_code_counters(ex, 1);
             if (!hits) {
-                internal_error("out of memory for instruction counters");
+                oc_internal_error("out of memory for instruction counters");
                 RETURN_NONE;
             }
         }

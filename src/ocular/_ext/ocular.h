@@ -203,6 +203,8 @@ static inline oc_codeent *oc_code_entry(uint32_t id) {
     return &S.pages[id >> OC_PAGE_BITS][id & (OC_PAGE_SIZE - 1)];
 }
 char *oc_json_escape(const char *s, Py_ssize_t n);
+char *oc_dup_raw(const char *s, Py_ssize_t n);     /* NUL-terminated copy of n bytes */
+void oc_internal_error(const char *msg);           /* first failure wins; reported at stop */
 uint32_t *oc_code_counters(oc_codeextra *ex, int insn);  /* lazily allocated; NULL on failure */
 
 /* buffer.c */
