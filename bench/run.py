@@ -61,11 +61,13 @@ def resolve_python(spec: str | None) -> str:
         return sys.executable
     if os.sep in spec or os.path.exists(spec):
         return os.path.abspath(spec)
+
     def patch(path):
         m = re.search(r"/versions/\d+\.\d+\.(\d+)/", path)
         return int(m.group(1)) if m else -1
 
-    cands = sorted(glob.glob("/root/.pyenv/versions/{0}.*/bin/python{0}".format(spec)), key=patch)
+    pyenv = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    cands = sorted(glob.glob("{0}/versions/{1}.*/bin/python{1}".format(pyenv, spec)), key=patch)
     if cands:
         return cands[-1]
     found = shutil.which("python" + spec)
@@ -237,7 +239,8 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", "-c", default=None,
                     help="comma-separated subset of: " + ",".join(CONFIGS))
     ap.add_argument("--python", default=None,
-                    help="interpreter for the children: X.Y (pyenv/PATH lookup) or a path "
+                    help="interpreter for the children: X.Y ($PYENV_ROOT/versions/X.Y.*, then "
+                         "pythonX.Y on PATH) or a path "
                          "(default: the one running this)")
     ap.add_argument("--no-setup", action="store_true",
                     help="do not create .venv-bench-X.Y if it is missing")

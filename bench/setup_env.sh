@@ -4,8 +4,9 @@
 #
 # usage: bench/setup_env.sh [X.Y | /path/to/python]      (default 3.12)
 #
-# For X.Y the interpreter is looked up as /root/.pyenv/versions/X.Y.*/bin/pythonX.Y
-# (newest patch release wins), falling back to pythonX.Y on PATH.
+# For X.Y the interpreter is looked up as $PYENV_ROOT/versions/X.Y.*/bin/pythonX.Y
+# ($PYENV_ROOT defaults to ~/.pyenv; newest patch release wins), falling back to
+# pythonX.Y on PATH.
 set -euo pipefail
 
 arg="${1:-3.12}"
@@ -16,7 +17,7 @@ py=""
 if [[ "$arg" == */* ]]; then
     py="$arg"
 else
-    for cand in $(ls -d /root/.pyenv/versions/"$arg".*/bin/python"$arg" 2>/dev/null | sort -V); do
+    for cand in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$arg".*/bin/python"$arg" 2>/dev/null | sort -V); do
         py="$cand"
     done
     if [ -z "$py" ]; then
