@@ -15,7 +15,7 @@ endif
 FIRST := $(firstword $(PYTHONS))
 SRC := $(wildcard src/ocular/_ext/*.c src/ocular/_ext/*.h) setup.py
 
-.PHONY: all build example test bench clean check-python
+.PHONY: all build example test test-asan test-valgrind test-stdlib bench clean check-python
 
 all: build
 
@@ -45,6 +45,52 @@ test: build
 	@for v in $(VERSIONS); do \
 	  echo "== tests on Python $$v"; \
 	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q tests || exit 1; \
+	done
+
+# ---- sanitizers (issue 8) -------------------------------------------------------------------------
+# test-asan: the extension built with AddressSanitizer + UndefinedBehaviorSanitizer into build/asan-X.Y
+# (a copy of the package; the in-place .so is untouched), then a subset of the tests against it with
+# the sanitizer runtimes preloaded into pyenv's Python (and every interpreter the tests start).
+# Leak detection is off (CPython keeps memory until exit by design); any other report fails the run.
+SAN_CC ?= gcc
+SAN_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+              -fno-sanitize-recover=undefined -Wall -Wextra -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -pthread
+ASAN_TESTS ?= tests/test_report.py tests/test_api.py tests/test_stress.py
+ASAN_K ?= not cli
+ASAN_ENV = LD_PRELOAD="$$($(SAN_CC) -print-file-name=libasan.so) $$($(SAN_CC) -print-file-name=libubsan.so)" \
+           ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98 PYTHONMALLOC=malloc
+
+# build/san-X.Y/ocular: the package sources plus _ocular built by $(SAN_CC) with $(1) (one python: $(2))
+define san_build
+	d=build/san-$$v; rm -rf $$d; mkdir -p $$d && cp -r src/ocular $$d/ && rm -f $$d/ocular/*.so && \
+	inc=$$($(2) -c 'import sysconfig; print(sysconfig.get_paths()["include"])') && \
+	suf=$$($(2) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') && \
+	$(SAN_CC) $(1) -I$$inc src/ocular/_ext/*.c -o $$d/ocular/_ocular$$suf
+endef
+
+test-asan: build
+	@for v in $(VERSIONS); do \
+	  echo "== ASan+UBSan tests on Python $$v"; \
+	  $(call san_build,$(SAN_CFLAGS),.venv-$$v/bin/python) || exit 1; \
+	  $(ASAN_ENV) OCULAR_TEST_SRC=$$PWD/$$d PYTHONPATH=$$PWD/$$d \
+	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_K)" || exit 1; \
+	done
+
+# test-valgrind: memcheck over the traced programs of a few stress tests (pytest itself runs natively;
+# conftest.python_cmd() starts each test interpreter under $(VALGRIND)).  PYTHONMALLOC=malloc lets
+# memcheck see every Python allocation; tests/valgrind-python.supp silences CPython's own noise.
+VALGRIND ?= valgrind
+VALGRIND_TESTS ?= tests/test_stress.py
+VALGRIND_K ?= threads_with or fork or limit and 1000 or 64k and adaptive or unhandled or sys_exit or full_file or random or non_utf8
+VALGRIND_CMD = $(VALGRIND) -q --error-exitcode=97 --suppressions=$(CURDIR)/tests/valgrind-python.supp
+
+test-valgrind: build
+	@command -v $(VALGRIND) >/dev/null || { echo "error: valgrind not found (apt-get install valgrind)"; exit 1; }
+	@for v in $(VERSIONS); do \
+	  echo "== valgrind memcheck on Python $$v"; \
+	  PYTHONMALLOC=malloc OCULAR_STRESS_SCALE=0.1 OCULAR_TEST_WRAPPER="$(VALGRIND_CMD)" PYTHONPATH=src \
+	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(VALGRIND_TESTS) -k "$(VALGRIND_K)" || exit 1; \
 	done
 
 bench: build

@@ -3,6 +3,7 @@
 import collections
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,15 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(ROOT, "src")
+# the directory holding the `ocular` package the subprocesses import; `make test-asan` points it at a copy
+# of the package built with the sanitizers
+SRC = os.environ.get("OCULAR_TEST_SRC") or os.path.join(ROOT, "src")
+
+
+def python_cmd():
+    """The command that starts a test interpreter: this one, under $OCULAR_TEST_WRAPPER when it is set
+    (`make test-valgrind` runs the traced programs under valgrind that way)."""
+    return shlex.split(os.environ.get("OCULAR_TEST_WRAPPER", "")) + [sys.executable]
 
 
 def run_py(code, *args, cwd=None, env=None, timeout=120, check=True):
@@ -19,7 +28,7 @@ def run_py(code, *args, cwd=None, env=None, timeout=120, check=True):
     e["PYTHONPATH"] = SRC + os.pathsep + e.get("PYTHONPATH", "")
     if env:
         e.update(env)
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd, env=e,
+    p = subprocess.run([*python_cmd(), "-c", textwrap.dedent(code), *args], cwd=cwd, env=e,
                        capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}")
