@@ -37,7 +37,7 @@ def build_parser():
                    help="trace file (default: %(default)s)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--usdt", action="store_true",
-                   help="enable the USDT probes (provider 'ocular', for bpftrace, gdb, perf); with "
+                   help="enable the USDT probes (provider 'ocular', for bpftrace and gdb); with "
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")

@@ -1,10 +1,11 @@
-"""USDT probes for bpftrace, SystemTap, gdb and perf: provider ``ocular`` in ``ocular._ocular``.
+"""USDT probes for bpftrace, gdb and other SDT-aware tools: provider ``ocular`` in ``ocular._ocular``.
 
     import ocular.usdt
     ocular.usdt.enable()      # or: python -m ocular --usdt --no-trace-file script.py
 
-then, as root, ``bpftrace -p PID -e 'usdt:LIB:ocular:py_start { @[str(arg0)] = count(); }'`` where LIB is
-``ocular.usdt.library_path()``.  See docs/usdt.md for more.
+then, as root, ``bpftrace -p PID -e 'usdt::ocular:py_start { @[str(arg0)] = count(); }'``.  The probes live
+in ``ocular.usdt.library_path()`` (``usdt:LIB:ocular:py_start`` without ``-p``); a sample call-tree script
+is at ``ocular.usdt.script_path("calltree")``.  See docs/usdt.md for more.
 
 Zero cost until a tracer attaches: each probe has a semaphore that the tracer increments when it
 attaches.  ``enable()`` starts a thread that checks the semaphores every 10 ms (environment variable
@@ -12,8 +13,11 @@ attaches.  ``enable()`` starts a thread that checks the semaphores every 10 ms (
 set of attached probes changes does it take the GIL and set exactly the sys.monitoring events those
 probes need, on a tool id of its own named ``"ocular-usdt"`` (the first free of 2, 3, 4, 5, 1, 0, taken
 when the first probe attaches and given back when the last one detaches).  So with nothing attached
-no callback is registered and no event is enabled; events fired in the first poll interval after an
-attach are not seen.  This is independent of ``ocular.start_tracing()`` and of cProfile.
+no callback is registered and no event is enabled.  Events fired in the first poll interval after an
+attach are not seen unless the program waits for its tracer (``OCULAR_USDT_WAIT`` seconds or
+``enable(wait=...)``, ``wait_for_tracer()``).  This is independent of ``ocular.start_tracing()`` and of
+cProfile (which insists on tool id 2: start it before a tracer attaches).  A forked child restarts the
+poller.
 
 Probes (arguments are stable; strings are NUL-terminated UTF-8):
 
@@ -41,7 +45,7 @@ Probes (arguments are stable; strings are NUL-terminated UTF-8):
   ``__name__`` for builtins and method descriptors, the type's name for classes and other callables.
   Computed without calling into Python (no repr()).  For ``raise``: the exception's type name.
 
-The strings are valid only while the probe fires: copy them (``str(arg0)``) rather than keep pointers.
+The strings live as long as their code object: copy them (``str(arg0)``) rather than keep pointers.
 """
 
 import atexit
@@ -50,8 +54,7 @@ import os
 from . import _ocular
 
 __all__ = ["enable", "disable", "available", "reason", "status", "is_enabled", "wait_for_tracer", "library_path",
-           "script_path",
-           "PROBES", "PROVIDER"]
+           "script_path", "PROBES", "PROVIDER"]
 
 PROVIDER = "ocular"
 PROBES = ("py_start", "py_resume", "py_return", "py_yield", "py_unwind", "call", "line", "raise")
@@ -125,8 +128,8 @@ def enable(poll_ms=None, wait=None):
     wait: seconds to block until a tracer has attached (see ``wait_for_tracer()``), so that a program
     started before its tracer loses no event; default from OCULAR_USDT_WAIT, else no waiting.
 
-    Returns True if a tracer is attached when enable() returns.  Raises RuntimeError if the probes are
-    not available (``reason()`` says why), ValueError/TypeError for a bad interval or wait (including
+    With a wait, returns True if a tracer attached in time, else False; without, returns None.
+    Raises RuntimeError if the probes are not available (``reason()`` says why), ValueError/TypeError for a bad interval or wait (including
     bad OCULAR_USDT_POLL_MS / OCULAR_USDT_WAIT values); nothing is started in those cases.
     """
     ms = _poll_ms_from_env() if poll_ms is None else _check_poll_ms(poll_ms, "poll_ms")
@@ -137,7 +140,7 @@ def enable(poll_ms=None, wait=None):
     _ocular._usdt_enable(ms)
     if wait:
         return wait_for_tracer(timeout=wait)
-    return bool(_ocular._usdt_info()["applied"])
+    return None
 
 
 def wait_for_tracer(probes=None, timeout=10.0):
@@ -147,6 +150,8 @@ def wait_for_tracer(probes=None, timeout=10.0):
     """
     import time
 
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
     if not _ocular._usdt_info()["enabled"]:
         raise RuntimeError("ocular.usdt: call enable() before wait_for_tracer()")
     if probes is not None:

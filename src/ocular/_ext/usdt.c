@@ -47,7 +47,6 @@
 static const char *const probe_names[N_PROBES] = {
     "py_start", "py_resume", "py_return", "py_yield", "py_unwind", "call", "line", "raise",
 };
-enum { P_START, P_RESUME, P_RETURN, P_YIELD, P_UNWIND, P_CALL, P_LINE, P_RAISE };
 
 #ifdef OC_USDT
 #define _SDT_HAS_SEMAPHORES 1
@@ -99,7 +98,7 @@ static struct {
     unsigned long changes;     /* (GIL) applied changes, for status() */
     char error[256];           /* (GIL) last failure, "" if none */
     PyObject *monitoring;      /* (GIL) sys.monitoring */
-    long ev_bit[N_PROBES][2];  /* event bits per probe */
+    long ev_bit[N_PROBES][2];  /* the sys.monitoring event bits each probe needs (probe_events) */
     PyObject *callbacks;       /* (GIL) {event name: callback} */
     int extra_index;           /* co_extra index of the per-code name cache; -1 until requested */
 } U = {.tool_id = -1, .extra_index = -1};

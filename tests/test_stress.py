@@ -1,0 +1,658 @@
+"""Stress and failure-mode tests: concurrency, fork, abnormal exits, extreme code shapes, a full disk and
+argument fuzzing.
+
+Every scenario runs in its own interpreter (conftest.run_py) with a timeout, so a crash or a hang fails
+the test instead of taking pytest down.  Each test says what it expects in its docstring and checks it.
+`make test-asan` and `make test-valgrind` run this file under the sanitizers (see the Makefile);
+OCULAR_STRESS_SCALE (default 1) scales the iteration counts down for those slow runs.
+"""
+
+import errno
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import SRC, check_balanced, load_trace, names, python_cmd, run_py
+
+SCALE = float(os.environ.get("OCULAR_STRESS_SCALE", "1"))
+# Under valgrind/ASan everything is 10-50x slower: generous timeouts, the scale shrinks the work.
+TIMEOUT = 600 if os.environ.get("OCULAR_TEST_WRAPPER") or os.environ.get("LD_PRELOAD") else 120
+
+
+def scaled(n, minimum=1):
+    return max(minimum, int(n * SCALE))
+
+
+def leftovers(directory):
+    """Temporary trace files (<output>.<pid>.tmp) left in a directory."""
+    return sorted(glob.glob(os.path.join(str(directory), "*.tmp")))
+
+
+# ---------------------------------------------------------------------------------------------
+# threads: 16 threads calling, raising and yielding while another thread starts and stops tracing
+
+CHURN = r"""
+import os, random, sys, threading, time
+import ocular
+
+out_dir, sessions = sys.argv[1], int(sys.argv[2])
+sys.setswitchinterval(0.0005)  # 10x more thread switches: more interleavings, and the controller gets the GIL
+stop = threading.Event()
+errors = []
+
+def gen(n):
+    for i in range(n):
+        try:
+            yield i
+        except KeyError:
+            yield -1
+
+def raiser(i):
+    if i % 3 == 0:
+        raise ValueError(i)
+    return i
+
+def nested(d):
+    return d if d == 0 else nested(d - 1) + 1
+
+def work(k):
+    try:
+        rounds = 0
+        while not stop.is_set():
+            total = 0
+            for i in range(40):
+                try:
+                    total += raiser(i)
+                except ValueError:
+                    total -= 1
+            g = gen(10)
+            total += next(g) + g.throw(KeyError()) + sum(g)   # PY_YIELD, PY_THROW, PY_RESUME
+            total += nested(k % 7 + 3)
+            rounds += 1
+            if k % 4 == 0 and rounds % 5 == 0:                 # short-lived threads come and go
+                t = threading.Thread(target=nested, args=(3,), name=f"short-{k}")
+                t.start()
+                t.join()
+    except BaseException as e:
+        errors.append(f"worker {k}: {e!r}")
+
+results = []
+def controller():
+    try:
+        rnd = random.Random(8)
+        for i in range(sessions):
+            ocular.start_tracing(mode=("adaptive", "precise")[i % 2], deinstrument_threshold=(0, 1, 500)[i % 3],
+                                 output=os.path.join(out_dir, f"t{i:03d}.json"), report=False)
+            time.sleep(0.002 + rnd.random() * 0.02)
+            res = ocular.stop_tracing()
+            results.append(res)
+            time.sleep(rnd.random() * 0.005)
+    except BaseException as e:
+        errors.append(f"controller: {e!r}")
+
+workers = [threading.Thread(target=work, args=(k,), name=f"worker-{k}") for k in range(16)]
+for t in workers:
+    t.start()
+ctl = threading.Thread(target=controller, name="controller")
+ctl.start()
+ctl.join()
+stop.set()
+for t in workers:
+    t.join()
+assert not errors, errors
+assert not ocular.is_tracing()
+assert "ocular" not in [sys.monitoring.get_tool(i) for i in range(6)]
+print("sessions", len(results), "events", sum(r["events"] for r in results))
+"""
+
+
+def test_threads_with_tracing_started_and_stopped_50_times(tmp_path):
+    """16 threads call, raise and yield (and spawn short-lived threads) while a controller thread starts
+    and stops tracing 50 times (adaptive/precise, threshold 0/1/500).  Expect: no crash, no worker error,
+    50 trace files, each valid JSON with balanced, monotonic slices per tid, worker threads named,
+    and no temporary file left."""
+    sessions = scaled(50, 5)
+    p = run_py(CHURN, str(tmp_path), str(sessions), timeout=TIMEOUT)
+    assert f"sessions {sessions}" in p.stdout, p.stdout + p.stderr
+    files = sorted(glob.glob(str(tmp_path / "t*.json")))
+    assert len(files) == sessions
+    named = set()
+    for f in files:
+        data = load_trace(f)
+        check_balanced(data["traceEvents"])
+        named |= {e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "thread_name"}
+    assert any(n.startswith("worker-") for n in named), named
+    assert not leftovers(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# fork
+
+FORK = r"""
+import json, os, sys, threading, time
+import ocular
+
+out = sys.argv[1]
+ocular.start_tracing(output=out, deinstrument_threshold=1000, report=False)  # keeps the parent's trace small
+stop = threading.Event()
+
+def parent_work():
+    return sum(i * i for i in range(50))
+
+def child_work(n):
+    total = 0
+    for i in range(200):
+        total += child_leaf(i)
+    return total
+
+def child_leaf(i):
+    return i + 1
+
+def spin():
+    while not stop.is_set():
+        parent_work()
+
+def fork_one(i):
+    pid = os.fork()
+    if pid == 0:
+        child_work(i)
+        sys.exit(0)                 # normal exit: the atexit handler saves the child's trace
+    return pid
+
+children = []
+def fork_from_thread():
+    children.append(fork_one(99))   # fork from a non-main thread while others run
+
+threads = [threading.Thread(target=spin, name=f"spin-{k}") for k in range(4)]
+for t in threads:
+    t.start()
+for i in range(4):
+    time.sleep(0.01)
+    children.append(fork_one(i))
+ft = threading.Thread(target=fork_from_thread, name="forker")
+ft.start()
+ft.join()
+for pid in children:
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, (pid, status)
+stop.set()
+for t in threads:
+    t.join()
+res = ocular.stop_tracing()
+print(json.dumps({"parent": os.getpid(), "children": children}))
+"""
+
+
+def test_fork_in_threaded_program(tmp_path):
+    """A traced program with 4 busy threads forks 4 children from the main thread and one from another
+    thread.  Expect: every child exits 0 and leaves trace.<pid>.json (valid, balanced, holding its own
+    pid and child_work/child_leaf but none of the parent's threads); the parent's trace.json is valid,
+    balanced, has no child_work; no temporary files are left."""
+    out = tmp_path / "trace.json"
+    p = run_py(FORK, str(out), timeout=TIMEOUT)
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    parent = load_trace(str(out))
+    check_balanced(parent["traceEvents"])
+    pnames = names(parent["traceEvents"])
+    assert "parent_work" in pnames and "child_work" not in pnames
+    assert {e["pid"] for e in parent["traceEvents"]} == {info["parent"]}
+    assert len(info["children"]) == 5
+    for pid in info["children"]:
+        data = load_trace(str(tmp_path / f"trace.{pid}.json"))
+        check_balanced(data["traceEvents"])
+        cnames = names(data["traceEvents"])
+        assert "child_work" in cnames and cnames.count("child_leaf") == 200, cnames[:20]
+        assert {e["pid"] for e in data["traceEvents"]} == {pid}
+        assert "parent_work" not in cnames  # the parent's pending events were dropped in the child
+    assert not leftovers(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# abnormal endings
+
+WORK = r"""
+import os, sys, threading
+import ocular
+
+def leaf(i):
+    return i * 2
+
+def work(n):
+    return sum(leaf(i) for i in range(n))
+"""
+
+
+def test_os_exit_leaves_no_final_file(tmp_path):
+    """os._exit() skips atexit, so the session is never stopped.  Expect (documented in the README's
+    Guarantees): the exit status is the one given, nothing exists under the final name, and the
+    temporary file <output>.<pid>.tmp is left, holding at most a prefix of the JSON the writer had
+    flushed (possibly nothing)."""
+    out = tmp_path / "trace.json"
+    code = WORK + r"""
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+work(20000)
+print(os.getpid(), flush=True)
+os._exit(7)
+"""
+    p = run_py(code, str(out), timeout=TIMEOUT, check=False)
+    assert p.returncode == 7, p.stderr
+    pid = int(p.stdout.split()[0])
+    assert not out.exists()
+    tmp = tmp_path / f"trace.json.{pid}.tmp"
+    assert tmp.exists()
+    head = tmp.read_bytes()[:16]
+    assert b'{"traceEvents":['.startswith(head) or head.startswith(b'{"traceEvents":[')
+
+
+SIGTERM_LOOP = WORK + r"""
+import time
+out = sys.argv[1]
+print("ready", os.getpid(), flush=True)
+while True:                          # sessions back to back, all saved under the same final name
+    ocular.start_tracing(output=out, deinstrument_threshold=0, report=False)
+    work(3000)
+    ocular.stop_tracing()
+"""
+
+
+def test_sigterm_never_leaves_a_half_written_final_file(tmp_path):
+    """A program that traces session after session into one output is killed by SIGTERM (default
+    handler) at several moments.  Expect: it dies by the signal (exit status -SIGTERM); the final name
+    either does not exist or holds a complete trace from an earlier session (valid JSON, balanced),
+    never a truncated one: the rename at stop is atomic.  The temporary file of the interrupted session
+    may remain (documented)."""
+    rnd = random.Random(15)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for run in range(scaled(6, 2)):
+        out = tmp_path / f"run{run}" / "trace.json"
+        out.parent.mkdir()
+        proc = subprocess.Popen([*python_cmd(), "-c", SIGTERM_LOOP, str(out)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = proc.stdout.readline()
+            assert line.startswith("ready"), line + proc.stderr.read()
+            time.sleep(0.05 + rnd.random() * 0.5)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == -signal.SIGTERM, proc.stderr.read()
+        proc.stdout.close()
+        proc.stderr.close()
+        for f in os.listdir(out.parent):
+            assert f == "trace.json" or f.endswith(".tmp"), f
+        if out.exists():
+            check_balanced(load_trace(str(out))["traceEvents"])
+
+
+def test_unhandled_exception_saves_the_trace(tmp_path):
+    """An uncaught exception ends a traced program (no stop_tracing call).  Expect: exit status 1, the
+    traceback on stderr, and a complete trace under the final name written by the atexit handler,
+    balanced, with the raising functions in it; no temporary file."""
+    out = tmp_path / "trace.json"
+    code = WORK + r"""
+def outer():
+    work(10)
+    inner()
+
+def inner():
+    raise KeyError("boom")
+
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+outer()
+"""
+    p = run_py(code, str(out), timeout=TIMEOUT, check=False)
+    assert p.returncode == 1
+    assert "KeyError: 'boom'" in p.stderr
+    data = load_trace(str(out))
+    check_balanced(data["traceEvents"])
+    n = names(data["traceEvents"])
+    assert "outer" in n and "inner" in n and n.count("leaf") == 10
+    assert not leftovers(tmp_path)
+
+
+def test_sys_exit_inside_traced_function(tmp_path):
+    """sys.exit(3) deep inside traced functions, with a daemon thread still running Python code while the
+    interpreter exits.  Expect: exit status 3 and a complete, balanced trace under the final name (the
+    atexit handler stops the session while the daemon thread runs) with every frame closed."""
+    out = tmp_path / "trace.json"
+    code = WORK + r"""
+import time
+def spinner():
+    while True:
+        work(5)
+
+def level1():
+    level2()
+
+def level2():
+    work(10)
+    sys.exit(3)
+
+threading.Thread(target=spinner, daemon=True, name="daemon-spinner").start()
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+time.sleep(0.02)
+level1()
+"""
+    p = run_py(code, str(out), timeout=TIMEOUT, check=False)
+    assert p.returncode == 3, p.stderr
+    data = load_trace(str(out))
+    slices = check_balanced(data["traceEvents"])
+    n = names(data["traceEvents"])
+    assert "level1" in n and "level2" in n
+    main = [s for sl in slices.values() for s in sl if s[0] in ("level1", "level2")]
+    assert len(main) == 2
+    assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("limit", [1000, 20000])
+def test_recursion_to_the_limit(tmp_path, limit):
+    """Unbounded recursion hits the recursion limit (default 1000 and raised to 20000); RecursionError is
+    caught.  Expect: the trace is balanced and the recursive function's slices nest almost to the limit
+    (every frame gets its begin and its end, closed by PY_UNWIND), and the program goes on."""
+    out = tmp_path / "trace.json"
+    code = WORK + r"""
+sys.setrecursionlimit(int(sys.argv[2]))
+def down(n):
+    return down(n + 1)
+
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+try:
+    down(0)
+except RecursionError:
+    print("caught")
+work(10)
+ocular.stop_tracing()
+"""
+    p = run_py(code, str(out), str(limit), timeout=TIMEOUT)
+    assert "caught" in p.stdout
+    data = load_trace(str(out))
+    slices = check_balanced(data["traceEvents"])
+    downs = [s for sl in slices.values() for s in sl if s[0] == "down"]
+    assert limit - 60 <= len(downs) <= limit
+    assert max(s[3] for s in downs) >= limit - 60  # nesting depth of the deepest one
+    assert names(data["traceEvents"]).count("leaf") == 10
+
+
+def test_non_utf8_output_path_and_script_name(tmp_path):
+    """The output directory, the output file and the script have names that are not UTF-8 (legal on
+    Linux; Python sees them as lone surrogates).  Expect: the trace is saved under exactly that path,
+    stop_tracing() returns it as the same str, and the file is valid UTF-8 JSON (the process name shows
+    the odd byte escaped)."""
+    base = os.fsencode(str(tmp_path))
+    d = os.path.join(base, b"d\xff")
+    os.mkdir(d)
+    script = os.path.join(d, b"s\xfe.py")
+    with open(script, "w") as f:
+        f.write(WORK + "ocular.start_tracing(output=sys.argv[1], report=False)\nwork(5)\n"
+                       "res = ocular.stop_tracing()\nassert res.output == sys.argv[1], res.output\n")
+    out = os.path.join(d, b"t\xfd.json")
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([*python_cmd(), script, out], env=env, capture_output=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    assert os.listdir(d) == [b"s\xfe.py", b"t\xfd.json"] or sorted(os.listdir(d)) == [b"s\xfe.py", b"t\xfd.json"]
+    with open(out, "rb") as f:
+        data = json.loads(f.read().decode("utf-8"))  # strict: any raw byte would fail here
+    check_balanced(data["traceEvents"])
+    assert names(data["traceEvents"]).count("leaf") == 5
+    pname = [e["args"]["name"] for e in data["traceEvents"] if e.get("name") == "process_name"]
+    assert pname and "\\udcfe" in pname[0], pname
+
+
+# ---------------------------------------------------------------------------------------------
+# a function with more than 64 KiB of bytecode and a loop jumping back over more than 32 KiB
+
+BIG = r"""
+import dis, json, sys
+import ocular
+
+mode, pre, body = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+src = ["def big(n):", "    x = 0", "    y = 0"]
+src += [f"    x = x + {i % 7}" for i in range(pre)]          # pushes the loop past 32 KiB
+src.append("    for i in range(n):")
+loop_line = len(src)
+src += [f"        if x > {i}: y = y + 1" for i in range(body)]  # far BRANCHes, and a long loop body
+src.append("        x = x + 0")                                 # one backward jump, at the end
+src.append("    return x + y")
+ns = {}
+exec(compile("\n".join(src), "<big>", "exec"), ns)
+big = ns["big"]
+co = big.__code__
+back = [i for i in dis.get_instructions(co) if i.opname.startswith("JUMP_BACKWARD")]
+assert len(back) == 1, back
+target = back[0].argval
+info = {"size": len(co.co_code), "src": back[0].offset, "target": target, "line": loop_line}
+ocular.start_tracing(mode=mode, deinstrument_threshold=0, output=sys.argv[1], report=False)
+big(5)
+res = ocular.stop_tracing()
+text = ocular.last_report().format()
+info["report_loops"] = [(lp["offset"], lp["end_offset"]) for lp in res["report"].to_dict()["loops"]
+                       if lp["function"] == "big"]
+info["report_has_big"] = "big" in text
+print(json.dumps(info))
+"""
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "precise"])
+def test_function_with_more_than_64k_of_bytecode(tmp_path, mode):
+    """A generated function of > 64 KiB of bytecode whose loop starts past 32 KiB and whose backward jump
+    spans > 32 KiB: its JUMP/BRANCH records take the two-record FAR form.  Expect: in adaptive mode one
+    loop instant per iteration after the first (4 for 5 iterations), each at the loop's target offset
+    (> 32 KiB, inside the code) and the `for` line; the report has the loop with its far offsets; the
+    trace is balanced."""
+    out = tmp_path / "trace.json"
+    p = run_py(BIG, str(out), mode, "4000", "2000", timeout=TIMEOUT)
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["size"] > 65536
+    assert info["target"] > 32768 and info["src"] - info["target"] > 32768, info
+    data = load_trace(str(out))
+    check_balanced(data["traceEvents"])
+    assert names(data["traceEvents"]).count("big") == 1
+    loops = [e for e in data["traceEvents"] if e.get("cat") == "loop"]
+    if mode == "adaptive":
+        assert len(loops) == 4, loops
+        for e in loops:
+            assert e["args"]["offset"] == info["target"] < info["size"]
+            assert e["args"]["line"] == info["line"]
+            assert e["args"]["instructions"] > 2000
+        assert info["report_has_big"]
+        assert [info["target"], info["src"]] in info["report_loops"], info
+    for e in loops:  # precise mode reports loop instants too when it sees them: same invariants
+        assert 0 <= e["args"]["offset"] < info["size"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 100,000 distinct code objects
+
+MANY = r"""
+import json, sys
+import ocular
+
+n = int(sys.argv[2])
+ocular.start_tracing(output=sys.argv[1], report=False)
+ns = {}
+for b in range(0, n, 50):                 # 50 functions (every 10th a class with a method) per module
+    src = []
+    for i in range(b, min(b + 50, n)):
+        if i % 10 == 0:
+            src.append(f"class C{i}:\n    def m(self):\n        return {i}\nr = C{i}().m()")
+        else:
+            src.append(f"def f{i}(x):\n    return x + {i}\nr = f{i}(1)")
+    exec(compile("\n".join(src), f"<gen-{b}>", "exec"), ns)
+res = ocular.stop_tracing()
+print(json.dumps({"codes": res["codes"], "events": res["events"]}))
+"""
+
+
+def test_100k_distinct_code_objects(tmp_path):
+    """100,000 generated functions and methods (every 10th a class with a method), 50 per generated
+    module, each called once: about 112,000 code objects, all traced in one session.  Expect: the session's `codes` >= 100,000, the
+    trace is valid and balanced, and every generated function's call is in it."""
+    n = scaled(100000, 2000)
+    out = tmp_path / "trace.json"
+    p = run_py(MANY, str(out), str(n), timeout=TIMEOUT * 2)
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    assert res["codes"] >= n, res
+    data = load_trace(str(out))
+    check_balanced(data["traceEvents"])
+    b = [e for e in data["traceEvents"] if e["ph"] == "B"]
+    assert sum(1 for e in b if e["name"].startswith("f")) == n - (n + 9) // 10
+    assert sum(1 for e in b if e["name"].endswith(".m")) == (n + 9) // 10
+
+
+# ---------------------------------------------------------------------------------------------
+# a full disk
+
+FULL = WORK + r"""
+import errno
+full, ok = sys.argv[1], sys.argv[2]
+ocular.start_tracing(output=full, deinstrument_threshold=0, report=False)
+work(100000)                          # ~200,000 slices: megabytes of JSON for a 256 KiB file system
+try:
+    ocular.stop_tracing()
+    print("no error")
+except OSError as e:
+    print("OSError", e.errno, e)
+assert not ocular.is_tracing()
+ocular.start_tracing(output=ok, report=False)   # the process goes on, and so does tracing
+work(10)
+ocular.stop_tracing()
+print("alive")
+"""
+
+
+def test_trace_on_a_full_file_system(tmp_path):
+    """The trace goes to a 256 KiB tmpfs and outgrows it.  Expect: stop_tracing() raises OSError with
+    errno ENOSPC and a message naming the cause; nothing is left on the small file system (no final
+    name, no temporary file); the process continues and a following session works."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
+        print(reason)
+        pytest.skip(reason)
+    try:
+        ok = tmp_path / "ok.json"
+        p = run_py(FULL, str(small / "trace.json"), str(ok), timeout=TIMEOUT)
+        assert f"OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
+        assert "No space left on device" in p.stdout
+        assert "alive" in p.stdout
+        assert os.listdir(small) == []
+        check_balanced(load_trace(str(ok))["traceEvents"])
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# random arguments
+
+FUZZ = r"""
+import math, os, pathlib, random, sys
+import ocular
+from ocular import _ocular
+
+rnd = random.Random(int(sys.argv[1]))
+per_param = int(sys.argv[2])
+os.chdir(sys.argv[3])                 # relative random paths land in the test's directory
+
+class PathLike:
+    def __init__(self, v):
+        self.v = v
+    def __fspath__(self):
+        return self.v
+
+class Weird:
+    def __index__(self):
+        return 3
+    def __bool__(self):
+        raise ZeroDivisionError("no truth")
+
+def rstr():
+    alphabet = "abc./_-*?[]\\\x00\udc80\ud800é€ \t\n"
+    k = rnd.choice([0, 1, 3, 10, 300])
+    return "".join(rnd.choice(alphabet) for _ in range(k))
+
+def rvalue(depth=0):
+    kind = rnd.randrange(18)
+    if kind == 0: return None
+    if kind == 1: return rnd.choice([True, False])
+    if kind == 2: return rnd.randint(-10, 10)
+    if kind == 3: return rnd.choice([2**31, 2**32, 2**32 - 16, 2**63, 2**64 + 1, -2**63, 2**100])
+    if kind == 4: return rnd.choice([0.0, -1.5, 3.0, math.nan, math.inf])
+    if kind == 5: return rstr()
+    if kind == 6: return rstr().encode("utf-8", "surrogatepass")
+    if kind == 7: return rnd.choice(["adaptive", "precise", "json", "perfetto", "text", "t.json",
+                                     "t.pftrace", "sub/t.json", ".", "", "/", "/proc/t.json"])
+    if kind in (8, 9) and depth < 2: return [rvalue(depth + 1) for _ in range(rnd.randrange(4))]
+    if kind == 10 and depth < 2: return tuple(rstr() for _ in range(rnd.randrange(4)))
+    if kind == 11: return {rstr(): rvalue(depth + 1)} if depth < 2 else {}
+    if kind == 12: return object()
+    if kind == 13: return pathlib.Path(rstr() or "p.json")
+    if kind == 14: return PathLike(rnd.choice([rstr(), b"x.json", 5, None]))
+    if kind == 15: return Weird()
+    if kind == 16: return rnd.choice([int, str, len, ValueError])
+    return rnd.randint(0, 5)
+
+VALID = dict(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None, include_only=None,
+             output="fuzz.json", tool_id=None, format=None, report=False)
+GOOD = dict(mode=["adaptive", "precise"], perfetto=[True, False], deinstrument_threshold=[0, 1, 500, 2**32 - 16],
+            exclude=[None, [], ["zzz"], ("*.py",)], include_only=[None, ["<string>", "fuzz"]],
+            output=["f.json", "g.pftrace", pathlib.Path("h.json"), PathLike("i.json")],
+            tool_id=[None, 2, 3, 4, 5], format=[None, "json", "perfetto"], report=[True, False, "text", "json"])
+ALLOWED = (TypeError, ValueError, OSError, RuntimeError)
+
+def value(name):
+    return rnd.choice(GOOD[name]) if rnd.random() < 0.3 else rvalue()   # valid values are rare at random
+
+def work():
+    return sum(i * 2 for i in range(30))
+
+counts = {"started": 0, "refused": 0}
+def attempt(kwargs):
+    try:
+        ocular.start_tracing(**kwargs)
+    except ALLOWED as e:
+        counts["refused"] += 1
+        assert not ocular.is_tracing() and not _ocular._is_active(), (kwargs, e)
+    else:
+        counts["started"] += 1
+        assert ocular.is_tracing()
+        work()
+        try:
+            ocular.stop_tracing()
+        except OSError:
+            pass
+    assert not ocular.is_tracing() and not _ocular._is_active(), kwargs
+    assert "ocular" not in [sys.monitoring.get_tool(i) for i in range(6)], kwargs
+
+for name in VALID:
+    for _ in range(per_param):
+        attempt(dict(VALID, **{name: value(name)}))
+for _ in range(per_param):                       # everything random at once
+    attempt({name: value(name) for name in VALID if rnd.random() < 0.7})
+print("counts", counts["started"], counts["refused"])
+"""
+
+
+def test_start_tracing_random_arguments(tmp_path):
+    """Hundreds of random values of random types for each start_tracing parameter, one parameter at a
+    time and all at once (in one process).  Expect: every call either starts and then stops cleanly, or
+    raises TypeError, ValueError, OSError or RuntimeError; never a crash or another exception, and
+    tracing is never left on nor a tool id held."""
+    per_param = scaled(300, 30)
+    work_dir = tmp_path / "cwd"
+    work_dir.mkdir()
+    p = run_py(FUZZ, "1669", str(per_param), str(work_dir), timeout=TIMEOUT)
+    started, refused = map(int, p.stdout.split("counts")[-1].split())
+    assert started + refused == per_param * 10
+    assert started > per_param * 2 and refused > per_param * 2  # both outcomes well exercised
