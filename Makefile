@@ -47,8 +47,8 @@ test: build
 	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q tests || exit 1; \
 	done
 
-# ---- sanitizers (issue 8) -------------------------------------------------------------------------
-# test-asan: the extension built with AddressSanitizer + UndefinedBehaviorSanitizer into build/asan-X.Y
+# ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------
+# test-asan: the extension built with AddressSanitizer + UndefinedBehaviorSanitizer into build/san-X.Y
 # (a copy of the package; the in-place .so is untouched), then a subset of the tests against it with
 # the sanitizer runtimes preloaded into pyenv's Python (and every interpreter the tests start).
 # Leak detection is off (CPython keeps memory until exit by design); any other report fails the run.
@@ -92,6 +92,16 @@ test-valgrind: build
 	  echo "== valgrind memcheck on Python $$v"; \
 	  PYTHONMALLOC=malloc OCULAR_STRESS_SCALE=0.1 OCULAR_TEST_WRAPPER="$(VALGRIND_CMD)" PYTHONPATH=src \
 	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(VALGRIND_TESTS) -k "$(VALGRIND_K)" || exit 1; \
+	done
+
+# test-stdlib: a dozen of CPython's own test modules, untraced and then under `python -m ocular` in
+# both modes: same exit status, same regrtest summary, valid trace (tests/stdlib_compare.py).
+# STDLIB_SET=ci leaves out test_asyncio.test_tasks (what .ci/run uses).
+STDLIB_SET ?= full
+test-stdlib: build
+	@for v in $(VERSIONS); do \
+	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; \
+	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) || exit 1; \
 	done
 
 bench: build

@@ -325,6 +325,11 @@ def test_readelf_lists_probes_and_semaphores():
             assert int(m.group(1), 16) == sema != 0, name
             assert lo <= sema < lo + size, f"{name}: semaphore outside .probes"
             assert n == nargs.get(name, 5), (name, n)
+    # every argument is a register, a register-relative memory operand or a constant: what bpftrace and
+    # gdb can evaluate (not, e.g., a %fs: thread-local operand)
+    for args in re.findall(r"Arguments: ([^\n]*)", notes):
+        for arg in args.split():
+            assert re.fullmatch(r"-?[1248]@(%\w+|-?\d*\(%\w+\)|\$-?\d+)", arg), (arg, args)
 
 
 SIMULATE = """
@@ -809,8 +814,12 @@ def test_gdb_probe_breakpoint_arguments(short_tmp):
         delete
         continue
         """))
-    p = subprocess.run([gdb, "-nx", "-q", "-batch", "-x", cmds, "--args", sys.executable, path],
-                       capture_output=True, env=_env(), timeout=180)
+    env = _env()
+    pre = []
+    if env.get("LD_PRELOAD"):  # e.g. make test-asan: preload the sanitizers into the program, not into gdb
+        pre = ["-ex", f"set environment LD_PRELOAD {env.pop('LD_PRELOAD')}"]
+    p = subprocess.run([gdb, "-nx", "-q", "-batch", *pre, "-x", cmds, "--args", sys.executable, path],
+                       capture_output=True, env=env, timeout=180)
     out = p.stdout.decode("utf-8", "backslashreplace")
     if "ptrace: Operation not permitted" in out + p.stderr.decode(errors="replace"):
         _say_skip("ptrace is not permitted here")

@@ -1,8 +1,8 @@
-/* usdt.c -- USDT (SystemTap SDT) probes in provider `ocular`, for bpftrace, gdb, SystemTap and perf.
+/* usdt.c -- USDT (SystemTap SDT) probes in provider `ocular`, for bpftrace, gdb and other SDT consumers.
  *
  * One job: fire static probes for Python-level events, and cost nothing until a tracer attaches.
- * Each probe has its own semaphore (an unsigned short in section .probes that the kernel, bpftrace,
- * SystemTap or gdb increments when it attaches to the probe).  A poller thread reads the semaphores
+ * Each probe has its own semaphore (an unsigned short in section .probes that the tracer -- for
+ * bpftrace the kernel, through uprobe reference counters -- increments while it is attached).  A poller thread reads the semaphores
  * every OCULAR_USDT_POLL_MS milliseconds (default 10) without the GIL; only when the set of attached
  * probes changes does it take the GIL and adjust a sys.monitoring tool of its own ("ocular-usdt"):
  * the tool id is acquired, the callbacks registered and exactly the needed events set while at least
@@ -181,9 +181,13 @@ static OC_TLS __thread int tls_tid;
 static void fork_child_tid(void) { tls_tid = 0; }
 
 static inline int cur_tid(void) {
-    if (UNLIKELY(!tls_tid))
-        tls_tid = (int)syscall(SYS_gettid);
-    return tls_tid;
+    int t = tls_tid;
+    if (UNLIKELY(!t))
+        t = tls_tid = (int)syscall(SYS_gettid);
+    /* Launder it into a register: otherwise the compiler may hand the probe the TLS variable itself
+     * as a memory operand (%fs:(%rax) at -O1), which bpftrace and gdb cannot evaluate. */
+    __asm__("" : "+r"(t));
+    return t;
 }
 
 static inline int as_int(PyObject *o) {
