@@ -191,9 +191,11 @@ print(json.dumps({"parent": os.getpid(), "children": children}))
 
 def test_fork_in_threaded_program(tmp_path):
     """A traced program with 4 busy threads forks 4 children from the main thread and one from another
-    thread.  Expect: every child exits 0 and leaves trace.<pid>.json (valid, balanced, holding its own
-    pid and child_work/child_leaf but none of the parent's threads); the parent's trace.json is valid,
-    balanced, has no child_work; no temporary files are left."""
+    thread.  The thread-forked child's sys.exit() only ends its thread, and with it the child's last
+    Python thread (no interpreter exit, no atexit): the writer must notice it is alone, save and exit 0
+    (it used to keep that child alive forever).  Expect: every child exits 0 and leaves trace.<pid>.json
+    (valid, balanced, holding its own pid and child_work/child_leaf but none of the parent's threads);
+    the parent's trace.json is valid, balanced, has no child_work; no temporary files are left."""
     out = tmp_path / "trace.json"
     p = run_py(FORK, str(out), timeout=TIMEOUT)
     info = json.loads(p.stdout.strip().splitlines()[-1])
