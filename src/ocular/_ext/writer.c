@@ -314,6 +314,18 @@ static void finish_orphan(void) {
     exit(0);
 }
 
+/* Wait on cond_writer (lock held) for at most `ms` milliseconds; returns pthread_cond_timedwait's code. */
+static int wait_writer_ms(long ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += ms * 1000000L;
+    while (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
+}
+
 static void *writer_main(void *arg) {
     (void)arg;
     int orphaned = 0;
@@ -323,14 +335,7 @@ static void *writer_main(void *arg) {
             if (S.stopping || mono_now_ns() - W.start_ns >= 50000000ull) {
                 oc_clock_calibrate();
             } else {
-                struct timespec dl;
-                clock_gettime(CLOCK_REALTIME, &dl);
-                dl.tv_nsec += 10000000;
-                if (dl.tv_nsec >= 1000000000) {
-                    dl.tv_sec++;
-                    dl.tv_nsec -= 1000000000;
-                }
-                pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
+                wait_writer_ms(10);
                 continue;
             }
         }
@@ -339,14 +344,7 @@ static void *writer_main(void *arg) {
             if (S.stopping)
                 break;
             if (in_fork_child) {
-                struct timespec dl;
-                clock_gettime(CLOCK_REALTIME, &dl);
-                dl.tv_nsec += 200000000;
-                if (dl.tv_nsec >= 1000000000) {
-                    dl.tv_sec++;
-                    dl.tv_nsec -= 1000000000;
-                }
-                if (pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl) == ETIMEDOUT && !S.q_head &&
+                if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head &&
                     !S.stopping && last_thread_left()) {
                     orphaned = 1;
                     W.stop_ticks = oc_now();
