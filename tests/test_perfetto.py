@@ -382,7 +382,8 @@ print(ocular.stop_tracing()["bytes"])
 
 
 def test_bytes_per_event(tmp_path, capsys):
-    """Function events cost about a byte each with compression (target <= 4), ~21 without."""
+    """Function events cost about a byte each with compression (target <= 4), ~24 without (of which 3-4
+    are the packet-sequence id: unique per process, see sink_perfetto.c, so traces merge by concatenation)."""
     n, calls = 22, 57313  # fib(22): 57313 calls, two events each
     sizes = {}
     for label, fmt, env in (("perfetto", "perfetto", None), ("perfetto-raw", "perfetto", {"OCULAR_PERFETTO_DEFLATE": "0"}),
@@ -396,7 +397,7 @@ def test_bytes_per_event(tmp_path, capsys):
     with capsys.disabled():
         print("\nbytes per function event, fib(%d) threshold 0: %s" % (n, {k: round(v, 2) for k, v in sizes.items()}))
     assert sizes["perfetto"] <= 4.0
-    assert sizes["perfetto-raw"] <= 24
+    assert sizes["perfetto-raw"] <= 26
     assert sizes["perfetto"] * 20 < sizes["json"]
 
 

@@ -27,6 +27,7 @@ import opcode
 import os
 import sys
 import threading
+import warnings
 
 from . import _ocular
 
@@ -176,7 +177,12 @@ def _register(tool_id, mode, callbacks):
     mon.set_events(tool_id, mask)
 
 
+_title = None  # set by --follow's boot: the name of a followed process
+
+
 def _process_name():
+    if _title:
+        return _title.encode("utf-8", "backslashreplace").decode("utf-8")
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
     name = f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
     return name.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 script name stays valid text
@@ -250,6 +256,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
 
+    _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
     tid = _acquire_tool(tool_id)
     try:
         tmp = _tmp_name(path) if path else None
@@ -292,10 +299,28 @@ def stop_tracing():
     partial file is removed, never left under the final name).  Internal failures of the engine (for
     instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
+    global _session, _stopping
+    if _session is None:
+        raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
+    _stopping += 1
+    try:
+        return _stop()
+    finally:
+        _stopping -= 1
+        if _term_pending and not _stopping:  # a SIGTERM came while we were saving: die of it now
+            import signal
+
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+_stopping = 0        # stop_tracing() calls in progress
+_term_pending = False  # a SIGTERM (default action) arrived during one of them
+
+
+def _stop():
     global _session, _last_report
     s = _session
-    if s is None:
-        raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
     _session = None
     _release_tool(s["tool_id"], s["callbacks"])
     figures = _ocular._stop()
@@ -395,6 +420,30 @@ def _after_fork_child():
 
 
 _real_os_exit = os._exit
+_real_os_fork = getattr(os, "fork", None)
+
+
+def _quiet_fork_warning():
+    """Python 3.12+ warns at os.fork() in a process with several threads (DeprecationWarning: "This
+    process is multi-threaded, use of fork() may lead to deadlocks"), counting the OS threads; while
+    tracing, Ocular's writer thread would make every fork of a single-threaded program warn (and
+    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped to hide
+    that one warning when the program itself has a single thread; a program with its own threads
+    still gets it.  The wrapper is installed once and otherwise calls the real os.fork."""
+    if _real_os_fork is None or getattr(os.fork, "_ocular", False):
+        return
+
+    def fork():
+        if _session is None or threading.active_count() > 1:
+            return _real_os_fork()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"This process \(pid=\d+\) is multi-threaded",
+                                    category=DeprecationWarning)
+            return _real_os_fork()
+
+    fork.__doc__ = _real_os_fork.__doc__
+    fork._ocular = True
+    os.fork = fork
 
 
 def _save_on_sigterm():
@@ -409,6 +458,10 @@ def _save_on_sigterm():
         return
 
     def _on_term(signum, frame):
+        global _term_pending
+        if _stopping:  # the trace is being saved (os._exit's wrapper): finish that, then die
+            _term_pending = True
+            return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if _session is not None and _session["pid"] == os.getpid():
             try:

@@ -1,7 +1,10 @@
-"""Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``.
+"""Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``, and
+``python -m ocular merge TRACE... -o OUT``.
 
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
 tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
+Without --follow the program runs in this process; with --follow it runs as a child process and every
+Python process it starts is traced too, then merged into one trace (``_follow.py``).
 """
 
 import argparse
@@ -13,7 +16,16 @@ EPILOG = """examples:
   python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
+  python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
+  python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
 Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+
+MERGE_EPILOG = """Every Ocular trace is stamped with CLOCK_MONOTONIC, so the processes of one machine line up as
+they are.  Inputs are all Chrome trace JSON or all native Perfetto protobuf, like the output.  A
+'.tmp' input (the unfinished trace of a process that was killed) is salvaged up to its last complete
+event and marked incomplete.
+example:
+  python -m ocular merge trace.procs/*.json -o all.json"""
 
 
 def build_parser():
@@ -36,6 +48,16 @@ def build_parser():
     p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
                    help="trace file (default: %(default)s)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
+    p.add_argument("--follow", action="store_true",
+                   help="also trace every Python process the program starts (subprocess, multiprocessing "
+                        "fork/spawn/forkserver, os.fork): each writes its own file in OUTPUT's parts "
+                        "directory (trace.json -> trace.procs/), merged into OUTPUT at the end; the program "
+                        "runs as a child process (default: off)")
+    p.add_argument("--follow-wait", type=float, default=10.0, metavar="SECONDS",
+                   help="with --follow: how long to wait, after the program exits, for the processes it "
+                        "started that are still writing their trace (default: %(default)s)")
+    p.add_argument("--keep-parts", action="store_true",
+                   help="with --follow: keep the per-process traces after merging them (default: removed)")
     p.add_argument("--usdt", action="store_true",
                    help="enable the USDT probes (provider 'ocular', for bpftrace and gdb); with "
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
@@ -61,7 +83,8 @@ def _split_argv(argv):
     """Options before the program belong to us; everything from the program on belongs to it."""
     ours = []
     i = 0
-    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format"}
+    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
+                   "--follow-wait"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -83,23 +106,81 @@ def _split_argv(argv):
     return ours, []
 
 
+def build_merge_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular merge",
+        description="Merge trace files (of several processes) into one trace, one track group per process.",
+        epilog=MERGE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("inputs", nargs="+", metavar="TRACE", help="trace files to merge")
+    p.add_argument("-o", "--output", required=True, metavar="PATH",
+                   help="the merged trace (its format from the suffix, as for tracing)")
+    p.add_argument("--format", choices=("json", "perfetto"), default=None,
+                   help="format of the inputs and the output (default: from the output's suffix)")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print what was merged")
+    return p
+
+
+def merge_main(argv):
+    from . import _merge
+
+    parser = build_merge_parser()
+    ns = parser.parse_args(argv)
+    try:
+        parts = _merge.merge(ns.inputs, ns.output, format=ns.format)
+    except (ValueError, OSError) as exc:
+        parser.exit(1, f"python -m ocular merge: error: {exc}\n")
+    if not ns.quiet:
+        size = os.path.getsize(ns.output)
+        counts = ", ".join(f"{p['path']}: {p['events']} events" if p["events"] is not None
+                           else f"{p['path']}: {p['packets']} packets" for p in parts)
+        print(f"ocular: merged {len(parts)} trace{'s' if len(parts) != 1 else ''} into {ns.output} "
+              f"({size / 1e6:.1f} MB; {counts})", file=sys.stderr)
+        for p in parts:
+            if not p["complete"]:
+                print(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     import ocular
 
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "merge":
+        return merge_main(argv[1:])
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
     if ns.threshold < 0:
         parser.error("--threshold must be >= 0")
+    if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
+        parser.error("--follow-wait must be a number of seconds from 0 to 86400")
+    if ns.follow and ns.no_trace_file:
+        parser.error("--follow merges the trace files of every process: it cannot go with --no-trace-file")
     if ns.module:
         prog_argv = [ns.module] + rest
+        command = ["-m", ns.module] + rest
     elif ns.code is not None:
         prog_argv = ["-c"] + rest
+        command = ["-c", ns.code] + rest
     else:
         if not os.path.exists(ns.script):
             parser.error(f"can't open file {ns.script!r}: no such file")
         prog_argv = [ns.script] + rest
+        command = [ns.script] + rest
+
+    if ns.follow:
+        from . import _follow
+
+        def say(msg):
+            if not ns.quiet:
+                print(msg, file=sys.stderr)
+
+        try:
+            return _follow.run(ns, command, say)
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            parser.exit(2, f"python -m ocular: error: {exc}\n")
 
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours

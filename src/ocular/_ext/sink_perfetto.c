@@ -12,9 +12,10 @@
  * environment writes every packet itself, as soon as it is built.  Either way memory stays bounded.
  *
  * Layout:
- * - Sequence 1 (the writer's own): a ClockSnapshot tying CLOCK_MONOTONIC (our timestamps) to BOOTTIME
+ * - The writer's own sequence (id B+1, B derived from the pid, below): a ClockSnapshot tying
+ *   CLOCK_MONOTONIC (our timestamps) to BOOTTIME
  *   (Perfetto's default trace clock), then the process TrackDescriptor (pid, process name).
- * - One packet sequence per traced thread (trusted_packet_sequence_id 2, 3, ...), as Perfetto's own
+ * - One packet sequence per traced thread (trusted_packet_sequence_id B+2, B+3, ...), as Perfetto's own
  *   SDK does: the writer delivers each thread's events in chunks, so the events of different threads
  *   arrive out of time order, and an incremental clock -- whose deltas cannot be negative -- can only
  *   be monotonic per thread.  The first packet of a thread's sequence sets
@@ -98,7 +99,10 @@ enum {
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
 enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 };
-enum { WRITER_SEQUENCE = 1 };
+/* Sequence ids are unique across processes (pid mod 2^20 times 2048, plus 1 for the writer's own
+ * sequence and 2, 3, ... for threads), so the traces of several processes can be merged by simply
+ * concatenating their packets (`python -m ocular merge`, `--follow`). */
+enum { SEQS_PER_PROCESS_BITS = 11 };
 /* raw bytes per compressed_packets batch: Perfetto asks for compressed packets under 512 KiB */
 #define DEFLATE_BATCH (256u * 1024u)
 
@@ -239,6 +243,7 @@ static struct {
     uint64_t max_ns;           /* latest timestamp written (for threads named but never seen) */
     pf_thread *th;
     uint32_t nth, cap_th, last;
+    uint32_t writer_seq;   /* the writer's own sequence; threads follow it */
     uint32_t next_seq;
     uint32_t *code_name, *code_file; /* code id -> event name iid / file string iid (0: not yet) */
     uint32_t code_cap;
@@ -655,7 +660,8 @@ static void pf_header(oc_out *o) {
      * forget them (never free: they may be mid-update).  A normal session ends with a clean state. */
     memset(&P, 0, sizeof P);
     P.active = 1;
-    P.next_seq = WRITER_SEQUENCE + 1;
+    P.writer_seq = (((uint32_t)S.pid & 0xFFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
+    P.next_seq = P.writer_seq + 1;
     const char *env = getenv("OCULAR_PERFETTO_DEFLATE");
     P.deflate = !(env && strcmp(env, "0") == 0);
     /* MONOTONIC read on both sides of BOOTTIME: the midpoint is the best estimate of the pair */
@@ -665,7 +671,7 @@ static void pf_header(oc_out *o) {
     P.process_uuid = mix64(((uint64_t)S.pid << 32) ^ mono) | 1;
 
     pbw *w = pkt_start();
-    pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+    pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
     pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
     pb_uint(w, TP_FIRST_PACKET_ON_SEQUENCE, 1);
     pb_uint(w, TP_PREVIOUS_PACKET_DROPPED, 1);
@@ -679,7 +685,7 @@ static void pf_header(oc_out *o) {
     w = pkt_start();
     pb_uint(w, TP_TIMESTAMP, mono);
     pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-    pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+    pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
     pb_open(w, TP_TRACK_DESCRIPTOR);
     pb_uint(w, TD_UUID, P.process_uuid);
     pb_open(w, TD_PROCESS);
@@ -824,7 +830,7 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                 pf_thread tmp = {.tid = th->tid, .uuid = thread_uuid(th->tid)};
                 pb_uint(w, TP_TIMESTAMP, P.max_ns);
                 pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-                pb_uint(w, TP_SEQUENCE_ID, WRITER_SEQUENCE);
+                pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
                 put_thread_descriptor(w, &tmp, name ? name : "thread");
             }
             pkt_end(o);

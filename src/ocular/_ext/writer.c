@@ -343,6 +343,12 @@ static void *writer_main(void *arg) {
         if (!c) {
             if (S.stopping)
                 break;
+            if (W.out.len) { /* idle: put what is encoded on disk, so a killed process loses less */
+                pthread_mutex_unlock(&S.lock);
+                oc_out_flush(&W.out);
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
             if (in_fork_child) {
                 if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head &&
                     !S.stopping && last_thread_left()) {

@@ -1,0 +1,283 @@
+"""``python -m ocular --follow``: trace every Python process a program starts, then merge them into one trace.
+
+The command line becomes a small supervisor: it runs the program as a child process (``python script.py``,
+``python -m module`` or ``python -c code``, with this interpreter's flags), so the program sees exactly
+what it would see run directly.  The child's environment carries the session's settings
+(OCULAR_FOLLOW, JSON) and puts ``ocular/_boot`` first on PYTHONPATH, whose ``sitecustomize`` calls
+``boot()`` below in every Python process started from there on: the program itself, ``subprocess``
+children, ``multiprocessing`` spawn workers and its forkserver.  Forked processes (``os.fork``,
+multiprocessing's fork method, forkserver workers) keep tracing through Ocular's fork handling.
+
+Every process writes ``<pid><suffix>`` (fork children ``<parent pid>.<pid><suffix>``) into the parts
+directory next to the output (``trace.json`` -> ``trace.procs/``), through Ocular's usual temporary
+``.<pid>.tmp`` name.  When the program has exited, the supervisor waits (up to ``--follow-wait``
+seconds) for the processes still writing, merges every part into the output (``_merge.py``: all share
+CLOCK_MONOTONIC, so they are aligned as they are), says which processes did not finish their trace (a
+SIGKILLed child loses only what it had not yet written), removes the parts unless asked to keep them,
+and exits with the program's status.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+ENV = "OCULAR_FOLLOW"
+ROOT_ENV = "OCULAR_FOLLOW_ROOT"
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+LOG = "follow.log"
+
+
+def parts_dir(output):
+    """Where the per-process traces of ``output`` go: ``trace.json`` -> ``trace.procs``."""
+    return os.path.splitext(output)[0] + ".procs"
+
+
+def _process_title():
+    """A readable name for a followed process, from the command line it was started with."""
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    exe = os.path.basename(argv[0]) if argv else "python"
+    joined = " ".join(argv[1:])
+    if "--multiprocessing-fork" in argv:
+        return f"{exe} (multiprocessing spawn worker)"
+    if "multiprocessing.forkserver" in joined:
+        return f"{exe} (multiprocessing forkserver)"
+    if "multiprocessing.resource_tracker" in joined:
+        return f"{exe} (multiprocessing resource tracker)"
+    title = f"{exe} {joined}".strip()
+    return title if len(title) <= 100 else title[:97] + "..."
+
+
+def boot():
+    """Start tracing in a followed process (called by ``ocular/_boot/sitecustomize.py``)."""
+    import ocular
+
+    cfg = json.loads(os.environ[ENV])
+    root = os.environ.pop(ROOT_ENV, None) == "1"  # only the program itself, not what it starts
+    out = os.path.join(cfg["dir"], f"{os.getpid()}{cfg['suffix']}")
+    ocular._title = _process_title()
+    ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
+                         include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
+                         report=cfg["report"] if root else False)
+    if not root:
+        ocular._save_on_sigterm()  # multiprocessing ends spawn workers with SIGTERM
+    if cfg.get("usdt"):
+        import ocular.usdt
+
+        ocular.usdt.enable()
+
+
+_PART = re.compile(r"^\d+(?:\.\d+)*$")
+
+
+def _scan(directory, suffix):
+    """(finished, unfinished): {name: path} of the parts; unfinished are '<part>.<pid>.tmp' files."""
+    finished, unfinished = {}, {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return finished, unfinished
+    for name in names:
+        path = os.path.join(directory, name)
+        if name.endswith(".tmp"):
+            base = name[:-4]
+            part, _, pid = base.rpartition(".")
+            if pid.isdigit() and part.endswith(suffix) and _PART.match(part[: len(part) - len(suffix)] or "x"):
+                unfinished[part] = (path, int(pid))
+        elif name.endswith(suffix) and _PART.match(name[: len(name) - len(suffix)] or "x"):
+            finished[name] = path
+    return finished, unfinished
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"  # a zombie has finished
+    except (OSError, IndexError):
+        return True
+
+
+def _clean(directory, suffix):
+    """Remove the parts of an earlier session (only files we name so) before a new one."""
+    finished, unfinished = _scan(directory, suffix)
+    for path in list(finished.values()) + [p for p, _ in unfinished.values()] + [os.path.join(directory, LOG)]:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _signal_name(sig):
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def run(ns, command, say):
+    """Run ``command`` (argv after the interpreter) followed; merge; return the exit status.
+
+    ns: the parsed command line (mode, threshold, include, exclude, output, format, tool_id, report
+    flags, usdt, follow_wait, keep_parts, quiet).  say(msg): prints a line unless --quiet.
+    """
+    import ocular
+    from . import _merge
+
+    if sys.flags.ignore_environment or sys.flags.isolated or sys.flags.no_site:
+        raise ValueError("--follow needs the environment and the site module: do not run Python with -E, -I or -S")
+    out = ocular._check_output(ns.output)
+    fmt = ocular._format_for(out, ns.format)
+    suffix = os.path.splitext(out)[1] or (".pftrace" if fmt == "perfetto" else ".json")
+    directory = parts_dir(out)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, f"ocular: cannot create the parts directory {directory!r}: {exc.strerror}") from None
+    _clean(directory, suffix)
+    report = False if ns.no_report else ("json" if ns.report_json else True)
+    cfg = dict(dir=directory, suffix=suffix, format=fmt, mode=ns.mode, threshold=ns.threshold,
+               include=ns.include, exclude=ns.exclude, tool_id=ns.tool_id, report=report, usdt=bool(ns.usdt))
+    env = dict(os.environ)
+    env[ENV] = json.dumps(cfg)
+    env[ROOT_ENV] = "1"
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    argv = [sys.executable] + subprocess._args_from_interpreter_flags() + command
+
+    forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+    old = {s: signal.getsignal(s) for s in forwarded + (signal.SIGINT,)}
+    proc = None
+
+    def forward(sig, frame):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends ^C to the program too
+        for s in forwarded:
+            signal.signal(s, forward)
+        try:
+            proc = subprocess.Popen(argv, env=env)
+        except OSError as exc:
+            raise OSError(exc.errno, f"ocular: cannot start {sys.executable!r}: {exc.strerror}") from None
+        rc = proc.wait()
+        _wait_for_rest(directory, suffix, ns.follow_wait, say)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+    finished, unfinished = _scan(directory, suffix)
+    inputs = []
+    for name, path in finished.items():
+        inputs.append((path, _part_info(name[: len(name) - len(suffix)], proc.pid, rc, True, None)))
+    for part, (path, pid) in unfinished.items():
+        info = _part_info(part[: len(part) - len(suffix)], proc.pid, rc, False, pid)
+        inputs.append((path, info))
+    inputs.sort(key=lambda item: (not item[1]["root"], _ctime(item[0])))
+    for line in _log_lines(directory):
+        say(f"ocular: {line}")
+    if not any(i["complete"] or os.path.getsize(p) >= len(_merge.JSON_HEADER) for p, i in inputs):
+        why = "; ".join(f"pid {i['pid']}: {i['note']}" for _, i in inputs if not i["complete"])
+        say(f"ocular: no trace was written: no process finished its trace or wrote any event"
+            f"{' (' + why + ')' if why else ''}")
+        return _status(rc)
+    try:
+        parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True)
+    except (OSError, ValueError) as exc:
+        say(f"ocular: merging the per-process traces into {out!r} failed: {exc}; they are kept in {directory}")
+        return _status(rc) or 1
+    size = os.path.getsize(out)
+    events = sum(p["events"] or 0 for p in parts)
+    what = f"{events} events" if fmt == "json" else f"{sum(p['packets'] or 0 for p in parts)} packets"
+    say(f"ocular: trace written to {out} ({len(parts)} process{'es' if len(parts) != 1 else ''}, "
+        f"{size / 1e6:.1f} MB, {what})")
+    for p in parts:
+        if not p["complete"]:
+            say(f"ocular: incomplete: pid {p['pid']}: {p['note']} (what it had written is in the trace)")
+    if ns.keep_parts:
+        say(f"ocular: per-process traces kept in {directory}")
+    else:
+        _clean(directory, suffix)
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+    return _status(rc)
+
+
+def _part_info(stem, root_pid, rc, complete, tmp_pid):
+    pids = [int(x) for x in stem.split(".")]
+    pid = pids[-1]
+    info = dict(pid=pid, complete=complete, root=pid == root_pid and len(pids) == 1)
+    if len(pids) > 1:
+        info["label"] = f"fork of {pids[-2]}"
+    if not complete:
+        if info["root"] and rc is not None and rc < 0:
+            info["note"] = f"killed by {_signal_name(-rc)}"
+        elif _alive(pid):
+            info["note"] = "still running when the trace was merged"
+        else:
+            info["note"] = "ended without finishing its trace (killed by a signal?)"
+    return info
+
+
+def _ctime(path):
+    try:
+        return os.stat(path).st_ctime
+    except OSError:
+        return 0.0
+
+
+def _wait_for_rest(directory, suffix, limit, say):
+    """Wait for the processes that are still writing a part (the program's children outlive it)."""
+    start = time.monotonic()
+    told = False
+    while True:
+        _, unfinished = _scan(directory, suffix)
+        live = sorted(pid for _, pid in unfinished.values() if _alive(pid))
+        if not live:
+            return
+        waited = time.monotonic() - start
+        if waited >= limit:
+            say(f"ocular: {len(live)} traced process{'es' if len(live) != 1 else ''} still running after "
+                f"{limit:g} s (pid {', '.join(map(str, live))}): merging what they wrote so far")
+            return
+        if not told and waited > 1.0:
+            say(f"ocular: waiting for {len(live)} traced process{'es' if len(live) != 1 else ''} to finish "
+                f"(pid {', '.join(map(str, live))}; at most {limit:g} s, --follow-wait)")
+            told = True
+        time.sleep(0.05)
+
+
+def _log_lines(directory):
+    try:
+        with open(os.path.join(directory, LOG), encoding="utf-8", errors="replace") as f:
+            return [f"pid {line.rstrip()}" for line in f if line.strip()]
+    except OSError:
+        return []
+
+
+def _status(rc):
+    """The program's exit status; a program killed by a signal makes us die of the same signal."""
+    if rc >= 0:
+        return rc
+    sig = -rc
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass  # SIGKILL and SIGSTOP cannot be caught anyway
+    try:
+        os.kill(os.getpid(), sig)
+    except OSError:
+        pass
+    return 128 + sig
