@@ -89,16 +89,19 @@ def test_follow_traces_every_process(tmp_path, method):
         assert w != root and "fib" in calls[w], (w, pnames)
     assert "in_subprocess" in calls[seen["sub"]] and "in_subprocess" not in calls[root]
     assert "fib" in calls[seen["fork"]] and "fork of" in pnames[seen["fork"]]
-    # one clock: every child's events lie within the root's run
+    # one clock: every child starts after the program, and those it waited for end before it does
+    # (the forkserver outlives it: it leaves when the program's end closes its pipe)
     ts = collections.defaultdict(list)
     for e in ev:
         if e["ph"] in "BE":
             ts[e["pid"]].append(e["ts"])
     lo, hi = min(ts[root]), max(ts[root])
-    for pid, t in ts.items():
-        assert lo <= min(t) and max(t) <= hi + 1e6, pid
+    for pid in seen["workers"] + [seen["sub"], seen["fork"]]:
+        assert lo <= min(ts[pid]) and max(ts[pid]) <= hi, pid
+    assert all(min(t) >= lo for t in ts.values())
     merged = data["otherData"]["merged"]
-    assert merged[0]["pid"] == root and all(m["complete"] for m in merged)
+    assert merged[0]["pid"] == root and all(m["complete"] and m["dropped"] == 0 for m in merged)
+    assert data["otherData"]["dropped"] == 0 and "0 dropped" in p.stderr
     assert len(merged) == len(pnames) >= 5
 
 
@@ -314,3 +317,34 @@ def test_fork_warning_is_not_ours(tmp_path):
                        cwd=tmp_path, env=e, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
     assert "multi-threaded" not in p.stderr
+
+
+def test_merge_progress_on_a_terminal_only(tmp_path):
+    """A large merge redraws a progress line on a terminal; piped, stderr only gets the summary."""
+    import pty
+
+    big = traced(tmp_path, "big.json", "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(22)")
+    assert big.stat().st_size > 8 << 20
+    e = dict(os.environ, PYTHONPATH=SRC)
+    cmd = [*python_cmd(), "-m", "ocular", "merge", "big.json", "-o", "m.json"]
+    piped = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "%" not in piped.stderr and "merged 1 trace" in piped.stderr
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(cmd, cwd=tmp_path, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert p.wait(timeout=120) == 0
+    finally:
+        os.close(master)
+    text = out.decode()
+    assert "\rocular: merging 1 traces: " in text and "% (" in text and "merged 1 trace" in text, text

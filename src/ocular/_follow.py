@@ -196,7 +196,8 @@ def run(ns, command, say):
         return _status(rc) or 1
     size = os.path.getsize(out)
     events = sum(p["events"] or 0 for p in parts)
-    what = f"{events} events" if fmt == "json" else f"{sum(p['packets'] or 0 for p in parts)} packets"
+    what = (f"{events} events, {sum(p['dropped'] or 0 for p in parts)} dropped" if fmt == "json"
+            else f"{sum(p['packets'] or 0 for p in parts)} packets")
     say(f"ocular: trace written to {out} ({len(parts)} process{'es' if len(parts) != 1 else ''}, "
         f"{size / 1e6:.1f} MB, {what})")
     for p in parts:

@@ -36,7 +36,8 @@ class MergeError(ValueError):
 
 class Part(dict):
     """What merge() found in one input: ``path``, ``pid``, ``format``, ``events`` (JSON events; None for
-    protobuf), ``packets`` (protobuf packets; None for JSON), ``complete``, ``note``."""
+    protobuf), ``packets`` (protobuf packets; None for JSON), ``dropped`` (events the process could not
+    record, from its JSON footer; None if unknown), ``complete``, ``note``."""
 
     def __getattr__(self, name):
         try:
@@ -127,7 +128,9 @@ class _JsonOut:
         lines = [json.dumps(m, separators=(",", ":"), ensure_ascii=False) for m in meta]
         self.f.write(",\n".join(lines).encode("utf-8") if lines else b'{"ph":"M","name":"trace_merged","pid":0,"tid":0,"args":{}}')
         other = dict(self.other or {})
-        other["merged"] = [{k: p[k] for k in ("path", "pid", "events", "complete", "note")} for p in parts]
+        other["merged"] = [{k: p.get(k) for k in ("path", "pid", "events", "dropped", "complete", "note")}
+                           for p in parts]
+        other["dropped"] = sum(p.get("dropped") or 0 for p in parts)
         tail = {"displayTimeUnit": "ns", "otherData": other}
         self.f.write(b"\n]," + json.dumps(tail, separators=(",", ":"), ensure_ascii=False)[1:].encode("utf-8") + b"\n")
 
@@ -292,6 +295,8 @@ def _merge_json_input(path, part, out, progress, trusted):
             part["pid"] = m["pid"]
         if m.get("name") == "process_name" and part.get("label"):
             m.setdefault("args", {})["name"] = f"{m.get('args', {}).get('name', '')} ({part['label']})".strip()
+    if other and isinstance(other.get("dropped"), int):
+        part["dropped"] = other["dropped"]
     if not part["complete"] and part["pid"] is not None:
         meta.append({"ph": "M", "name": "process_labels", "pid": part["pid"], "tid": part["pid"],
                      "args": {"labels": f"incomplete: {part['note'] or 'the process did not finish its trace'}"}})
@@ -384,7 +389,8 @@ def merge(inputs, output, format=None, trusted=False, progress_stream=None):
         path, info = (item, {}) if isinstance(item, (str, os.PathLike)) else item
         path = os.fspath(path)
         complete = info.get("complete", not path.endswith(".tmp"))
-        items.append(Part(path=path, pid=info.get("pid"), format=None, events=None, packets=None, complete=bool(complete),
+        items.append(Part(path=path, pid=info.get("pid"), format=None, events=None, packets=None, dropped=None,
+                          complete=bool(complete),
                           note=info.get("note", "" if complete else "the process did not finish its trace"),
                           label=info.get("label", "")))
     if not items:

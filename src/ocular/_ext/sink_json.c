@@ -249,6 +249,8 @@ void oc_json_footer(oc_out *o, const char *clock, int precise) {
     oc_out_printf(o, "%.9g", S.ns_per_tick);
     LIT(o, ",\"threshold\":");
     put_u64(o, S.threshold);
+    LIT(o, ",\"dropped\":");
+    put_u64(o, S.dropped);
     LIT(o, "}}\n");
     free_tails();
 }
