@@ -392,11 +392,22 @@ static void free_state(void) {
     W.nthreads = 0;
 }
 
+/* perfetto=False: statistics only, nothing encoded */
+static void none_header(oc_out *o) { (void)o; }
+static void none_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) { (void)o, (void)tid, (void)ts, (void)code_id; }
+static void none_end(oc_out *o, long tid, uint64_t ts) { (void)o, (void)tid, (void)ts; }
+static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
+                      uint64_t cycles, uint64_t ns) {
+    (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
+}
+static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
+static const oc_sink sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer};
+
 int oc_writer_start(void) {
     free_state();
     W.events = 0;
     oc_stats_reset();
-    W.sink = S.format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : &oc_sink_json;
+    W.sink = !S.write_json ? &sink_none : S.format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : &oc_sink_json;
     W.start_ns = mono_now_ns();
     W.out.fd = -1;
     W.out.err = 0;
