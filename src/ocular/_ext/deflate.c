@@ -25,6 +25,12 @@
 #ifndef NICE_MATCH
 #define NICE_MATCH 64
 #endif
+/* Positions inside a match longer than this are not added to the hash chains (as zlib's fast
+ * levels do): inserting every byte cost more than the matching itself, and trace packets repeat
+ * whole, so the positions where matches start are the ones worth finding again. */
+#ifndef MAX_INSERT
+#define MAX_INSERT 8
+#endif
 
 /* token: bit 31 set = match (length in bits 16..24, distance in bits 0..15); else a literal byte */
 #define TOK_MATCH 0x80000000u
@@ -212,9 +218,10 @@ static int tokenize(const uint8_t *in, size_t n) {
             }
             Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
             size_t end = i - 1 + pend_len; /* the match covered i-1 .. end-1; i is already inserted */
-            for (size_t k = i + 1; k < end; k++)
-                if (k + MIN_MATCH <= n)
-                    insert(in, k);
+            if (pend_len <= MAX_INSERT)
+                for (size_t k = i + 1; k < end; k++)
+                    if (k + MIN_MATCH <= n)
+                        insert(in, k);
             i = end;
             pend_len = 0;
             continue;
@@ -222,9 +229,6 @@ static int tokenize(const uint8_t *in, size_t n) {
         if (len) {
             if (len >= NICE_MATCH) { /* long enough: no lazy look */
                 Z.tok[Z.ntok++] = TOK_MATCH | len << 16 | dist;
-                for (size_t k = i + 1; k < i + len; k++)
-                    if (k + MIN_MATCH <= n)
-                        insert(in, k);
                 i += len;
             } else {
                 pend_len = len;
