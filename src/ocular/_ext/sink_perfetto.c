@@ -122,9 +122,7 @@ typedef struct {
     int oom;
 } pbw;
 
-static int pb_reserve(pbw *w, size_t k) {
-    if (LIKELY(w->n + k <= w->cap))
-        return 1;
+static __attribute__((noinline)) int pb_grow(pbw *w, size_t k) {
     if (w->oom)
         return 0;
     size_t cap = w->cap ? w->cap : 4096;
@@ -138,6 +136,12 @@ static int pb_reserve(pbw *w, size_t k) {
     w->b = nb;
     w->cap = cap;
     return 1;
+}
+
+static inline int pb_reserve(pbw *w, size_t k) {
+    if (LIKELY(w->n + k <= w->cap))
+        return 1;
+    return pb_grow(w, k);
 }
 
 static inline int varint_size(uint64_t v) {
