@@ -215,6 +215,90 @@ def test_fork_in_threaded_program(tmp_path):
     assert not leftovers(tmp_path)
 
 
+USDT_FORK = r"""
+import json, os, sys, threading, time, warnings
+import ocular, ocular.usdt
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+out_dir, trace, poll_ms = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+ocular.usdt.enable(poll_ms=poll_ms)
+if trace:
+    ocular.start_tracing(output=os.path.join(out_dir, "trace.json"), deinstrument_threshold=0, report=False)
+
+def child_work():
+    return sum(child_leaf(i) for i in range(100))
+
+def child_leaf(i):
+    return i + 1
+
+def late():                          # a thread of the child's that outlives the forking thread
+    time.sleep(0.5)
+    open(os.path.join(out_dir, f"late.{os.getpid()}"), "w").close()
+
+result = {}
+def forker():
+    pid = os.fork()
+    if pid == 0:
+        # the child: this thread is its only Python thread; returning from it is the end of the program
+        assert ocular.usdt.is_enabled() and len(os.listdir("/proc/self/task")) == (3 if trace else 2)
+        child_work()
+        threading.Thread(target=late, name="late").start()
+        return
+    result["pid"] = pid
+
+t = threading.Thread(target=forker, name="forker")
+t.start()
+t.join()
+pid = result["pid"]
+deadline = time.monotonic() + float(sys.argv[4])
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print(json.dumps({"child": pid, "exit": os.waitstatus_to_exitcode(status),
+                          "seconds": round(time.monotonic() - deadline + float(sys.argv[4]), 2)}))
+        break
+    if time.monotonic() > deadline:
+        threads = sorted(open(f"/proc/{pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{pid}/task"))
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print(json.dumps({"child": pid, "exit": "still alive", "threads": threads}))
+        break
+    time.sleep(0.02)
+if trace:
+    ocular.stop_tracing()
+ocular.usdt.disable()
+"""
+
+
+@pytest.mark.parametrize("trace,poll_ms", [(False, 60000), (True, 5)], ids=["probes", "probes+trace"])
+def test_fork_from_thread_with_usdt_poller(tmp_path, trace, poll_ms):
+    """ocular.usdt.enable() (its poller thread polls every `poll_ms`; 60 s must not delay anything),
+    with or without a tracing session, then a fork from a non-main thread.  The child's only Python
+    thread does some work, starts a thread that writes a file after 0.5 s, and returns: no interpreter
+    exit, no atexit, nobody calls usdt.disable().  Expect: the child outlives its forking thread until
+    the late thread is done (the file exists), then ends by itself with status 0 within a few seconds
+    (the poller used to keep it alive forever, as the writer once did); with tracing, its trace
+    trace.<pid>.json is saved, valid and balanced, with child_work and its 100 child_leaf calls."""
+    from ocular import usdt
+
+    if not usdt.available():
+        pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
+    wait = TIMEOUT / 4
+    p = run_py(USDT_FORK, str(tmp_path), "1" if trace else "0", str(poll_ms), str(wait), timeout=TIMEOUT,
+               env={"OCULAR_USDT_POLL_MS": "", "OCULAR_USDT_WAIT": ""})
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["exit"] == 0, (info, p.stderr)
+    pid = info["child"]
+    assert (tmp_path / f"late.{pid}").exists()
+    if trace:
+        data = load_trace(str(tmp_path / f"trace.{pid}.json"))
+        check_balanced(data["traceEvents"])
+        cnames = names(data["traceEvents"])
+        assert "child_work" in cnames and cnames.count("child_leaf") == 100, cnames[:20]
+        check_balanced(load_trace(str(tmp_path / "trace.json"))["traceEvents"])
+    assert not leftovers(tmp_path)
+
+
 # ---------------------------------------------------------------------------------------------
 # abnormal endings
 
