@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -212,6 +213,90 @@ def test_fork_in_threaded_program(tmp_path):
         assert "child_work" in cnames and cnames.count("child_leaf") == 200, cnames[:20]
         assert {e["pid"] for e in data["traceEvents"]} == {pid}
         assert "parent_work" not in cnames  # the parent's pending events were dropped in the child
+    assert not leftovers(tmp_path)
+
+
+USDT_FORK = r"""
+import json, os, sys, threading, time, warnings
+import ocular, ocular.usdt
+
+warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+out_dir, trace, poll_ms = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3])
+ocular.usdt.enable(poll_ms=poll_ms)
+if trace:
+    ocular.start_tracing(output=os.path.join(out_dir, "trace.json"), deinstrument_threshold=0, report=False)
+
+def child_work():
+    return sum(child_leaf(i) for i in range(100))
+
+def child_leaf(i):
+    return i + 1
+
+def late():                          # a thread of the child's that outlives the forking thread
+    time.sleep(0.5)
+    open(os.path.join(out_dir, f"late.{os.getpid()}"), "w").close()
+
+result = {}
+def forker():
+    pid = os.fork()
+    if pid == 0:
+        # the child: this thread is its only Python thread; returning from it is the end of the program
+        assert ocular.usdt.is_enabled() and len(os.listdir("/proc/self/task")) == (3 if trace else 2)
+        child_work()
+        threading.Thread(target=late, name="late").start()
+        return
+    result["pid"] = pid
+
+t = threading.Thread(target=forker, name="forker")
+t.start()
+t.join()
+pid = result["pid"]
+deadline = time.monotonic() + float(sys.argv[4])
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print(json.dumps({"child": pid, "exit": os.waitstatus_to_exitcode(status),
+                          "seconds": round(time.monotonic() - deadline + float(sys.argv[4]), 2)}))
+        break
+    if time.monotonic() > deadline:
+        threads = sorted(open(f"/proc/{pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{pid}/task"))
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print(json.dumps({"child": pid, "exit": "still alive", "threads": threads}))
+        break
+    time.sleep(0.02)
+if trace:
+    ocular.stop_tracing()
+ocular.usdt.disable()
+"""
+
+
+@pytest.mark.parametrize("trace,poll_ms", [(False, 60000), (True, 5)], ids=["probes", "probes+trace"])
+def test_fork_from_thread_with_usdt_poller(tmp_path, trace, poll_ms):
+    """ocular.usdt.enable() (its poller thread polls every `poll_ms`; 60 s must not delay anything),
+    with or without a tracing session, then a fork from a non-main thread.  The child's only Python
+    thread does some work, starts a thread that writes a file after 0.5 s, and returns: no interpreter
+    exit, no atexit, nobody calls usdt.disable().  Expect: the child outlives its forking thread until
+    the late thread is done (the file exists), then ends by itself with status 0 within a few seconds
+    (the poller used to keep it alive forever, as the writer once did); with tracing, its trace
+    trace.<pid>.json is saved, valid and balanced, with child_work and its 100 child_leaf calls."""
+    from ocular import usdt
+
+    if not usdt.available():
+        pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
+    wait = TIMEOUT / 4
+    p = run_py(USDT_FORK, str(tmp_path), "1" if trace else "0", str(poll_ms), str(wait), timeout=TIMEOUT,
+               env={"OCULAR_USDT_POLL_MS": "", "OCULAR_USDT_WAIT": ""})
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["exit"] == 0, (info, p.stderr)
+    pid = info["child"]
+    assert (tmp_path / f"late.{pid}").exists()
+    if trace:
+        data = load_trace(str(tmp_path / f"trace.{pid}.json"))
+        check_balanced(data["traceEvents"])
+        cnames = names(data["traceEvents"])
+        assert "child_work" in cnames and cnames.count("child_leaf") == 100, cnames[:20]
+        check_balanced(load_trace(str(tmp_path / "trace.json"))["traceEvents"])
     assert not leftovers(tmp_path)
 
 
@@ -658,3 +743,227 @@ def test_start_tracing_random_arguments(tmp_path):
     started, refused = map(int, p.stdout.split("counts")[-1].split())
     assert started + refused == per_param * 10
     assert started > per_param * 2 and refused > per_param * 2  # both outcomes well exercised
+
+
+# ---------------------------------------------------------------------------------------------
+# environment variables with bad values
+
+ENV_FUZZ = r"""
+import json, os, random, sys
+import ocular, ocular.usdt
+from ocular import _ocular
+
+rnd = random.Random(int(sys.argv[1]))
+out_dir, count = sys.argv[2], int(sys.argv[3])
+
+def garbage():
+    kind = rnd.randrange(9)
+    if kind == 0: return ""
+    if kind == 1: return rnd.choice([" ", "\t", " \n "])
+    if kind == 2: return "9" * rnd.choice([20, 5000, 100000])                    # huge
+    if kind == 3: return "-" + str(rnd.randrange(1, 10**rnd.randrange(1, 30)))    # negative
+    if kind == 4: return rnd.choice(["abc", "1e400", "nan", "inf", "-inf", "0x10", "12 34", "1.5", "true",
+                                     "Monotonic", " monotonic", "monotonic\n", "00", "+1", "1_0"])
+    if kind == 5: return os.fsdecode(bytes(rnd.randrange(1, 256) for _ in range(rnd.randrange(1, 40))))
+    if kind == 6: return os.fsdecode(b"1\xff") if rnd.random() < 0.5 else os.fsdecode(b"\xc3\x28monotonic")
+    if kind == 7: return "".join(chr(rnd.randrange(1, 0x10FFFF)) for _ in range(rnd.randrange(1, 10))
+                                 ).encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return str(rnd.randrange(-5, 70000))
+
+def check_error(e, var):
+    msg = str(e)
+    assert isinstance(e, ValueError), (var, repr(e))
+    assert var in msg and len(msg) < 400, (var, msg[:500])  # names the variable; a huge value is cut short
+
+def clean():
+    assert not ocular.is_tracing() and not _ocular._is_active()
+    assert "ocular" not in [sys.monitoring.get_tool(i) for i in range(6)]
+
+def trace(fmt):
+    out = os.path.join(out_dir, "t.pftrace" if fmt == "perfetto" else "t.json")
+    ocular.start_tracing(output=out, report=False)
+    try:
+        sum(i for i in range(50))
+    finally:
+        res = ocular.stop_tracing()
+    assert res["events"] > 0 and os.path.getsize(out) > 0
+    os.unlink(out)
+    return res
+
+outcomes = {}
+def note(var, value, what):
+    outcomes.setdefault(var, {}).setdefault(what, 0)
+    outcomes[var][what] += 1
+
+def one(var, value):
+    os.environ[var] = value                     # putenv: the C engine's getenv sees it too
+    if var == "OCULAR_CLOCK":
+        ok = value.strip() == "" or value == "monotonic"
+        for fmt in ("json", "perfetto"):
+            try:
+                res = trace(fmt)
+            except ValueError as e:
+                assert not ok, (var, value, e)
+                check_error(e, var)
+                note(var, value, "refused")
+            else:
+                assert ok, (var, value)
+                assert res["clock"] == ("clock_gettime" if value == "monotonic" else _ocular.clock_info()["source"])
+                note(var, value, "accepted")
+            clean()
+    elif var == "OCULAR_PERFETTO_DEFLATE":
+        trace("json")                           # JSON does not read it: always fine
+        clean()
+        ok = value.strip() == "" or value in ("0", "1")
+        try:
+            trace("perfetto")
+        except ValueError as e:
+            assert not ok, (var, value, e)
+            check_error(e, var)
+            note(var, value, "refused")
+        else:
+            assert ok, (var, value)
+            note(var, value, "accepted")
+        clean()
+    else:                                       # the USDT variables, read by ocular.usdt.enable()
+        try:
+            ocular.usdt.enable()
+        except ValueError as e:
+            check_error(e, var)
+            assert not ocular.usdt.is_enabled()
+            note(var, value, "refused")
+        else:
+            assert ocular.usdt.is_enabled()
+            if var == "OCULAR_USDT_POLL_MS":
+                assert ocular.usdt.status()["poll_ms"] == int(value.strip() or 10)
+            ocular.usdt.disable()
+            note(var, value, "accepted")
+        trace("json")                           # tracing does not read them
+        clean()
+    del os.environ[var]
+
+VALID = {"OCULAR_CLOCK": ["monotonic", ""], "OCULAR_PERFETTO_DEFLATE": ["0", "1", ""],
+         "OCULAR_USDT_POLL_MS": ["1", "60000", " 25 "], "OCULAR_USDT_WAIT": ["0", "0.01", ""]}
+for var in VALID:
+    for v in VALID[var]:
+        one(var, v)
+    for _ in range(count):
+        v = garbage()
+        if var == "OCULAR_USDT_WAIT":
+            try:
+                if 0 < float(v) <= 3600:        # a valid wait blocks that long for a tracer: keep it short
+                    v = "0.01"
+            except ValueError:
+                pass
+        one(var, v)
+print(json.dumps(outcomes))
+"""
+
+
+def test_environment_variables_with_bad_values(tmp_path):
+    """Every environment variable Ocular reads (OCULAR_CLOCK and OCULAR_PERFETTO_DEFLATE, read by the C
+    engine with getenv; OCULAR_USDT_POLL_MS and OCULAR_USDT_WAIT, read by ocular.usdt) set, one at a time in
+    one process, to valid values and to garbage: empty, blank, huge (up to 100,000 digits), negative,
+    non-numeric, near misses ("Monotonic", "1e400", "nan"), random non-UTF-8 bytes and random Unicode.
+    Expect: a valid value works (OCULAR_CLOCK=monotonic gives clock_gettime; the poll interval is the one
+    given); any other value makes the entry point that reads it (start_tracing, for Perfetto output only
+    in the case of OCULAR_PERFETTO_DEFLATE, or usdt.enable) raise ValueError naming the variable, in a
+    message of bounded length, with nothing started; entry points that do not read a variable ignore it;
+    never a crash."""
+    from ocular import usdt
+
+    if not usdt.available():
+        pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
+    count = scaled(40, 8)
+    env = {k: "" for k in ("OCULAR_CLOCK", "OCULAR_PERFETTO_DEFLATE", "OCULAR_USDT_POLL_MS", "OCULAR_USDT_WAIT")}
+    p = run_py(ENV_FUZZ, "669", str(tmp_path), str(count), env=env, timeout=TIMEOUT)
+    outcomes = json.loads(p.stdout.strip().splitlines()[-1])
+    for var, got in outcomes.items():
+        assert got.get("accepted") and got.get("refused"), (var, got)  # both outcomes exercised
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line with bad option values
+
+def _bad_cli_cases(rnd, n, tmp):
+    """(argv before the script, what the error must mention) pairs: each must be refused with status 2."""
+    def junk():
+        return rnd.choice(["", " ", "x", "-1", "1e3", "0x10", "nan", "9" * rnd.choice([30, 5000]), "é€",
+                           os.fsdecode(b"\xff\xfe"), "--", "-", "=", "adaptive ", "JSON"])
+    fixed = [
+        (["--mode", "bogus"], "--mode"), (["--mode", ""], "--mode"), (["--mode=PRECISE"], "--mode"),
+        (["--threshold", "abc"], "--threshold"), (["--threshold", "-1"], "--threshold"),
+        (["--threshold", "1.5"], "--threshold"), (["--threshold", "9" * 5000], "--threshold"),
+        (["--threshold", str(2**40)], "--threshold"), (["--threshold="], "--threshold"),
+        (["--tool-id", "6"], "--tool-id"), (["--tool-id", "-1"], "--tool-id"), (["--tool-id", "two"], "--tool-id"),
+        (["--format", "xml"], "--format"), (["--format", ""], "--format"),
+        (["-o", ""], "output"), (["-o", str(tmp)], "directory"), (["-o", str(tmp / "no" / "t.json")], "does not exist"),
+        (["-o", str(tmp / ("x" * 300))], "too long"), (["-o", os.fsdecode(bytes(tmp / "no") + b"/\xff.json")], "exist"),
+        (["--include", ""], "empty pattern"), (["--exclude", ""], "empty pattern"),
+        (["--quiet=yes"], "--quiet"), (["--usdt=1"], "--usdt"), (["--no-report", "--report-json"], "not allowed"),
+        (["--bogus"], "unrecognized"), (["--bogus=1"], "unrecognized"), (["-x"], "unrecognized"),
+    ]
+    options = ["--mode", "--threshold", "--tool-id", "--format"]
+    cases = list(fixed)
+    for _ in range(n):
+        opt = rnd.choice(options)
+        cases.append(([opt, junk()] if rnd.random() < 0.5 else [f"{opt}={junk()}"], opt))
+    return cases
+
+
+def _run_cli_case(argv, tmp, timeout):
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for k in ("OCULAR_CLOCK", "OCULAR_PERFETTO_DEFLATE", "OCULAR_USDT_POLL_MS", "OCULAR_USDT_WAIT"):
+        env.pop(k, None)
+    return subprocess.run([*python_cmd(), "-m", "ocular", *argv], env=env, cwd=str(tmp), capture_output=True,
+                          timeout=timeout)
+
+
+def _check_refused(p, argv, mention, tmp):
+    err = p.stderr.decode("utf-8", "replace")
+    what = f"{argv!r:.300}: exit {p.returncode}\n{err[-2000:]}"
+    assert p.returncode == 2, what
+    assert "Traceback" not in err, what
+    m = re.search(r"^python -m ocular: error: (.+)$", err, re.M)  # argparse's "prog: error: message"
+    assert m and mention.lower() in m.group(1).lower(), what
+    assert not (tmp / "ran.out").exists(), what                   # the program never ran
+
+
+def test_cli_bad_option_values(tmp_path):
+    """`python -m ocular` with bad values for every option that takes one (fixed cases, then random junk:
+    empty, blank, huge numbers, floats, hex, non-UTF-8, near misses), flags given a value, unknown options,
+    conflicting options, unusable output paths and empty patterns.  Expect: each exits with status 2 and an
+    argparse-style "python -m ocular: error: ..." line that names the offending option or problem, no
+    traceback, and the program is never run."""
+    import concurrent.futures
+
+    script = tmp_path / "s.py"
+    script.write_text("open('ran.out', 'w').close()\n")
+    cases = _bad_cli_cases(random.Random(2024), scaled(40, 8), tmp_path)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda c: _run_cli_case([*c[0], str(script)], tmp_path, TIMEOUT), cases))
+    for (argv, mention), p in zip(cases, runs):
+        _check_refused(p, argv, mention, tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["s.py"]  # no trace, no temporary file
+
+
+def test_cli_module_or_script_that_cannot_run(tmp_path):
+    """`-m` with an empty or unknown module name, a package without __main__, a dotted name under a module,
+    and a script that is a directory without __main__.py or does not exist.  Expect: status 2, an
+    argparse-style error line saying what is wrong (as Python's own message would), no traceback; bad
+    environment variables (OCULAR_CLOCK) are refused the same way."""
+    (tmp_path / "pkg_without_main").mkdir()
+    (tmp_path / "pkg_without_main" / "__init__.py").write_text("")
+    (tmp_path / "emptydir").mkdir()
+    cases = [
+        (["-m", ""], "module name"), (["-m", "no_such_module_ocular_test"], "No module named"),
+        (["-m", "pkg_without_main"], "cannot be directly executed"), (["-m", "os.path.nope"], "os.path.nope"),
+        (["-m", "."], "relative"), ([str(tmp_path / "emptydir")], "__main__"), ([str(tmp_path / "missing.py")], "missing.py"),
+    ]
+    for argv, mention in cases:
+        p = _run_cli_case(["-q", "--no-report", "--no-trace-file", *argv], tmp_path, TIMEOUT)
+        _check_refused(p, argv, mention, tmp_path)
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""), OCULAR_CLOCK="tsc!")
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "-c", "open('ran.out', 'w').close()"], env=env,
+                       cwd=str(tmp_path), capture_output=True, timeout=TIMEOUT)
+    _check_refused(p, ["OCULAR_CLOCK=tsc!"], "OCULAR_CLOCK", tmp_path)

@@ -29,7 +29,7 @@ import sys
 import threading
 import warnings
 
-from . import _ocular
+from . import _env, _ocular
 
 __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "TraceResult", "MODES"]
 
@@ -253,6 +253,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
+    _env.check(perfetto_file=path is not None and fmt == "perfetto")
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
 

@@ -152,8 +152,10 @@ def main(argv=None):
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
-    if ns.threshold < 0:
-        parser.error("--threshold must be >= 0")
+    if not 0 <= ns.threshold <= 0xFFFFFFF0:
+        parser.error("argument --threshold: must be from 0 to 4294967280")
+    if ns.module == "":
+        parser.error("argument -m: expected a module name")
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
         parser.error("--follow-wait must be a number of seconds from 0 to 86400")
     if ns.follow and ns.no_trace_file:
@@ -213,11 +215,18 @@ def main(argv=None):
             runpy.run_path(ns.script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code
-    except BaseException:
-        import traceback
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb.tb_next:
+            tb = tb.tb_next
+        if isinstance(exc, ImportError) and tb.tb_frame.f_globals.get("__name__") == "runpy":
+            print(f"python -m ocular: error: {exc}", file=sys.stderr)  # no such module, no __main__: bad -m/script
+            status = 2
+        else:
+            import traceback
 
-        traceback.print_exc()
-        status = 1
+            traceback.print_exc()
+            status = 1
     finally:
         if ocular.is_tracing():
             try:

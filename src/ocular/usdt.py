@@ -52,6 +52,7 @@ import atexit
 import os
 
 from . import _ocular
+from ._env import shown as _shown
 
 __all__ = ["enable", "disable", "available", "reason", "status", "is_enabled", "wait_for_tracer", "library_path",
            "script_path", "PROBES", "PROVIDER"]
@@ -91,7 +92,7 @@ def _check_poll_ms(value, source):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{source} must be an int number of milliseconds, not {type(value).__name__}")
     if not 1 <= value <= _MAX_POLL_MS:
-        raise ValueError(f"{source} must be from 1 to {_MAX_POLL_MS} milliseconds, got {value}")
+        raise ValueError(f"{source} must be from 1 to {_MAX_POLL_MS} milliseconds, got {_shown(value)}")
     return value
 
 
@@ -102,7 +103,7 @@ def _poll_ms_from_env():
     try:
         value = int(raw.strip(), 10)
     except ValueError:
-        raise ValueError(f"{POLL_ENV}={raw!r} is not a whole number of milliseconds (from 1 to "
+        raise ValueError(f"{POLL_ENV}={_shown(raw)} is not a whole number of milliseconds (from 1 to "
                          f"{_MAX_POLL_MS}; default {DEFAULT_POLL_MS})") from None
     return _check_poll_ms(value, POLL_ENV)
 
@@ -116,7 +117,7 @@ def _wait_from_env():
     except ValueError:
         value = float("nan")
     if not 0 <= value <= 3600:  # also rejects nan
-        raise ValueError(f"{WAIT_ENV}={raw!r} is not a number of seconds from 0 to 3600")
+        raise ValueError(f"{WAIT_ENV}={_shown(raw)} is not a number of seconds from 0 to 3600")
     return value
 
 
@@ -136,7 +137,7 @@ def enable(poll_ms=None, wait=None):
     if wait is None:
         wait = _wait_from_env()
     elif isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
-        raise ValueError(f"wait must be a number of seconds from 0 to 3600, got {wait!r}")
+        raise ValueError(f"wait must be a number of seconds from 0 to 3600, got {_shown(wait)}")
     _ocular._usdt_enable(ms)
     if wait:
         return wait_for_tracer(timeout=wait)
@@ -151,7 +152,7 @@ def wait_for_tracer(probes=None, timeout=10.0):
     import time
 
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        raise ValueError(f"timeout must be a number of seconds >= 0, got {_shown(timeout)}")
     if not _ocular._usdt_info()["enabled"]:
         raise RuntimeError("ocular.usdt: call enable() before wait_for_tracer()")
     if probes is not None:

@@ -7,7 +7,9 @@
  * probes changes does it take the GIL and adjust a sys.monitoring tool of its own ("ocular-usdt"):
  * the tool id is acquired, the callbacks registered and exactly the needed events set while at least
  * one probe is attached, and everything is given back (events 0, callbacks unregistered, id freed)
- * when the last one detaches.  While nothing is attached no callback runs at all.
+ * when the last one detaches.  While nothing is attached no callback runs at all.  In a fork child the
+ * poller also ends by itself once no thread but Ocular's own is left (a child forked from a non-main
+ * thread has no interpreter exit to stop it), so it never keeps such a child alive.
  *
  * Probes and their arguments (stable; documented in docs/usdt.md and ocular.usdt):
  *   py_start  (qualname, filename, line, offset, tid)           PY_START; line = first line
@@ -28,7 +30,9 @@
  * ocular.usdt.available() is False with the reason.
  */
 #include "ocular.h"
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,7 @@ static struct {
     pthread_mutex_t mu;        /* guards stop and the condition variable */
     pthread_cond_t cv;
     int stop;
+    int in_fork_child;         /* set before the poller starts: a fork child, where the poller watches for orphanhood */
     atomic_uint applied;       /* probe bitmask the sys.monitoring state corresponds to */
     unsigned failed;           /* (GIL) bitmask whose application failed; retried after a while */
     int tool_id;               /* (GIL) -1: no tool id held */
@@ -518,12 +523,63 @@ static int finalizing(void) {
 #endif
 }
 
+/* A child forked from a non-main thread ends when that thread returns: no interpreter exit, no atexit,
+ * so nobody calls disable(), and the process ends only with its last thread.  Without care the poller
+ * would be that thread and keep the child alive forever (the writer had the same problem, see
+ * writer.c).  So in a fork child the poller looks, every ORPHAN_CHECK_MS, whether any thread is left
+ * besides Ocular's own (itself, named "ocular-usdt", and the trace writer, "ocular-writer"); if none
+ * is, no Python code can run again and the poller simply ends.  If it was the last thread the process
+ * ends with status 0, as it would have without Ocular; if the writer is still there, it then finds
+ * itself alone, saves the trace and ends the process. */
+#define POLLER_NAME "ocular-usdt"
+#define ORPHAN_CHECK_MS 200
+
+/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure). */
+static int only_helper_threads_left(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int others = 0, seen = 0;
+    struct dirent *e;
+    while (!others && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n <= 0)
+            continue; /* gone since readdir */
+        buf[n] = 0;
+        seen++;
+        /* "tid (comm) S ...": comm may itself hold ')' or spaces, the state follows the last ')' */
+        char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ') {
+            others = 1; /* unreadable: assume a thread that matters */
+            break;
+        }
+        char st = close_paren[2];
+        if (st == 'Z' || st == 'X') /* exited, its process lives on */
+            continue;
+        *close_paren = 0;
+        const char *comm = open_paren + 1;
+        if (strcmp(comm, POLLER_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0)
+            others = 1;
+    }
+    closedir(d);
+    return seen > 0 && !others;
+}
+
 static void *poller_main(void *arg) {
     (void)arg;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
+    pthread_setname_np(pthread_self(), POLLER_NAME);
     unsigned retry = 0;
+    uint64_t next_orphan_check = 0;
     pthread_mutex_lock(&U.mu);
     while (!U.stop) {
         unsigned want = attached_mask();
@@ -549,7 +605,21 @@ static void *poller_main(void *arg) {
             retry--;
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        uint64_t ns = (uint64_t)t.tv_nsec + (uint64_t)U.poll_ms * 1000000u;
+        uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+        unsigned wait_ms = U.poll_ms;
+        if (U.in_fork_child) {
+            if (now >= next_orphan_check) {
+                pthread_mutex_unlock(&U.mu);
+                int orphan = only_helper_threads_left();
+                pthread_mutex_lock(&U.mu);
+                if (orphan)
+                    break;
+                next_orphan_check = now + ORPHAN_CHECK_MS * 1000000ull;
+            }
+            if (wait_ms > ORPHAN_CHECK_MS)
+                wait_ms = ORPHAN_CHECK_MS;
+        }
+        uint64_t ns = (uint64_t)t.tv_nsec + (uint64_t)wait_ms * 1000000u;
         t.tv_sec += (time_t)(ns / 1000000000u);
         t.tv_nsec = (long)(ns % 1000000000u);
         while (!U.stop && pthread_cond_timedwait(&U.cv, &U.mu, &t) != ETIMEDOUT) {
@@ -691,6 +761,7 @@ static PyObject *usdt_after_fork_child(PyObject *mod, PyObject *unused) {
 #ifdef OC_USDT
     init_sync(); /* the parent's copies may have been held by its poller across fork() */
     U.running = 0;
+    U.in_fork_child = 1;
     if (U.enabled && start_poller() < 0) {
         U.enabled = 0;
         return NULL;

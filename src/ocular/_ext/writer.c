@@ -328,6 +328,7 @@ static int wait_writer_ms(long ms) {
 
 static void *writer_main(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), OC_WRITER_THREAD_NAME);
     int orphaned = 0;
     pthread_mutex_lock(&S.lock);
     for (;;) {

@@ -1,0 +1,39 @@
+"""The environment variables the C engine reads (with getenv), checked in Python before a session starts.
+
+The engine cannot raise where it reads them (the clock is chosen at start, the Perfetto sink reads its
+variable on the writer thread), so ``start_tracing()`` checks them first: a value the engine would not
+understand is a ValueError naming the variable and the accepted values, instead of a silent default.
+Unset, empty or blank means the default.  The USDT variables (OCULAR_USDT_POLL_MS, OCULAR_USDT_WAIT) are checked
+by ``ocular.usdt.enable()``.
+"""
+
+import os
+
+CLOCK = "OCULAR_CLOCK"                      # clock.c: "monotonic" = clock_gettime instead of the TSC
+PERFETTO_DEFLATE = "OCULAR_PERFETTO_DEFLATE"  # sink_perfetto.c: "0" = plain packets, "1" = deflated (default)
+
+
+def shown(value, limit=60):
+    """repr() of a value for an error message, cut short: a huge value makes no huge message (and an int
+    too long for str() makes no second error)."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"{'-' if value < 0 else ''}<an int of {value.bit_length()} bits>"
+    r = repr(value)
+    if len(r) <= limit:
+        return r
+    return f"{r[:limit]}... ({len(value) if isinstance(value, (str, bytes)) else len(r)} characters)"
+
+
+def _check_choice(name, accepted, meaning):
+    raw = os.environ.get(name)
+    if raw and raw.strip() and raw not in accepted:  # blank counts as unset, as in the C code
+        raise ValueError(f"environment variable {name}={shown(raw)} is not valid: {meaning}")
+
+
+def check(perfetto_file):
+    """Raise ValueError if a variable the coming session uses has a value the engine does not accept."""
+    _check_choice(CLOCK, ("monotonic",), "use 'monotonic' (clock_gettime instead of the CPU's time-stamp "
+                                         "counter), or leave it unset for the default")
+    if perfetto_file:
+        _check_choice(PERFETTO_DEFLATE, ("0", "1"), "use 0 (plain packets) or 1 (deflated, the default), or "
+                                                    "leave it unset")
