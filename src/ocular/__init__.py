@@ -428,19 +428,24 @@ def _quiet_fork_warning():
     """Python 3.12+ warns at os.fork() in a process with several threads (DeprecationWarning: "This
     process is multi-threaded, use of fork() may lead to deadlocks"), counting the OS threads; while
     tracing, Ocular's writer thread would make every fork of a single-threaded program warn (and
-    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped to hide
-    that one warning when the program itself has a single thread; a program with its own threads
-    still gets it.  The wrapper is installed once and otherwise calls the real os.fork."""
+    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped: the
+    warnings raised inside fork() are caught, and given again from the caller's line (so the usual
+    filters apply to them) only when the program itself has several threads.  The wrapper is
+    installed once and otherwise calls the real os.fork."""
     if _real_os_fork is None or getattr(os.fork, "_ocular", False):
         return
 
     def fork():
-        if _session is None or threading.active_count() > 1:
+        if _session is None:
             return _real_os_fork()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"This process \(pid=\d+\) is multi-threaded",
-                                    category=DeprecationWarning)
-            return _real_os_fork()
+        own_threads = threading.active_count() > 1
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pid = _real_os_fork()
+        if pid and own_threads:
+            for w in caught:
+                warnings.warn(w.message, w.category, stacklevel=2)
+        return pid
 
     fork.__doc__ = _real_os_fork.__doc__
     fork._ocular = True

@@ -62,8 +62,10 @@ def boot():
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False)
-    if not root:
-        ocular._save_on_sigterm()  # multiprocessing ends spawn workers with SIGTERM
+    # as in forked children: save before os._exit, and on a SIGTERM that would kill the process
+    # (multiprocessing ends spawn workers so; ocular passes its own SIGTERM to the program)
+    ocular._wrap_os_exit()
+    ocular._save_on_sigterm()
     if cfg.get("usdt"):
         import ocular.usdt
 
@@ -135,6 +137,9 @@ def run(ns, command, say):
     if sys.flags.ignore_environment or sys.flags.isolated or sys.flags.no_site:
         raise ValueError("--follow needs the environment and the site module: do not run Python with -E, -I or -S")
     out = ocular._check_output(ns.output)
+    if out.endswith((".tmp", ".procs")):
+        raise ValueError(f"--follow: the output name {ns.output!r} ends in .tmp or .procs, which name the "
+                         "per-process files; choose another name")
     fmt = ocular._format_for(out, ns.format)
     suffix = os.path.splitext(out)[1] or (".pftrace" if fmt == "perfetto" else ".json")
     directory = parts_dir(out)
@@ -152,29 +157,36 @@ def run(ns, command, say):
     env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     argv = [sys.executable] + subprocess._args_from_interpreter_flags() + command
 
-    forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-    old = {s: signal.getsignal(s) for s in forwarded + (signal.SIGINT,)}
+    # The program shares our process group: what the terminal sends (^C, ^\\, hangup) reaches it directly,
+    # so those are only noted here (a Python handler, not SIG_IGN, which the program would inherit).
+    # TERM, USR1 and USR2 sent to ocular's pid are passed on.  Any of them ends the wait for the rest.
+    forwarded = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    noted = (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    old = {s: signal.getsignal(s) for s in forwarded + noted}
     proc = None
+    stop = []
 
     def forward(sig, frame):
-        if proc is not None and proc.poll() is None:
+        stop.append(sig)
+        if sig in forwarded and proc is not None and proc.poll() is None:
             proc.send_signal(sig)
 
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends ^C to the program too
-        for s in forwarded:
+        for s in forwarded + noted:
             signal.signal(s, forward)
-        try:
-            proc = subprocess.Popen(argv, env=env)
+        try:  # close_fds=False: the program inherits every descriptor it would inherit run directly
+            proc = subprocess.Popen(argv, env=env, close_fds=False)
         except OSError as exc:
             raise OSError(exc.errno, f"ocular: cannot start {sys.executable!r}: {exc.strerror}") from None
         rc = proc.wait()
-        _wait_for_rest(directory, suffix, ns.follow_wait, say)
+        stop.clear()
+        _wait_for_rest(directory, suffix, ns.follow_wait, say, stop)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
 
     finished, unfinished = _scan(directory, suffix)
+    running = {pid for _, pid in unfinished.values() if _alive(pid)}
     inputs = []
     for name, path in finished.items():
         inputs.append((path, _part_info(name[: len(name) - len(suffix)], proc.pid, rc, True, None)))
@@ -190,7 +202,7 @@ def run(ns, command, say):
             f"{' (' + why + ')' if why else ''}")
         return _status(rc)
     try:
-        parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True)
+        parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True, skip_bad=True)
     except (OSError, ValueError) as exc:
         say(f"ocular: merging the per-process traces into {out!r} failed: {exc}; they are kept in {directory}")
         return _status(rc) or 1
@@ -201,12 +213,20 @@ def run(ns, command, say):
     say(f"ocular: trace written to {out} ({len(parts)} process{'es' if len(parts) != 1 else ''}, "
         f"{size / 1e6:.1f} MB, {what})")
     for p in parts:
-        if not p["complete"]:
+        if p.get("skipped"):
+            say(f"ocular: left out: pid {p['pid']}: {p['note']}")
+        elif not p["complete"]:
             say(f"ocular: incomplete: pid {p['pid']}: {p['note']} (what it had written is in the trace)")
     if ns.keep_parts:
         say(f"ocular: per-process traces kept in {directory}")
+    elif running:  # their files are still open: leave them, and the directory, to those processes
+        say(f"ocular: the parts of the processes still running are left in {directory}")
     else:
-        _clean(directory, suffix)
+        for path in [p["path"] for p in parts] + [os.path.join(directory, LOG)]:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         try:
             os.rmdir(directory)
         except OSError:
@@ -237,8 +257,9 @@ def _ctime(path):
         return 0.0
 
 
-def _wait_for_rest(directory, suffix, limit, say):
-    """Wait for the processes that are still writing a part (the program's children outlive it)."""
+def _wait_for_rest(directory, suffix, limit, say, stop):
+    """Wait for the processes that are still writing a part (the program's children outlive it); a
+    signal (``stop`` not empty) ends the wait."""
     start = time.monotonic()
     told = False
     while True:
@@ -247,9 +268,10 @@ def _wait_for_rest(directory, suffix, limit, say):
         if not live:
             return
         waited = time.monotonic() - start
-        if waited >= limit:
-            say(f"ocular: {len(live)} traced process{'es' if len(live) != 1 else ''} still running after "
-                f"{limit:g} s (pid {', '.join(map(str, live))}): merging what they wrote so far")
+        if waited >= limit or stop:
+            why = f"after {limit:g} s" if not stop else f"at {_signal_name(stop[0])}"
+            say(f"ocular: {len(live)} traced process{'es' if len(live) != 1 else ''} still running {why} "
+                f"(pid {', '.join(map(str, live))}): merging what they wrote so far")
             return
         if not told and waited > 1.0:
             say(f"ocular: waiting for {len(live)} traced process{'es' if len(live) != 1 else ''} to finish "

@@ -46,11 +46,12 @@ class Part(dict):
             raise AttributeError(name) from None
 
 
-def detect_format(path):
-    """"json" or "perfetto" from the first byte of the file; MergeError if it is neither."""
+def detect_format(f, path):
+    """"json" or "perfetto" from the first bytes of the open file; MergeError if it is neither."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(64)
+        f.seek(0)
+        head = f.read(64)
+        f.seek(0)
     except OSError as exc:
         raise MergeError(f"cannot read {path!r}: {exc.strerror or exc}") from None
     stripped = head.lstrip()
@@ -102,7 +103,7 @@ class _Progress:
 # ---------------------------------------------------------------- JSON ----
 
 def _event_line(ev):
-    return json.dumps(ev, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b",\n"
+    return json.dumps(ev, separators=(",", ":")).encode("ascii") + b",\n"
 
 
 class _JsonOut:
@@ -125,21 +126,21 @@ class _JsonOut:
             if p["pid"] is not None:
                 meta.append({"ph": "M", "name": "process_sort_index", "pid": p["pid"], "tid": p["pid"],
                              "args": {"sort_index": order}})
-        lines = [json.dumps(m, separators=(",", ":"), ensure_ascii=False) for m in meta]
-        self.f.write(",\n".join(lines).encode("utf-8") if lines else b'{"ph":"M","name":"trace_merged","pid":0,"tid":0,"args":{}}')
+        lines = [json.dumps(m, separators=(",", ":")) for m in meta]
+        self.f.write(",\n".join(lines).encode("ascii") if lines else b'{"ph":"M","name":"trace_merged","pid":0,"tid":0,"args":{}}')
         other = dict(self.other or {})
         other["merged"] = [{k: p.get(k) for k in ("path", "pid", "events", "dropped", "complete", "note")}
                            for p in parts]
         other["dropped"] = sum(p.get("dropped") or 0 for p in parts)
         tail = {"displayTimeUnit": "ns", "otherData": other}
-        self.f.write(b"\n]," + json.dumps(tail, separators=(",", ":"), ensure_ascii=False)[1:].encode("utf-8") + b"\n")
+        self.f.write(b"\n]," + json.dumps(tail, separators=(",", ":"))[1:].encode("ascii") + b"\n")
 
 
-def _load_foreign_json(path, part, out, label):
+def _load_foreign_json(f, path, part, out):
     """A JSON trace not in Ocular's line layout: load it whole and re-emit its events."""
     try:
-        with open(path, "rb") as f:
-            doc = json.loads(f.read())
+        f.seek(0)
+        doc = json.loads(f.read())
     except (ValueError, UnicodeDecodeError) as exc:
         raise MergeError(f"{path!r} is not valid JSON: {exc}") from None
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
@@ -269,22 +270,22 @@ def _copy_checked(path, f, part, out, progress, incomplete):
     return _parse_footer(path, footer)
 
 
-def _merge_json_input(path, part, out, progress, trusted):
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(len(JSON_HEADER))
-        if head != JSON_HEADER:
-            _load_foreign_json(path, part, out, part)
-            progress.add(size)
-            return
-        meta = other = None
-        if trusted:
-            meta, other = _copy_trusted(path, f, size, part, out, progress)
-        else:
-            meta, other = _copy_checked(path, f, part, out, progress, not part["complete"])
-            if meta is None and part["complete"]:
-                raise MergeError(f"{path!r} ends before its metadata: an unfinished trace "
-                                 "(its process may have been killed); merge it as a .tmp file to salvage it")
+def _merge_json_input(f, path, part, out, progress, trusted):
+    size = os.fstat(f.fileno()).st_size
+    f.seek(0)
+    head = f.read(len(JSON_HEADER))
+    if head != JSON_HEADER:
+        _load_foreign_json(f, path, part, out)
+        progress.add(size)
+        return
+    meta = other = None
+    if trusted:
+        meta, other = _copy_trusted(path, f, size, part, out, progress)
+    else:
+        meta, other = _copy_checked(path, f, part, out, progress, not part["complete"])
+        if meta is None and part["complete"]:
+            raise MergeError(f"{path!r} ends before its metadata: an unfinished trace "
+                             "(its process may have been killed); merge it as a .tmp file to salvage it")
     if meta is None:  # an unfinished trace: say so in the timeline
         meta = []
         if part["pid"] is not None:
@@ -322,9 +323,10 @@ def _varint(buf, pos, end):
     return None, pos
 
 
-def _merge_perfetto_input(path, part, outf, progress):
+def _merge_perfetto_input(f, path, part, outf, progress):
     """Copy whole packets; a torn last packet of an incomplete trace is dropped."""
-    with open(path, "rb") as f:
+    f.seek(0)
+    if True:
         carry = b""
         offset = 0
         while True:
@@ -370,14 +372,15 @@ def _pid_from_name(path):
     return None
 
 
-def merge(inputs, output, format=None, trusted=False, progress_stream=None):
+def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_stream=None):
     """Merge trace files into ``output`` and return a list of Part, one per input.
 
     inputs: paths, or (path, info) pairs where info may hold ``complete`` (False for a trace its process
     did not finish: it is salvaged), ``note`` (why) and ``label`` (added to the process name).
     A path ending in ``.tmp`` counts as incomplete.  format: "json" or "perfetto" (default: from the
     output's suffix, else the inputs').  trusted: the inputs are finished Ocular traces of this session
-    (copied in blocks, not checked event by event).
+    (copied in blocks, not checked event by event).  skip_bad: an input that cannot be read or is not
+    a trace is left out (its Part says why, with ``skipped``) instead of failing the merge.
 
     Raises MergeError (a ValueError) for an input that is not a trace or is corrupt, and OSError if
     the output cannot be written; the output is then left untouched.
@@ -395,19 +398,61 @@ def merge(inputs, output, format=None, trusted=False, progress_stream=None):
                           label=info.get("label", "")))
     if not items:
         raise MergeError("nothing to merge: give at least one trace file")
-    for p in items:
-        if not os.path.isfile(p["path"]):
-            raise MergeError(f"{p['path']!r} does not exist or is not a file")
-    # a process killed before it wrote its header has nothing to give
-    empty = [p for p in items if not p["complete"] and os.path.getsize(p["path"]) < len(JSON_HEADER)]
-    items = [p for p in items if p not in empty]
+    files = {}
+    try:
+        return _merge_open(items, files, output, format, trusted, skip_bad, progress_stream)
+    finally:
+        for f in files.values():
+            f.close()
+
+
+def _open_part(p):
+    """Open an input once (a file renamed later stays readable); a '.tmp' whose process finished in
+    the meantime is read under its final name."""
+    path = p["path"]
+    try:
+        if os.path.isdir(path):
+            raise MergeError(f"{path!r} is a directory, not a trace file")
+        return open(path, "rb")
+    except FileNotFoundError:
+        if path.endswith(".tmp"):
+            final = path[:-4].rpartition(".")[0]
+            try:
+                f = open(final, "rb")
+            except OSError:
+                pass
+            else:
+                p.update(path=final, complete=True, note="")
+                return f
+        raise MergeError(f"{path!r} does not exist") from None
+    except OSError as exc:
+        raise MergeError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+
+
+def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream):
+    from . import PERFETTO_SUFFIXES
+
+    skipped = []
+    for p in list(items):
+        try:
+            files[id(p)] = f = _open_part(p)
+            size = os.fstat(f.fileno()).st_size
+            if not p["complete"] and size < len(JSON_HEADER):  # killed before it wrote its header
+                p.update(events=0, note=p["note"] + "; nothing was written", skipped=True)
+            else:
+                p["format"] = detect_format(f, p["path"])
+                p["events" if p["format"] == "json" else "packets"] = 0
+                if p["pid"] is None:
+                    p["pid"] = _pid_from_name(p["path"]) if p["path"].endswith(".tmp") else None
+                continue
+        except MergeError as exc:
+            if not skip_bad:
+                raise
+            p.update(note=str(exc), skipped=True, complete=False)
+        items.remove(p)
+        skipped.append(p)
     if not items:
-        raise MergeError("nothing to merge: every input is an unfinished trace with no events")
-    for p in items:
-        p["format"] = detect_format(p["path"])
-        p["events" if p["format"] == "json" else "packets"] = 0
-        if p["pid"] is None:
-            p["pid"] = _pid_from_name(p["path"]) if p["path"].endswith(".tmp") else None
+        raise MergeError("nothing to merge: " + ("; ".join(p["note"] for p in skipped) or "no input"))
     fmts = {p["format"] for p in items}
     if format is None:
         format = "perfetto" if output.lower().endswith(PERFETTO_SUFFIXES) else (
@@ -427,18 +472,18 @@ def merge(inputs, output, format=None, trusted=False, progress_stream=None):
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
 
-    progress = _Progress(sum(os.path.getsize(p["path"]) for p in items), len(items), progress_stream)
+    progress = _Progress(sum(os.fstat(files[id(p)].fileno()).st_size for p in items), len(items), progress_stream)
     tmp = f"{out_abs}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
             if format == "json":
                 out = _JsonOut(f)
                 for p in items:
-                    _merge_json_input(p["path"], p, out, progress, trusted and p["complete"])
+                    _merge_json_input(files[id(p)], p["path"], p, out, progress, trusted and p["complete"])
                 out.finish(items)
             else:
                 for p in items:
-                    _merge_perfetto_input(p["path"], p, f, progress)
+                    _merge_perfetto_input(files[id(p)], p["path"], p, f, progress)
         os.replace(tmp, out_abs)
     except BaseException:
         try:
@@ -448,8 +493,6 @@ def merge(inputs, output, format=None, trusted=False, progress_stream=None):
         raise
     finally:
         progress.finish()
-    for p in empty:
-        p.update(events=0, note=p["note"] + "; nothing was written")
-    for p in items + empty:
+    for p in items + skipped:
         p.pop("label", None)
-    return items + empty
+    return items + skipped

@@ -5,7 +5,8 @@ start-up in every Python process the program starts (subprocess, multiprocessing
 It starts tracing from the settings in the OCULAR_FOLLOW environment variable, takes itself off
 sys.path, and then imports the ``sitecustomize`` this one hides, if there is one.  It never raises:
 a child that cannot be traced (an older Python, no Ocular for its version) runs untraced, and the
-reason goes to the session's log, which the command line reports at the end.
+reason goes to the session's log, which the command line reports at the end.  Its syntax is kept
+valid for any Python (no f-strings), so that even an old interpreter started by the program runs it.
 """
 
 
@@ -30,10 +31,10 @@ def _ocular_follow_boot():
                             sys.path.pop()
                 follow.boot()
             else:
-                _log(f"not traced: Python {sys.version.split()[0]} has no sys.monitoring (3.12+ needed)")
+                _log("not traced: Python %s has no sys.monitoring (3.12+ needed)" % sys.version.split()[0])
     except BaseException as exc:  # never the reason a child fails to start
         try:
-            _log(f"not traced: {type(exc).__name__}: {exc}")
+            _log("not traced: %s: %s" % (type(exc).__name__, exc))
         except BaseException:
             pass
     # the sitecustomize this module hides (the next one on sys.path), if any
@@ -43,7 +44,7 @@ def _ocular_follow_boot():
     try:
         importlib.import_module("sitecustomize")
     except ImportError as exc:
-        if exc.name != "sitecustomize":
+        if getattr(exc, "name", "sitecustomize") != "sitecustomize":
             raise
     finally:  # the import system expects to find the module it is importing
         sys.modules.setdefault("sitecustomize", me)
@@ -55,8 +56,10 @@ def _log(message):
     import sys
 
     cfg = json.loads(os.environ["OCULAR_FOLLOW"])
-    with open(os.path.join(cfg["dir"], "follow.log"), "a", encoding="utf-8", errors="backslashreplace") as f:
-        f.write(f"{os.getpid()} {' '.join(getattr(sys, 'orig_argv', sys.argv))[:200]}: {message}\n")
+    argv = getattr(sys, "orig_argv", None) or getattr(sys, "argv", None) or [sys.executable or "python"]
+    line = "%d %s: %s\n" % (os.getpid(), " ".join(argv)[:200], message)
+    with open(os.path.join(cfg["dir"], "follow.log"), "ab") as f:
+        f.write(line.encode("utf-8", "backslashreplace"))
 
 
 _ocular_follow_boot()

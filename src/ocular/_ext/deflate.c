@@ -20,7 +20,7 @@
 #define MIN_MATCH 3
 #define MAX_MATCH 258
 #ifndef CHAIN_DEPTH
-#define CHAIN_DEPTH 16
+#define CHAIN_DEPTH 4
 #endif
 #ifndef NICE_MATCH
 #define NICE_MATCH 64

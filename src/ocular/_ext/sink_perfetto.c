@@ -99,10 +99,11 @@ enum {
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
 enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 };
-/* Sequence ids are unique across processes (pid mod 2^20 times 2048, plus 1 for the writer's own
- * sequence and 2, 3, ... for threads), so the traces of several processes can be merged by simply
- * concatenating their packets (`python -m ocular merge`, `--follow`). */
-enum { SEQS_PER_PROCESS_BITS = 11 };
+/* Sequence ids are unique across processes (the pid, below 2^22 on Linux, times 1024, plus 1 for the
+ * writer's own sequence and 2, 3, ... for threads), so the traces of several processes can be merged
+ * by simply concatenating their packets (`python -m ocular merge`, `--follow`).  A process with more
+ * than 1022 traced threads continues into the next pid's range. */
+enum { SEQS_PER_PROCESS_BITS = 10 };
 /* raw bytes per compressed_packets batch: Perfetto asks for compressed packets under 512 KiB */
 #define DEFLATE_BATCH (256u * 1024u)
 
@@ -664,7 +665,7 @@ static void pf_header(oc_out *o) {
      * forget them (never free: they may be mid-update).  A normal session ends with a clean state. */
     memset(&P, 0, sizeof P);
     P.active = 1;
-    P.writer_seq = (((uint32_t)S.pid & 0xFFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
+    P.writer_seq = (((uint32_t)S.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
     P.next_seq = P.writer_seq + 1;
     const char *env = getenv("OCULAR_PERFETTO_DEFLATE");
     P.deflate = !(env && strcmp(env, "0") == 0);
