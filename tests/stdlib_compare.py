@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,12 @@ def main(argv=None):
     ap.add_argument("--threshold", type=int, default=500)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
     args = ap.parse_args(argv)
+    # Started in the background by a non-interactive shell (nohup, `cmd &`, some CI runners), we inherit
+    # SIGINT ignored, and so would every test interpreter: test_generators' SignalAndYieldFromTest (which
+    # raises SIGINT and expects KeyboardInterrupt) then fails, traced and untraced alike.  A handler of
+    # ours becomes the default action across exec, so the test modules see a normal SIGINT.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     py = sys.executable
     if subprocess.run([py, "-c", "import test.libregrtest"], capture_output=True).returncode != 0:
         print(f"{py} has no regrtest (the stdlib `test` package is not installed): nothing to compare")
