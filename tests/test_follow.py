@@ -371,7 +371,9 @@ def test_follow_signals_fds_and_exit_paths(tmp_path):
         '''))
     e = dict(os.environ, PYTHONPATH=SRC)
     p = subprocess.Popen([*python_cmd(), "-m", "ocular", "--follow", "--no-report", "-o", "t.json", "prog.py"],
-                         cwd=tmp_path, env=e, pass_fds=(w,), stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, env=e, pass_fds=(w,), stderr=subprocess.PIPE, text=True,
+                         # as from a terminal, even when the tests run in the background with ^C ignored
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(w)
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").exists() and p.poll() is None and time.monotonic() < deadline:
