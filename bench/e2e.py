@@ -1,7 +1,8 @@
 """End to end, as a user lives it: process start to exit with the trace saved.
 
-Two standalone scripts (bench/scripts/fib.py: call heavy; bench/scripts/
-generators.py: generator resumes) are run by each tool's own command line:
+Standalone scripts (bench/scripts/fib.py: call heavy; bench/scripts/
+generators.py: generator resumes; bench/scripts/empty.py: nothing, for each
+tool's fixed cost) are run by each tool's own command line:
 
     untraced              python SCRIPT N
     ocular                python -m ocular -o trace.json SCRIPT N         (defaults: threshold 500, report printed)
@@ -46,11 +47,12 @@ from bench.common import (
     tail,
 )
 
-DEFAULT_REPEATS, QUICK_REPEATS = 5, 1
+DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 GOAL = 3.0  # issue #7: traced and saved within 3x of untraced
 
 # script name -> (default size, quick size, what)
 SCRIPTS = {
+    "empty": (0, 0, "does nothing: each tool's fixed cost"),
     "fib": (27, 22, "recursive fib(N): 2*F(N+1)-1 calls (635,621 for 27)"),
     "generators": (100_000, 20_000, "chained generators, yield from, generator expressions"),
 }
@@ -153,12 +155,13 @@ def run(ctx, repeats=None) -> Section:
         else:
             configs.append(c.name)
     encode = ctx.has("ocular")
-    jobs = configs + (["encode-" + f for f in ENCODE_FORMATS] if encode else [])
+    encode_jobs = ["encode-" + f for f in ENCODE_FORMATS] if encode else []
+    jobs = configs + encode_jobs
 
     samples = {(s, c): [] for s in sizes for c in jobs}
     failures = {}
     outputs = {}
-    total = repeats * len(sizes) * len(jobs)
+    total = repeats * (len(sizes) * len(jobs) - len(encode_jobs))
     k = 0
     t_start = time.perf_counter()
     log("bench: e2e: {} rounds x {} scripts x {} runs = {} processes".format(
@@ -167,6 +170,8 @@ def run(ctx, repeats=None) -> Section:
         order = jobs[r % len(jobs):] + jobs[: r % len(jobs)]
         for s, n in sizes.items():
             for c in order:
+                if s == "empty" and c in encode_jobs:
+                    continue
                 k += 1
                 if (s, c) in failures:
                     continue
@@ -180,7 +185,7 @@ def run(ctx, repeats=None) -> Section:
                         msg = "wall {:.3f} s".format(res["wall"])
                         if c == "untraced":
                             outputs.setdefault(s, res["stdout"])
-                        elif s in outputs and res["stdout"] != outputs[s]:
+                        elif outputs.get(s) and res["stdout"] != outputs[s]:
                             log("bench: WARNING e2e {}/{} printed {} (untraced: {})".format(
                                 s, c, res["stdout"], outputs[s]))
                 except ChildError as exc:
@@ -198,18 +203,19 @@ def run(ctx, repeats=None) -> Section:
         base = median(walls.get("untraced", []))
         for c in configs:
             m = median(walls[c])
+            label = s if s == "empty" else "{}({})".format(s, sizes[s])
             if m is None:
-                rows.append(["{}({})".format(s, sizes[s]), c, "FAILED", "", "", ""])
+                rows.append([label, c, "FAILED", "", "", ""])
                 continue
             x = m / base if base else None
             if c != "untraced" and x is not None:
                 ratios[(s, c)] = x
             size = median([x["bytes"] for x in samples[(s, c)] if x["bytes"] is not None])
-            rows.append(["{}({})".format(s, sizes[s]), c, fmt_s(m), spread(walls[c]),
+            rows.append([label, c, fmt_s(m), spread(walls[c]),
                          fmt_ratio(x) if c != "untraced" else "1.00×",
                          fmt_bytes(int(size)) if size is not None else "—"])
         for c in ("ocular", "ocular-t0-json", "ocular-t0-pftrace"):
-            if (s, c) in ratios:
+            if (s, c) in ratios and s != "empty":
                 goal_lines.append("- {} `{}`: {:.2f}× untraced: goal ({:.0f}×) {}".format(
                     s, c, ratios[(s, c)], GOAL, "met" if ratios[(s, c)] <= GOAL else "**not met**"))
 
@@ -217,7 +223,7 @@ def run(ctx, repeats=None) -> Section:
                   "writer Mevents/s", "main thread CPU s", "stop_tracing() s", "dropped"]
     enc_rows = []
     if encode:
-        for s in sizes:
+        for s in [s for s in sizes if s != "empty"]:
             for f in ENCODE_FORMATS:
                 xs = samples[(s, "encode-" + f)]
                 if not xs:

@@ -7,17 +7,17 @@ bench/requirements.txt), run unmodified as a script, in one process, as a
 pyperf *worker*:
 
     python [-m ocular --threshold T -o trace.EXT] run_benchmark.py [ARGS] \\
-        --worker --loops L --warmups 0 --values 2 --output result.json
+        --worker --loops L --warmups 0 --values 1 --output result.json
 
 ``--worker`` makes pyperf run the benchmark in this very process instead of
 spawning its usual 20 worker processes (which would escape the tracer);
-``--warmups 0 --values 2`` takes two timed values of L loops each, both
-inside the traced process: the **1st value** is a cold run (for threshold
-500 it includes Ocular's warm-up, the 500 traced hits per location), the
-**2nd** runs the same code again.  pyperf's values are per loop and time only
-the benchmark's own function; the **process wall** time (spawn to exit, from
-the runner) adds interpreter start-up, importing pyperf, stopping Ocular,
-writing the trace and building its report.
+``--warmups 0 --values 1`` takes one timed value of L loops inside the
+traced process, from cold code, as a traced program runs (for threshold 500
+it includes Ocular's warm-up, the 500 traced hits per location).  pyperf's
+value is per loop and times only the benchmark's own function; the
+**process wall** time (spawn to exit, from the runner) adds interpreter
+start-up, importing pyperf, stopping Ocular, writing the trace and building
+its report.
 
 Every configuration runs in a fresh process, interleaved round by round
 (the configuration order rotates), and medians over rounds are reported.
@@ -159,7 +159,7 @@ def run_one(ctx, script, bench, cfg, loops, args, values):
         return out
 
 
-def run(ctx, names=None, repeats=None, values=2) -> Section:
+def run(ctx, names=None, repeats=None, values=1) -> Section:
     """Run the selected pyperformance benchmarks under every configuration."""
     title = "pyperformance benchmarks under `python -m ocular`"
     bdir, err = benchmarks_dir(ctx.python, ctx.env)
@@ -213,18 +213,17 @@ def run(ctx, names=None, repeats=None, values=2) -> Section:
               if (i is None or len(s[key]) > i) and (i is not None or s[key] is not None)]
         return median(xs)
 
-    header = ["benchmark", "config", "1st value s", "spread", "× untraced", "2nd value s",
-              "× untraced", "process wall s", "× untraced", "events", "dropped", "trace size"]
+    header = ["benchmark", "config", "value s", "spread", "× untraced",
+              "process wall s", "× untraced", "events", "dropped", "trace size"]
     rows = []
     ratios = {}
     for n in names:
-        base1, base2, basew = med(n, "untraced", "values", 0), med(n, "untraced", "values", 1), \
-            med(n, "untraced", "wall")
+        base1, basew = med(n, "untraced", "values", 0), med(n, "untraced", "wall")
         for c in configs:
             if not samples[(n, c)]:
                 rows.append([n, c, "FAILED"] + [""] * (len(header) - 3))
                 continue
-            v1, v2, w = med(n, c, "values", 0), med(n, c, "values", 1), med(n, c, "wall")
+            v1, w = med(n, c, "values", 0), med(n, c, "wall")
             x1 = v1 / base1 if base1 else None
             if c != "untraced" and x1 is not None:
                 ratios[(n, c)] = x1
@@ -234,8 +233,6 @@ def run(ctx, names=None, repeats=None, values=2) -> Section:
             rows.append([
                 n, c, fmt_s(v1), spread([s["values"][0] for s in samples[(n, c)]]),
                 fmt_ratio(x1) if c != "untraced" else "1.00×",
-                fmt_s(v2), fmt_ratio(v2 / base2) if (v2 and base2 and c != "untraced") else
-                ("1.00×" if c == "untraced" and v2 else "—"),
                 fmt_s(w), fmt_ratio(w / basew) if (basew and c != "untraced") else "1.00×",
                 fmt_count(int(ev)) if ev is not None else "—",
                 "—" if dropped is None else dropped,
@@ -262,19 +259,18 @@ def run(ctx, names=None, repeats=None, values=2) -> Section:
     table = md_table(header, rows)
     out.append(table)
     out.append("")
-    out.append("- **1st value s**, **2nd value s**: pyperf's two timed values in the same "
-               "process, seconds per loop of the benchmark function only. The 1st is cold "
-               "(with threshold 500 it carries Ocular's warm-up: 500 traced hits per "
-               "location before de-instrumentation); the 2nd runs warm code. "
-               "**spread**: ±half the min–max range of the 1st value over rounds.")
+    out.append("- **value s**: pyperf's timed value, seconds per loop of the benchmark "
+               "function only, from cold code (with threshold 500 it carries Ocular's "
+               "warm-up: 500 traced hits per location before de-instrumentation). "
+               "**spread**: ±half the min–max range over rounds.")
     out.append("- **process wall s**: spawn to exit, measured by the runner: start-up, "
-               "imports (pyperf, psutil), both values, Ocular's stop (draining the writer, "
+               "imports (pyperf, psutil), the benchmark, Ocular's stop (draining the writer, "
                "building the report) and the trace file.")
     out.append("- **events**, **dropped**: as printed by `python -m ocular`; **trace size**: "
                "the file written.")
     out.append("")
     out.append(md_table(["benchmark", "arguments", "loops per value", "what"], bench_rows, left=4))
     console = table
-    panel = ("pyperformance: 1st value (benchmark function, cold)", names,
+    panel = ("pyperformance: pyperf value (benchmark function only, cold)", names,
              [c for c in configs if c != "untraced"], ratios)
     return Section(title, "\n".join(out), console, panels=[panel], failed=bool(failures))

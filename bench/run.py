@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="small sizes and fewer rounds in every section (smoke test, < 1 min)")
     ap.add_argument("--repeats", "-r", type=int, default=None,
-                    help="rounds in every section (default: micro 5, pyperformance 3, e2e 5, "
+                    help="rounds in every section (default: micro 5, pyperformance 3, e2e 3, "
                          "memory 1; --quick: 2, 1, 1, 1)")
     sec = ap.add_argument_group("sections (default: all)")
     sec.add_argument("--micro", action="store_true", help="our workloads, workload call timed")
