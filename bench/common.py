@@ -246,10 +246,12 @@ def fmt_bytes(n):
     return "{} B".format(n)
 
 
-def md_table(header, rows, left=2):
-    """Markdown table; the first `left` columns left-aligned, the rest right."""
+def md_table(header, rows, left=2, align=None):
+    """Markdown table; the first `left` columns left-aligned, the rest right,
+    unless `align` gives one letter per column ("l" or "r")."""
+    align = align or "l" * left + "r" * (len(header) - left)
     lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"]
+             "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
     for r in rows:
         lines.append("| " + " | ".join(str(c) for c in r) + " |")
     return "\n".join(lines)

@@ -207,12 +207,12 @@ def run(ctx, repeats=None) -> Section:
             if m is None:
                 rows.append([label, c, "FAILED", "", "", ""])
                 continue
-            x = m / base if base else None
-            if c != "untraced" and x is not None:
-                ratios[(s, c)] = x
-            size = median([x["bytes"] for x in samples[(s, c)] if x["bytes"] is not None])
+            ratio = m / base if base else None
+            if c != "untraced" and ratio is not None:
+                ratios[(s, c)] = ratio
+            size = median([r["bytes"] for r in samples[(s, c)] if r["bytes"] is not None])
             rows.append([label, c, fmt_s(m), spread(walls[c]),
-                         fmt_ratio(x) if c != "untraced" else "1.00×",
+                         fmt_ratio(ratio) if c != "untraced" else "1.00×",
                          fmt_bytes(int(size)) if size is not None else "—"])
         for c in ("ocular", "ocular-t0-json", "ocular-t0-pftrace"):
             if (s, c) in ratios and s != "empty":
@@ -242,7 +242,7 @@ def run(ctx, repeats=None) -> Section:
 
     out = []
     out.append("Standalone scripts (bench/scripts/) run by each tool's command line; wall time "
-               "from spawn to exit, trace written. {} rounds, interleaved; medians; {:.0f} s.\n"
+               "from spawn to exit, trace written. Rounds: {}, interleaved; medians; {:.0f} s.\n"
                .format(repeats, elapsed))
     for c, reason in skipped.items():
         out.append("- skipped **{}**: {}".format(c, reason))

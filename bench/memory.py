@@ -132,7 +132,7 @@ def run(ctx, events=None, fmt="pftrace", repeats=None) -> Section:
             ["events/s end to end", "{:.2f} M".format(ev / (work + stop) / 1e6),
              "events / (traced workload + stop_tracing()) wall time"],
         ]
-        table = md_table(["measure", "value", "note"], rows, left=1)
+        table = md_table(["measure", "value", "note"], rows, align="lrl")
         out.append(table)
         out.append("")
         out.append(

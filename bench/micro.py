@@ -212,7 +212,7 @@ def run(ctx, workloads, configs, sizes, repeats, floor_err=None) -> Section:
 
     out = []
     out.append("Our workloads (bench/workloads.py), each timed inside a fresh child "
-               "(bench/_child.py): {} rounds; {:.0f} s.\n".format(repeats, elapsed))
+               "(bench/_child.py). Rounds: {}, interleaved; medians; {:.0f} s.\n".format(repeats, elapsed))
     for c, reason in skipped.items():
         out.append("- skipped **{}**: {}".format(c, reason))
     for (w, c), err in failures.items():

@@ -250,7 +250,7 @@ def run(ctx, names=None, repeats=None, values=1) -> Section:
         "Each benchmark's own `run_benchmark.py` from the pyperformance package, run "
         "unmodified as one pyperf worker process (`--worker --loops L --warmups 0 "
         "--values {v}`), plain or under `python -m ocular` (report printed, as by "
-        "default). {r} rounds, interleaved; medians; {e:.0f} s.\n".format(
+        "default). Rounds: {r}, interleaved; medians; {e:.0f} s.\n".format(
             v=values, r=repeats, e=elapsed))
     for (n, c), err in failures.items():
         out.append("- failed **{}/{}**: {}".format(n, c, err.splitlines()[0]))
