@@ -15,7 +15,7 @@ endif
 FIRST := $(firstword $(PYTHONS))
 SRC := $(wildcard src/ocular/_ext/*.c src/ocular/_ext/*.h) setup.py
 
-.PHONY: all build example test test-asan test-valgrind test-stdlib bench clean check-python
+.PHONY: all build example test test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
 
 all: build
 
@@ -104,8 +104,17 @@ test-stdlib: build
 	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) || exit 1; \
 	done
 
+# bench: every section (micro, pyperformance, e2e, memory), ~10 min: bench/results.md and bench/results.png
+# (bench/README.md).  BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--python 3.13".
 bench: build
-	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench
+	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench $(BENCH_ARGS)
+
+bench-quick: build
+	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --quick $(BENCH_ARGS)
+
+# bench-memory: 100M events traced into .pftrace: peak RSS, writer throughput, dropped events (~1 min)
+bench-memory: build
+	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --memory $(BENCH_ARGS)
 
 clean:
 	rm -rf build src/ocular/*.so src/*.egg-info

@@ -123,7 +123,7 @@ def _start(cfg_name, outdir):
 def _probe():
     """Which optional modules import (and look usable) in this interpreter."""
     out = {}
-    for mod in ("_ocular_floor", "cProfile", "ocular", "viztracer", "yappi"):
+    for mod in ("_ocular_floor", "cProfile", "ocular", "viztracer", "yappi", "pyperf", "pyperformance"):
         try:
             m = __import__(mod)
             if mod == "ocular" and not (
@@ -136,7 +136,7 @@ def _probe():
                     )
                 )
             version = getattr(m, "__version__", None)
-            if version is None and mod in ("viztracer", "yappi", "ocular"):
+            if version is None and mod in ("viztracer", "yappi", "ocular", "pyperf", "pyperformance"):
                 try:
                     from importlib.metadata import version as dist_version
 

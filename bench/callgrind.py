@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench.configs import CONFIGS, EVENT_SETS
 from bench.workloads import fib_calls
-from bench.run import (
+from bench.common import (
     BENCH_DIR,
     ChildError,
     build_floor,
@@ -40,8 +40,8 @@ from bench.run import (
     machine_info,
     md_table,
     resolve_python,
-    run_child,
 )
+from bench.micro import run_child
 
 DEFAULT_CONFIGS = ("untraced", "floor", "ocular-adaptive-t0")
 TOGGLE = "ocular_floor_measured_call"

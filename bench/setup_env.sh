@@ -1,13 +1,42 @@
 #!/usr/bin/env bash
 # Create (or refresh) the benchmark venv .venv-bench-<X.Y> at the repo root and
-# install bench/requirements.txt into it.
+# install bench/requirements.txt into it; make sure gnuplot is there for the plot.
 #
 # usage: bench/setup_env.sh [X.Y | /path/to/python]      (default 3.12)
+#        bench/setup_env.sh --gnuplot                     (only the gnuplot step)
+#
+# gnuplot (Debian's gnuplot-nox) draws bench/results.png.  When it is missing and
+# we are root with apt-get, it is installed; otherwise a note is printed and the
+# benchmark skips the plot.  A failure here never fails the script.
 #
 # For X.Y the interpreter is looked up as $PYENV_ROOT/versions/X.Y.*/bin/pythonX.Y
 # ($PYENV_ROOT defaults to ~/.pyenv; newest patch release wins), falling back to
 # pythonX.Y on PATH.
 set -euo pipefail
+
+ensure_gnuplot() {
+    if command -v gnuplot >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "setup_env.sh: gnuplot not found and cannot be installed here (needs root and apt-get):" \
+             "install gnuplot-nox for the plot" >&2
+        return 0
+    fi
+    echo "setup_env.sh: installing gnuplot-nox (apt-get)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q gnuplot-nox >/dev/null 2>&1 ||
+            echo "setup_env.sh: apt-get install gnuplot-nox failed: no plot" >&2
+    fi
+    return 0
+}
+
+if [ "${1:-}" = "--gnuplot" ]; then
+    ensure_gnuplot
+    exit 0
+fi
+ensure_gnuplot
 
 arg="${1:-3.12}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
