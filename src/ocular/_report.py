@@ -77,12 +77,32 @@ class Report:
         self.overhead_cycles = data["overhead_ticks"]
         self.incomplete = data["stats_incomplete"]
         self.functions = []
-        self.loops = []
-        _settle([f["code"] for f in data["functions"] if f["loops"]])
+        self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
+        self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
         for f in data["functions"]:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
-        self.loops.sort(key=lambda r: r["cycles"], reverse=True)
+        self._loops.sort(key=lambda r: r["cycles"], reverse=True)
+
+    @property
+    def loops(self):
+        """Every loop seen, hottest (by cycles) first, each with its rows."""
+        self._fill(self._loops)
+        return self._loops
+
+    def _fill(self, loops):
+        todo = [lp for lp in loops if id(lp) in self._pending]
+        if not todo:
+            return
+        codes = {id(self._pending[id(lp)][0]): self._pending[id(lp)][0] for lp in todo}
+        _settle(list(codes.values()))  # adaptive bytecode without our instrumentation
+        cache = {}
+        for lp in todo:
+            code, f, raw = self._pending.pop(id(lp))
+            if id(code) not in cache:
+                cache[id(code)] = (_base_names(code), list(dis.get_instructions(code, adaptive=True)))
+            lp["rows"] = self._rows(code, f, raw, *cache[id(code)])
+            lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), code.co_firstlineno)
 
     # -- building -----------------------------------------------------------------------------
     def _add_function(self, f):
@@ -109,18 +129,19 @@ class Report:
                 "truncated": f["truncated"],
             })
         for lp in f["loops"]:
-            self.loops.append(self._loop(code, f, lp))
+            entry = self._loop(code, f, lp)
+            self._loops.append(entry)
+            self._pending[id(entry)] = (code, f, lp)
 
-    def _loop(self, code, f, lp):
+    def _rows(self, code, f, lp, base, all_instrs):
         ns = self.ns_per_tick
         units = f["units"]
         precise = self.mode == "precise"
-        base = _base_names(code)
         rows = []
         lo, hi = lp["dest"], lp["src"]
         # adaptive: blocks (start -> (count, cycles, end)) covering each instruction
         blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
-        instrs = [i for i in dis.get_instructions(code, adaptive=True) if lo <= i.offset <= hi]
+        instrs = [i for i in all_instrs if lo <= i.offset <= hi]
         offsets = [i.offset for i in instrs]
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
         for ins in instrs:
@@ -147,12 +168,16 @@ class Report:
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })
+        return rows
+
+    def _loop(self, code, f, lp):
+        ns = self.ns_per_tick
+        lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
-        first_line = next((r["line"] for r in rows if r["line"]), code.co_firstlineno)
         return {
             "function": code.co_qualname,
             "file": code.co_filename,
-            "line": first_line,
+            "line": None,  # the first line of its rows, once built
             "offset": lo,
             "end_offset": hi,
             "iterations": lp["iterations"],
@@ -162,18 +187,19 @@ class Report:
             "ns_per_iteration": lp["cycles"] / it * ns,
             "instructions_per_iteration": lp["instructions"] / it,
             "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
-            "rows": rows,
+            "rows": None,
         }
 
     # -- views --------------------------------------------------------------------------------
     def hot_loops(self, n=TOP_LOOPS):
         """The hottest loops: the top n by cycles and the top n by iterations."""
-        by_cycles = sorted(self.loops, key=lambda r: r["cycles"], reverse=True)[:n]
-        by_hits = sorted(self.loops, key=lambda r: r["iterations"], reverse=True)[:n]
+        by_cycles = sorted(self._loops, key=lambda r: r["cycles"], reverse=True)[:n]
+        by_hits = sorted(self._loops, key=lambda r: r["iterations"], reverse=True)[:n]
         out = list(by_cycles)
         for lp in by_hits:
-            if lp not in out:
+            if not any(lp is o for o in out):
                 out.append(lp)
+        self._fill(out)
         return out
 
     def to_dict(self):

@@ -8,7 +8,8 @@
  *
  * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
  * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
- * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE -- for at
+ * most 4096 unrecorded ends (recursion), after which the writer infers the remaining ends.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
  * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
  * session, so a restart_events() by another tool is answered by disabling again.
  */
@@ -84,6 +85,7 @@ static inline uint32_t small_int(PyObject *o) {
     return (uint32_t)PyLong_AsUnsignedLongMask(o);
 }
 
+#define LATE_ENDS_MAX 4096u
 #define RETURN_NONE return Py_None /* None is immortal on 3.12+: no reference to take */
 #define RETURN_DISABLE return Py_NewRef(S.disable)
 
@@ -131,8 +133,14 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
          * still open (their ends matter); ends of unrecorded activations are not recorded. */
         if (!begun && depth < 64) {
-            if (ex->open_depths && kind != K_UNWIND)
+            /* ...but not forever: in recursive code the outermost recorded call stays open while
+             * every nested one returns here.  After LATE_ENDS_MAX such ends the sites are disabled
+             * and the writer closes the still-open recorded calls at the next event of an enclosing
+             * frame (or at stop). */
+            if (ex->open_depths && kind != K_UNWIND && ex->late_ends < LATE_ENDS_MAX) {
+                ex->late_ends++;
                 RETURN_NONE;
+            }
             if (kind == K_UNWIND)
                 RETURN_NONE;
             RETURN_DISABLE;

@@ -103,6 +103,7 @@ typedef struct {
     uint32_t enters;
     uint32_t nunits;
     uint32_t sites_disabled; /* a jump or instruction site of this code answered DISABLE */
+    uint32_t late_ends;      /* unrecorded ends seen while return sites were kept armed (capped) */
     uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
