@@ -222,7 +222,9 @@ int oc_writer_start(void);               /* opens the temp file and starts the t
 void oc_writer_stop(uint64_t stop_ticks); /* joins the writer; call with the GIL released */
 void oc_writer_fork_child(void);         /* forget the parent's writer state */
 uint64_t oc_writer_events(void);
-#define OC_WRITER_THREAD_NAME "ocular-writer" /* its OS thread name; usdt.c's poller recognises it */
+#define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
+#define OC_USDT_THREAD_NAME "ocular-usdt"
+int oc_only_helper_threads_left(void); /* writer.c: no thread but those two is alive (fork children) */
 
 /* sink_json.c */
 typedef struct oc_out oc_out;

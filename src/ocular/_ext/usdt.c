@@ -531,53 +531,14 @@ static int finalizing(void) {
  * is, no Python code can run again and the poller simply ends.  If it was the last thread the process
  * ends with status 0, as it would have without Ocular; if the writer is still there, it then finds
  * itself alone, saves the trace and ends the process. */
-#define POLLER_NAME "ocular-usdt"
 #define ORPHAN_CHECK_MS 200
-
-/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure). */
-static int only_helper_threads_left(void) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return 0;
-    int others = 0, seen = 0;
-    struct dirent *e;
-    while (!others && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[64], buf[256];
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (n <= 0)
-            continue; /* gone since readdir */
-        buf[n] = 0;
-        seen++;
-        /* "tid (comm) S ...": comm may itself hold ')' or spaces, the state follows the last ')' */
-        char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
-        if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ') {
-            others = 1; /* unreadable: assume a thread that matters */
-            break;
-        }
-        char st = close_paren[2];
-        if (st == 'Z' || st == 'X') /* exited, its process lives on */
-            continue;
-        *close_paren = 0;
-        const char *comm = open_paren + 1;
-        if (strcmp(comm, POLLER_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0)
-            others = 1;
-    }
-    closedir(d);
-    return seen > 0 && !others;
-}
 
 static void *poller_main(void *arg) {
     (void)arg;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
-    pthread_setname_np(pthread_self(), POLLER_NAME);
+    pthread_setname_np(pthread_self(), OC_USDT_THREAD_NAME);
     unsigned retry = 0;
     uint64_t next_orphan_check = 0;
     pthread_mutex_lock(&U.mu);
@@ -610,7 +571,7 @@ static void *poller_main(void *arg) {
         if (U.in_fork_child) {
             if (now >= next_orphan_check) {
                 pthread_mutex_unlock(&U.mu);
-                int orphan = only_helper_threads_left();
+                int orphan = oc_only_helper_threads_left();
                 pthread_mutex_lock(&U.mu);
                 if (orphan)
                     break;

@@ -276,18 +276,19 @@ static uint64_t mono_now_ns(void) {
 
 /* A child forked from a non-main thread ends when that thread returns: no interpreter exit, no atexit,
  * and without us the process would end with its last thread.  So in a fork child the idle writer looks
- * every 200 ms whether it is the last thread left; if so nobody can stop the session any more: it
- * finishes the trace, gives it its final name and ends the process with status 0, as the last thread's
- * exit would have. */
+ * every 200 ms whether only Ocular's own threads are left (itself and the USDT poller); if so nobody
+ * can stop the session any more: it finishes the trace, gives it its final name and ends the process
+ * with status 0, as the last thread's exit would have. */
 static int in_fork_child;
 
-static int last_thread_left(void) {
+/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure). */
+int oc_only_helper_threads_left(void) {
     DIR *d = opendir("/proc/self/task");
     if (!d)
         return 0;
-    int live = 0;
+    int others = 0, seen = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && live < 2) {
+    while (!others && (e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
         char path[64], buf[256];
@@ -296,13 +297,26 @@ static int last_thread_left(void) {
         ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
         if (fd >= 0)
             close(fd);
-        buf[n > 0 ? n : 0] = 0;
-        char *st = strrchr(buf, ')'); /* "tid (comm) S ...": a thread that has exited but whose */
-        if (!st || (st[1] == ' ' && st[2] != 'Z' && st[2] != 'X'))  /* process lives on is a zombie */
-            live++;
+        if (n <= 0)
+            continue; /* gone since readdir */
+        buf[n] = 0;
+        seen++;
+        /* "tid (comm) S ...": comm may itself hold ')' or spaces, the state follows the last ')' */
+        char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ') {
+            others = 1; /* unreadable: assume a thread that matters */
+            break;
+        }
+        char st = close_paren[2];
+        if (st == 'Z' || st == 'X') /* exited, its process lives on */
+            continue;
+        *close_paren = 0;
+        const char *comm = open_paren + 1;
+        if (strcmp(comm, OC_USDT_THREAD_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0)
+            others = 1;
     }
     closedir(d);
-    return live == 1;
+    return seen > 0 && !others;
 }
 
 static void finish_orphan(void) {
@@ -352,7 +366,7 @@ static void *writer_main(void *arg) {
             }
             if (in_fork_child) {
                 if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head &&
-                    !S.stopping && last_thread_left()) {
+                    !S.stopping && oc_only_helper_threads_left()) {
                     orphaned = 1;
                     W.stop_ticks = oc_now();
                     break;
