@@ -155,6 +155,13 @@ class Context:
         return bool(self.probe.get(module, {}).get("ok"))
 
 
+def rotated(seq, r):
+    """seq started at its (r mod len)th item: round r of an interleaved run starts with a different
+    configuration each time, so no configuration always runs first (or right after the same one)."""
+    k = r % len(seq)
+    return seq[k:] + seq[:k]
+
+
 class Proc:
     """Outcome of run_timed(): wall seconds, exit status, output, rusage."""
 

@@ -42,6 +42,7 @@ from bench.common import (
     log,
     md_table,
     median,
+    rotated,
     run_timed,
     spread,
     tail,
@@ -167,7 +168,7 @@ def run(ctx, repeats=None) -> Section:
     log("bench: e2e: {} rounds x {} scripts x {} runs = {} processes".format(
         repeats, len(sizes), len(jobs), total))
     for r in range(repeats):
-        order = jobs[r % len(jobs):] + jobs[: r % len(jobs)]
+        order = rotated(jobs, r)
         for s, n in sizes.items():
             for c in order:
                 if s == "empty" and c in encode_jobs:

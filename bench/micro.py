@@ -33,6 +33,7 @@ from bench.common import (
     log,
     md_table,
     median,
+    rotated,
     spread,
 )
 from bench.configs import CONFIGS, EVENT_SETS
@@ -138,7 +139,7 @@ def run(ctx, workloads, configs, sizes, repeats, floor_err=None) -> Section:
     log("bench: micro: {} rounds x {} workloads x {} configurations = {} runs".format(
         repeats, len(workloads), len(configs), total))
     for r in range(repeats):
-        order = configs[r % len(configs):] + configs[: r % len(configs)]
+        order = rotated(configs, r)
         for w in workloads:
             for c in order:
                 k += 1

@@ -42,6 +42,7 @@ from bench.common import (
     log,
     md_table,
     median,
+    rotated,
     run_timed,
     spread,
     tail,
@@ -187,7 +188,7 @@ def run(ctx, names=None, repeats=None, values=1) -> Section:
     log("bench: pyperformance: {} rounds x {} benchmarks x {} configurations = {} runs".format(
         repeats, len(names), len(configs), total))
     for r in range(repeats):
-        order = configs[r % len(configs):] + configs[: r % len(configs)]
+        order = rotated(configs, r)
         for n in names:
             b = BENCHMARKS[n]
             loops, args = (b.quick_loops, b.quick_args) if quick else (b.loops, b.args)
