@@ -1,6 +1,6 @@
 /* sink_json.c -- Chrome Trace Event (JSON object format) encoding, streamed through a raw fd.
  *
- * Runs on the writer thread only: no GIL, no Python API.  Numbers are formatted by hand (printf costs
+ * Runs on the renderer only: no GIL, no Python API.  Numbers are formatted by hand (printf costs
  * several hundred ns an event).  Every event line ends with ",\n"; the footer writes the metadata
  * events last, so the array never ends with a dangling comma.  Output goes through write(2) from our
  * own buffer, never stdio, so a forked child's exit cannot flush half of it a second time.
@@ -137,7 +137,7 @@ static inline void put_ts(oc_out *o, uint64_t ns) {
 
 static inline void put_pid_tid(oc_out *o, long tid) {
     if (UNLIKELY(tid != pfx_tid)) {
-        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", S.pid, tid);
+        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", R.pid, tid);
         if (npfx >= sizeof pfx)
             npfx = sizeof pfx - 1;
         pfx_tid = tid;
@@ -158,7 +158,7 @@ static frag *begin_tail(uint32_t code_id) {
     }
     frag *f = &tails[code_id];
     if (!f->s) {
-        oc_codeent *e = oc_code_entry(code_id);
+        oc_codeent *e = oc_rcode(code_id);
         size_t cap = strlen(e->qualname) + strlen(e->filename) + 96;
         f->s = malloc(cap);
         if (!f->s)
@@ -197,6 +197,22 @@ void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     put(o, f->s, f->n);
 }
 
+/* a slice that began before a flight-recorder window: begins at the window's edge, marked cut */
+static void json_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    oc_codeent *e = oc_rcode(code_id);
+    LIT(o, "{\"ph\":\"B\",");
+    put_pid_tid(o, tid);
+    LIT(o, ",\"ts\":");
+    put_ts(o, ts_ns);
+    LIT(o, ",\"cat\":\"python\",\"name\":\"");
+    put_str(o, e->qualname);
+    LIT(o, "\",\"args\":{\"file\":\"");
+    put_str(o, e->filename);
+    LIT(o, "\",\"line\":");
+    put_i64(o, e->firstlineno);
+    LIT(o, ",\"cut\":true}},\n");
+}
+
 void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
     LIT(o, "{\"ph\":\"E\",");
     put_pid_tid(o, tid);
@@ -207,7 +223,7 @@ void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
 
 void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
                   uint32_t insns, uint64_t cycles, uint64_t ns) {
-    oc_codeent *e = oc_code_entry(code_id);
+    oc_codeent *e = oc_rcode(code_id);
     LIT(o, "{\"ph\":\"i\",\"s\":\"t\",");
     put_pid_tid(o, tid);
     LIT(o, ",\"ts\":");
@@ -230,15 +246,15 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
 
 void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "{\"ph\":\"M\",\"name\":\"process_name\",");
-    put_pid_tid(o, S.pid);
+    put_pid_tid(o, R.pid);
     LIT(o, ",\"args\":{\"name\":\"");
-    put_str(o, S.process_name ? S.process_name : "python");
+    put_str(o, R.process_name ? R.process_name : "python");
     LIT(o, "\"}}");
-    for (uint32_t i = 0; i < S.nthreads; i++) {
+    for (uint32_t i = 0; i < R.nthreads; i++) {
         LIT(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",");
-        put_pid_tid(o, S.threads[i].tid);
+        put_pid_tid(o, R.threads[i].tid);
         LIT(o, ",\"args\":{\"name\":\"");
-        put_str(o, S.threads[i].name ? S.threads[i].name : "thread");
+        put_str(o, R.threads[i].name ? R.threads[i].name : "thread");
         LIT(o, "\"}}");
     }
     LIT(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tracer\":\"ocular\",\"mode\":\"");
@@ -246,11 +262,11 @@ void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "\",\"clock\":\"");
     put_str(o, clock);
     LIT(o, "\",\"ns_per_tick\":");
-    oc_out_printf(o, "%.9g", S.ns_per_tick);
+    oc_out_printf(o, "%.9g", R.ns_per_tick);
     LIT(o, ",\"threshold\":");
-    put_u64(o, S.threshold);
+    put_u64(o, R.threshold);
     LIT(o, ",\"dropped\":");
-    put_u64(o, S.dropped);
+    put_u64(o, R.dropped);
     LIT(o, "}}\n");
     free_tails();
 }
@@ -262,4 +278,5 @@ const oc_sink oc_sink_json = {
     .end = oc_json_end,
     .loop = oc_json_loop,
     .footer = oc_json_footer,
+    .begin_cut = json_begin_cut,
 };
