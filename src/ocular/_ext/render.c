@@ -447,6 +447,7 @@ static void free_meta(void) {
         free(R.threads[i].name_raw);
     }
     free(R.threads);
+    R.threads = NULL;
     free(R.process_name);
     memset(&R, 0, sizeof R);
 }
@@ -468,23 +469,26 @@ static void free_render_state(void) {
     W.ncodes_alloc = 0;
 }
 
+/* R.nthreads: 1 + the highest thread index seen; W.nthreads: the capacity of both arrays */
 static int grow_threads(uint32_t idx) {
-    if (idx < W.nthreads && idx < R.nthreads)
-        return 0;
-    if (idx > 10000000)
-        return -1;
-    uint32_t n = idx + 16;
-    rthread *t = realloc(W.threads, n * sizeof *t);
-    if (!t)
-        return -1;
-    memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
-    W.threads = t;
-    oc_thread *th = realloc(R.threads, n * sizeof *th);
-    if (!th)
-        return -1;
-    memset(th + R.nthreads, 0, (n - R.nthreads) * sizeof *th);
-    R.threads = th;
-    W.nthreads = R.nthreads = n;
+    if (idx >= W.nthreads) {
+        if (idx > 10000000)
+            return -1;
+        uint32_t n = idx + 64;
+        rthread *t = realloc(W.threads, n * sizeof *t);
+        if (!t)
+            return -1;
+        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
+        W.threads = t;
+        oc_thread *th = realloc(R.threads, n * sizeof *th);
+        if (!th)
+            return -1;
+        memset(th + W.nthreads, 0, (n - W.nthreads) * sizeof *th);
+        R.threads = th;
+        W.nthreads = n;
+    }
+    if (idx >= R.nthreads)
+        R.nthreads = idx + 1;
     return 0;
 }
 
