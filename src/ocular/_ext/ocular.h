@@ -281,8 +281,17 @@ typedef struct {
     uint32_t ncodes;
     uint8_t cache_entries[256];
     int ring;                /* the recording is a flight-recorder window */
+    int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
 } oc_rmeta;
 extern oc_rmeta R;
+extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
+/* ticks of a gap after taking off one event's cost */
+static inline uint64_t oc_stats_net(uint64_t delta) {
+    if (R.test_clock)
+        return delta;
+    uint64_t o = oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
+    return delta > o ? delta - o : 0;
+}
 oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
 
 /* sink_json.c */
@@ -330,8 +339,15 @@ void oc_deflate_free(void);
 /* stats.c (writer thread, except export) */
 void oc_stats_reset(void);
 void oc_stats_abandon(void);
-void oc_stats_gap(uint64_t delta);
-uint64_t oc_stats_net(uint64_t delta);
+#define OC_CALIBRATION_GAPS 65536
+/* every gap between two records of a thread: the smallest of the first 64K is one event's cost */
+static inline void oc_stats_gap(uint64_t delta) {
+    if (UNLIKELY(oc_stats_gaps_seen < OC_CALIBRATION_GAPS)) {
+        oc_stats_gaps_seen++;
+        if (delta < oc_stats_min_gap)
+            oc_stats_min_gap = delta;
+    }
+}
 uint64_t oc_stats_overhead(void);
 void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated);
 void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);

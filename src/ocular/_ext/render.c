@@ -543,6 +543,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             memcpy(&R.ns_per_tick, p + 40, 8);
             memcpy(R.clock, p + 48, 23);
             R.clock[23] = 0;
+            R.test_clock = strcmp(R.clock, "test") == 0;
             memcpy(R.cache_entries, p + 72, 256);
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)

@@ -24,6 +24,8 @@ static uint32_t ntails;
 static char pfx[64];
 static size_t npfx;
 static long pfx_tid = -1;
+static char pfx_b[96], pfx_e[96]; /* {"ph":"B","pid":P,"tid":T,"ts":  and the same for "E" */
+static size_t npfx_be;
 
 void oc_out_flush(oc_out *o) {
     size_t off = 0;
@@ -118,30 +120,68 @@ static inline void put_i64(oc_out *o, int64_t v) {
     }
 }
 
-/* microseconds with three decimals from integer nanoseconds, in one write */
+/* Timestamps: microseconds with three decimals from integer nanoseconds.  A thread's timestamps rise
+ * slowly, so the digits above the millisecond are formatted once per millisecond and kept; each event
+ * then writes that prefix and six digits from a two-digit table. */
+static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
+static uint64_t ms_cached = UINT64_MAX;
+static char ms_str[24];
+static size_t ms_len;
+
 static inline void put_ts(oc_out *o, uint64_t ns) {
-    char tmp[32];
-    int i = 28;
-    unsigned f = (unsigned)(ns % 1000);
-    tmp[28] = '.';
-    tmp[29] = (char)('0' + f / 100);
-    tmp[30] = (char)('0' + f / 10 % 10);
-    tmp[31] = (char)('0' + f % 10);
-    uint64_t v = ns / 1000;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    put(o, tmp + i, (size_t)(32 - i));
+    uint64_t ms = ns / 1000000;
+    if (UNLIKELY(ms != ms_cached)) {
+        if (ms == 0) { /* no leading zeros in a JSON number: the plain form */
+            char tmp[16];
+            uint64_t us = ns / 1000;
+            unsigned f = (unsigned)(ns % 1000);
+            int n = snprintf(tmp, sizeof tmp, "%u.%03u", (unsigned)us, f);
+            put(o, tmp, (size_t)n);
+            return;
+        }
+        char tmp[24];
+        int i = 24;
+        uint64_t v = ms;
+        do {
+            tmp[--i] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        ms_len = (size_t)(24 - i);
+        memcpy(ms_str, tmp + i, ms_len);
+        ms_cached = ms;
+    }
+    unsigned rem = (unsigned)(ns - ms * 1000000); /* < 1e6: three integer digits, '.', three decimals */
+    unsigned hi = rem / 1000, lo = rem % 1000;
+    char t[32];
+    char *p = o->len + 32 <= o->cap ? o->buf + o->len : t; /* straight into the buffer when it has room */
+    memcpy(p, ms_str, 24);
+    char *q = p + ms_len;
+    q[0] = (char)('0' + hi / 100);
+    memcpy(q + 1, digits2 + 2 * (hi % 100), 2);
+    q[3] = '.';
+    q[4] = (char)('0' + lo / 100);
+    memcpy(q + 5, digits2 + 2 * (lo % 100), 2);
+    if (p == t)
+        put(o, t, ms_len + 7);
+    else
+        o->len += ms_len + 7;
 }
 
-static inline void put_pid_tid(oc_out *o, long tid) {
+static inline void set_tid(long tid) {
     if (UNLIKELY(tid != pfx_tid)) {
         npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", R.pid, tid);
         if (npfx >= sizeof pfx)
             npfx = sizeof pfx - 1;
         pfx_tid = tid;
+        snprintf(pfx_b, sizeof pfx_b, "{\"ph\":\"B\",%s,\"ts\":", pfx);
+        npfx_be = (size_t)snprintf(pfx_e, sizeof pfx_e, "{\"ph\":\"E\",%s,\"ts\":", pfx);
     }
+}
+
+static inline void put_pid_tid(oc_out *o, long tid) {
+    set_tid(tid);
     put(o, pfx, npfx);
 }
 
@@ -183,6 +223,7 @@ void oc_json_header(oc_out *o) {
     tails = NULL; /* a fork child may inherit a half-updated cache: start a new one */
     ntails = 0;
     pfx_tid = -1;
+    ms_cached = UINT64_MAX;
     LIT(o, "{\"traceEvents\":[\n");
 }
 
@@ -190,9 +231,8 @@ void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     frag *f = begin_tail(code_id);
     if (!f)
         return;
-    LIT(o, "{\"ph\":\"B\",");
-    put_pid_tid(o, tid);
-    LIT(o, ",\"ts\":");
+    set_tid(tid);
+    put(o, pfx_b, npfx_be);
     put_ts(o, ts_ns);
     put(o, f->s, f->n);
 }
@@ -214,9 +254,8 @@ static void json_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id
 }
 
 void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
-    LIT(o, "{\"ph\":\"E\",");
-    put_pid_tid(o, tid);
-    LIT(o, ",\"ts\":");
+    set_tid(tid);
+    put(o, pfx_e, npfx_be);
     put_ts(o, ts_ns);
     LIT(o, "},\n");
 }

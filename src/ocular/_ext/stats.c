@@ -30,17 +30,17 @@ typedef struct {
     uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
     uint64_t *unit_count;       /* per unit: executions */
     uint32_t *block_end;        /* adaptive: last unit of the block starting here */
+    uint32_t nunits;            /* of the code, once unit_cycles is allocated */
     loop_stat *loops;
     uint32_t nloops, caploops;
 } code_stat;
 
 static code_stat *cs;
 static uint32_t ncs;
-static uint64_t gaps_seen;
-static uint64_t overhead = UINT64_MAX;
+uint64_t oc_stats_gaps_seen;
+uint64_t oc_stats_min_gap = UINT64_MAX;
 static int failed;
 
-#define CALIBRATION_GAPS 65536
 
 void oc_stats_reset(void) {
     for (uint32_t i = 0; i < ncs; i++) {
@@ -52,8 +52,8 @@ void oc_stats_reset(void) {
     free(cs);
     cs = NULL;
     ncs = 0;
-    gaps_seen = 0;
-    overhead = UINT64_MAX;
+    oc_stats_gaps_seen = 0;
+    oc_stats_min_gap = UINT64_MAX;
     failed = 0;
 }
 
@@ -63,8 +63,8 @@ void oc_stats_abandon(void) {
     ncs = 0;
 }
 
-static code_stat *get(uint32_t id) {
-    if (id >= ncs) {
+static inline code_stat *get(uint32_t id) {
+    if (UNLIKELY(id >= ncs)) {
         uint32_t n = id + 256;
         code_stat *c = realloc(cs, (size_t)n * sizeof *c);
         if (!c) {
@@ -78,23 +78,7 @@ static code_stat *get(uint32_t id) {
     return &cs[id];
 }
 
-void oc_stats_gap(uint64_t delta) {
-    if (gaps_seen < CALIBRATION_GAPS) {
-        gaps_seen++;
-        if (delta < overhead)
-            overhead = delta;
-    }
-}
-
-/* ticks of a gap after taking off one event's cost */
-uint64_t oc_stats_net(uint64_t delta) {
-    if (oc_test_clock)
-        return delta;
-    uint64_t o = overhead == UINT64_MAX ? 0 : overhead;
-    return delta > o ? delta - o : 0;
-}
-
-uint64_t oc_stats_overhead(void) { return oc_test_clock || overhead == UINT64_MAX ? 0 : overhead; }
+uint64_t oc_stats_overhead(void) { return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap; }
 
 void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated) {
     code_stat *c = get(id);
@@ -118,9 +102,10 @@ void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint
 }
 
 static int units(code_stat *c, uint32_t id) {
-    if (c->unit_cycles)
+    if (LIKELY(c->unit_cycles != NULL))
         return 0;
-    uint32_t n = oc_rcode(id)->nunits + 1;
+    c->nunits = oc_rcode(id)->nunits;
+    uint32_t n = c->nunits + 1;
     c->unit_cycles = calloc(n, sizeof(uint64_t));
     c->unit_count = calloc(n, sizeof(uint64_t));
     c->block_end = calloc(n, sizeof(uint32_t));
@@ -133,7 +118,7 @@ static int units(code_stat *c, uint32_t id) {
 
 void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
     code_stat *c = get(id);
-    if (!c || units(c, id) < 0 || start >= oc_rcode(id)->nunits || end < start)
+    if (!c || units(c, id) < 0 || start >= c->nunits || end < start)
         return;
     c->unit_cycles[start] += cycles;
     c->unit_count[start]++;
@@ -143,7 +128,7 @@ void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) 
 
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
     code_stat *c = get(id);
-    if (!c || units(c, id) < 0 || unit >= oc_rcode(id)->nunits)
+    if (!c || units(c, id) < 0 || unit >= c->nunits)
         return;
     c->unit_cycles[unit] += cycles;
     c->unit_count[unit]++;
