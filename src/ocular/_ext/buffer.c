@@ -47,10 +47,10 @@ oc_chunk *oc_chunk_get(void) {
 /* lock held: the recorder is more than OC_MAX_QUEUED chunks behind; wait for it.  Returns the tick
  * the wait began, or 0 if there was none. */
 static uint64_t wait_for_recorder(void) {
-    if (LIKELY(S.nqueued < OC_MAX_QUEUED) || !S.writer_started)
+    if (LIKELY(S.nqueued < S.max_queued) || !S.writer_started)
         return 0;
     uint64_t t0 = oc_now();
-    while (S.nqueued >= OC_MAX_QUEUED && S.writer_started && !S.stopping)
+    while (S.nqueued >= S.max_queued && S.writer_started && !S.stopping)
         pthread_cond_wait(&S.cond_free, &S.lock);
     S.pauses++;
     return t0 ? t0 : 1;

@@ -182,6 +182,7 @@ typedef struct {
     oc_chunk *free_list;
     uint32_t nchunks;             /* allocated: live threads' chunks + queued + free */
     uint32_t nqueued;
+    uint32_t max_queued;          /* OC_MAX_QUEUED (OCULAR_TEST_RECORDER_QUEUE in tests) */
     uint32_t nfree;
     uint32_t ncodes_pub;          /* code table entries published to the recorder (set under lock
                                      by a thread holding the GIL) */

@@ -27,6 +27,7 @@
 
 static struct {
     oc_out out;
+    long test_delay_us;       /* OCULAR_TEST_RECORDER_DELAY_US: a slow disk, for the pause tests */
     uint64_t events;
     uint64_t stop_ticks;
     uint64_t start_ns;
@@ -401,6 +402,8 @@ static void *recorder_main(void *arg) {
             pthread_mutex_unlock(&S.lock);
         }
         write_chunk(&RC.out, c);
+        if (UNLIKELY(RC.test_delay_us))
+            usleep((useconds_t)RC.test_delay_us);
         pthread_mutex_lock(&S.lock);
         oc_chunk_put_free(c);
     }
@@ -420,6 +423,13 @@ int oc_recorder_start(void) {
     RC.ring_head = RC.ring_tail = NULL;
     RC.ring_kept = 0;
     RC.start_ns = mono_now_ns();
+    const char *delay = getenv("OCULAR_TEST_RECORDER_DELAY_US");
+    RC.test_delay_us = delay ? strtol(delay, NULL, 10) : 0;
+    if (RC.test_delay_us < 0 || RC.test_delay_us > 1000000)
+        RC.test_delay_us = 0;
+    const char *queue = getenv("OCULAR_TEST_RECORDER_QUEUE");
+    long q = queue ? strtol(queue, NULL, 10) : 0;
+    S.max_queued = q > 0 && q <= OC_MAX_QUEUED ? (uint32_t)q : OC_MAX_QUEUED;
     RC.out.fd = -1;
     RC.out.err = 0;
     RC.out.total = 0;
