@@ -444,9 +444,9 @@ def _stop():
 def _make_report(s, clock, with_code):
     """The report of the last render (printed as the session asked); None if it cannot be built."""
     try:
-        from ._report import Report
+        from ._report import KEEP_FUNCTIONS, Report
 
-        report = Report(_ocular._report_data(with_code), s["mode"], s["threshold"], clock)
+        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s["mode"], s["threshold"], clock)
         if s["report"] in (True, "text"):
             print(report.format(), file=sys.stderr)
         elif s["report"] == "json":
@@ -491,7 +491,10 @@ def convert(recording, output, format=None, report=False):
     s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)
     result.update(output=path, format=fmt, mode=mode)
-    _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)
+    try:
+        _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)
+    finally:
+        _ocular._release()  # the renderer's tables (a running session's are left alone)
     return result
 
 
@@ -547,6 +550,7 @@ def snapshot(output=None):
     finally:
         _discard(rec)
         _discard(tmp)
+        _ocular._release()
     print(f"ocular: flight recorder snapshot saved to {path}", file=sys.stderr)
     return path
 

@@ -21,6 +21,7 @@ __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
 TOP_LOOPS = 5
+KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
 
 def _settle(codes):
@@ -76,6 +77,7 @@ class Report:
         self.ns_per_tick = data["ns_per_tick"] or 1.0
         self.overhead_cycles = data["overhead_ticks"]
         self.incomplete = data["stats_incomplete"]
+        self.functions_total = data.get("functions_total", len(data["functions"]))
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -215,6 +217,7 @@ class Report:
             "ns_per_cycle": self.ns_per_tick,
             "overhead_cycles_per_event": self.overhead_cycles,
             "functions": self.functions,
+            "functions_total": self.functions_total,
             "loops": self.hot_loops(),
         }
 
@@ -234,6 +237,9 @@ class Report:
                    "the first calls)")
         hdr = f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function"
         out.append(hdr)
+        if self.functions_total > len(self.functions):
+            out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
+                       "most self time)")
         for f in self.functions[:TOP_FUNCTIONS]:
             star = "*" if f["sample"] else " "
             where = f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})"

@@ -192,6 +192,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     }
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
+    oc_codetable_snapshot();
     S.active = 0;
     Py_BEGIN_ALLOW_THREADS
     oc_recorder_stop(stop_ticks);
@@ -259,13 +260,14 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
 static PyObject *py_report_data(PyObject *mod, PyObject *args) {
     (void)mod;
     int with_code = 0;
-    if (!PyArg_ParseTuple(args, "|p:_report_data", &with_code))
+    unsigned int limit = 0;
+    if (!PyArg_ParseTuple(args, "|pI:_report_data", &with_code, &limit))
         return NULL;
     if (S.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: report data is available after stop_tracing()");
         return NULL;
     }
-    return oc_stats_export(with_code);
+    return oc_stats_export(with_code, limit);
 }
 
 static PyObject *py_dump(PyObject *mod, PyObject *arg) {
@@ -293,16 +295,31 @@ static PyObject *py_dump(PyObject *mod, PyObject *arg) {
  * session (or another tool) starts from armed sites. */
 static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    PyObject *out = S.excluded_codes ? PySequence_List(S.excluded_codes) : PyList_New(0);
+    PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    for (uint32_t id = 0; id < S.ncodes; id++) {
-        oc_codeent *e = oc_code_entry(id);
-        if (e->code_obj && e->extra && (e->extra->flags || e->extra->sites_disabled) &&
-            PyList_Append(out, e->code_obj) < 0) {
+    Py_ssize_t nx = S.excluded_codes ? PyList_GET_SIZE(S.excluded_codes) : 0;
+    for (Py_ssize_t i = 0; i < nx; i++) {
+        oc_codeent tmp = {.code_obj = PyList_GET_ITEM(S.excluded_codes, i)};
+        PyObject *co = oc_code_object(&tmp);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
             Py_DECREF(out);
             return NULL;
         }
+        Py_XDECREF(co);
+    }
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (!e->extra || !(e->extra->flags || e->extra->sites_disabled))
+            continue;
+        PyObject *co = oc_code_object(e);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_XDECREF(co);
     }
     return out;
 }
@@ -313,6 +330,7 @@ static PyObject *py_release(PyObject *mod, PyObject *unused) {
         oc_codetable_clear();
         Py_CLEAR(S.excluded_codes);
     }
+    oc_render_release();
     Py_RETURN_NONE;
 }
 
@@ -363,6 +381,13 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
     oc_recorder_fork_child();
+    /* the parent's code table: its entries' names were freed once the parent recorded them; every code
+     * object registers again here (a new generation), into this child's own recording */
+    oc_codetable_clear();
+    Py_XSETREF(S.excluded_codes, PyList_New(0));
+    if (!S.excluded_codes)
+        return NULL;
+    S.gen++;
     S.pid = (long)getpid();
     S.main_ident = ident;
     reset_counters();
@@ -402,7 +427,8 @@ static PyMethodDef methods[] = {
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_render", py_render, METH_VARARGS, render_doc},
     {"_report_data", py_report_data, METH_VARARGS,
-     "_report_data(with_code_objects=False): statistics of the last render."},
+     "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
+     "functions by self time and limit by loop cycles; 0: all)."},
     {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},

@@ -126,8 +126,8 @@ typedef struct {
     uint32_t nunits;
     uint8_t *code;         /* de-instrumented bytecode copy, 2*nunits bytes */
     int32_t *lines;        /* line number per code unit (-1: none) */
-    PyObject *code_obj;    /* strong reference, released at stop (used by the report) */
-    oc_codeextra *extra;   /* for the report's counters */
+    PyObject *code_obj;    /* a weak reference to the code object (the report's disassembly at stop) */
+    oc_codeextra *extra;   /* its per-code data; NULL once the code object is gone */
     uint32_t flags;        /* renderer side: CF_* at stop (from the recording) */
     uint32_t enters;       /* renderer side: PY_START/PY_RESUME hits at stop */
 } oc_codeent;
@@ -219,6 +219,8 @@ static inline uint64_t oc_now(void);
 
 /* codeinfo.c */
 int oc_codeinfo_init(void);
+PyObject *oc_code_object(oc_codeent *e); /* new reference to the live code object, or NULL (no error) */
+void oc_codetable_snapshot(void);        /* GIL held: every entry's flags/enters from its extra */
 oc_codeextra *oc_code_register(PyCodeObject *co);   /* slow path; NULL on failure */
 void oc_codetable_clear(void);
 static inline oc_codeent *oc_code_entry(uint32_t id) {
@@ -264,6 +266,7 @@ enum { OC_RENDER_NONE = -1 };
 /* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
  * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
 int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res);
+void oc_render_release(void);            /* free what the last render kept for the report */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
  * sinks and statistics. */
@@ -355,7 +358,7 @@ void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);
-PyObject *oc_stats_export(int with_code_objects);
+PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);

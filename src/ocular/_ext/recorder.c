@@ -132,9 +132,22 @@ static void write_new_threads(oc_out *o, int final) {
     }
 }
 
+/* The entries below `upto` are complete (published under the lock by a thread holding the GIL) and
+ * read by nobody else: once written, their strings are only needed again by a flight-recorder dump. */
 static void write_new_codes(oc_out *o, uint32_t upto) {
-    while (RC.codes_written < upto)
+    while (RC.codes_written < upto) {
+        oc_codeent *e = oc_code_entry(RC.codes_written);
         write_code(o, RC.codes_written++);
+        if (!S.ring_bytes) {
+            free(e->qualname_raw);
+            free(e->filename_raw);
+            free(e->code);
+            free(e->lines);
+            e->qualname_raw = e->filename_raw = NULL;
+            e->code = NULL;
+            e->lines = NULL;
+        }
+    }
 }
 
 static void write_chunk(oc_out *o, const oc_chunk *c) {
@@ -144,15 +157,16 @@ static void write_chunk(oc_out *o, const oc_chunk *c) {
     oc_out_write(o, (const char *)c->recs, (size_t)c->n * sizeof(oc_rec));
 }
 
-/* lock held, GIL-free: the per-code state the renderer's report needs */
+/* lock held, GIL-free: the per-code state the renderer's report needs (oc_codetable_snapshot() took it
+ * with the GIL at stop; a code object that died earlier left it in its entry) */
 static void write_codestate(oc_out *o) {
     uint32_t n = S.ncodes;
     block(o, OC_BLK_CODESTATE, n * 12);
     for (uint32_t id = 0; id < n; id++) {
-        oc_codeextra *ex = oc_code_entry(id)->extra;
+        oc_codeent *e = oc_code_entry(id);
         put_u32(o, id);
-        put_u32(o, ex ? ex->flags : 0);
-        put_u32(o, ex ? ex->enters : 0);
+        put_u32(o, e->flags);
+        put_u32(o, e->enters);
     }
 }
 

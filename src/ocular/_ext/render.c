@@ -778,4 +778,9 @@ out:
     return rc;
 }
 
-/* The renderer's figures stay until the next render: the report reads R and the statistics. */
+/* The renderer's figures stay until the next render (the report reads R and the statistics) or this. */
+void oc_render_release(void) {
+    free_render_state();
+    free_meta();
+    oc_stats_reset();
+}

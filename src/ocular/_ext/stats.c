@@ -169,22 +169,69 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
     l->insns += insns;
 }
 
-/* GIL held, renderer finished.  One dict per code object that has any figure.  with_code_objects: the
- * recording is this process's last session, whose code table (same ids) still holds the code objects. */
-PyObject *oc_stats_export(int with_code_objects) {
+static uint64_t loop_cycles(const code_stat *c) {
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < c->nloops; i++)
+        if (c->loops[i].cycles > m)
+            m = c->loops[i].cycles;
+    return m;
+}
+
+static int by_key_desc(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b; /* {key, id} pairs */
+    return x[0] < y[0] ? 1 : x[0] > y[0] ? -1 : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Mark (in keep) the `limit` code ids with the largest key; returns -1 on memory failure. */
+static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
+    uint64_t(*k)[2] = malloc((size_t)n * sizeof *k);
+    if (!k)
+        return -1;
+    uint32_t m = 0;
+    for (uint32_t id = 0; id < n; id++) {
+        const code_stat *c = &cs[id];
+        if (loops ? c->nloops != 0 : (c->segments || c->truncated)) {
+            k[m][0] = loops ? loop_cycles(c) : c->self;
+            k[m][1] = id;
+            m++;
+        }
+    }
+    if (m > limit)
+        qsort(k, m, sizeof *k, by_key_desc);
+    for (uint32_t i = 0; i < m && i < limit; i++)
+        keep[k[i][1]] = 1;
+    free(k);
+    return 0;
+}
+
+/* GIL held, renderer finished.  One dict per code object that has any figure, at most `limit` by self
+ * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
+ * session, whose code table (same ids) still holds the code objects. */
+PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
+    uint32_t n = ncs < R.ncodes ? ncs : R.ncodes, total = 0;
+    uint8_t *keep = NULL;
+    for (uint32_t id = 0; id < n; id++)
+        if (cs[id].segments || cs[id].truncated)
+            total++;
+    if (limit && total > limit) {
+        keep = calloc(n + 1, 1);
+        if (!keep || mark_top(keep, n, limit, 0) < 0 || mark_top(keep, n, limit, 1) < 0) {
+            free(keep);
+            return PyErr_NoMemory();
+        }
+    }
     PyObject *funcs = PyList_New(0);
-    if (!funcs)
+    if (!funcs) {
+        free(keep);
         return NULL;
-    for (uint32_t id = 0; id < ncs && id < R.ncodes; id++) {
+    }
+    for (uint32_t id = 0; id < n; id++) {
         code_stat *c = &cs[id];
         oc_codeent *e = oc_rcode(id);
         if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
             continue;
-        if (!R.codes[id].qualname_raw)
+        if (!R.codes[id].qualname_raw || (keep && !keep[id]))
             continue;
-        PyObject *code_obj = Py_None;
-        if (with_code_objects && id < S.ncodes && oc_code_entry(id)->code_obj)
-            code_obj = oc_code_entry(id)->code_obj;
         double mean = c->segments ? (double)c->incl_all / (double)c->segments : 0.0;
         double segmean = 0.0, var = 0.0;
         if (c->segments) {
@@ -218,7 +265,7 @@ PyObject *oc_stats_export(int with_code_objects) {
             Py_DECREF(loops);
             goto fail;
         }
-        if (c->unit_cycles) {
+        if (c->unit_cycles && c->nloops) { /* the report shows blocks only inside loops */
             for (uint32_t u = 0; u < e->nunits; u++) {
                 if (!c->unit_count[u])
                     continue;
@@ -235,8 +282,11 @@ PyObject *oc_stats_export(int with_code_objects) {
                 }
             }
         }
+        PyObject *code_obj = with_code_objects && id < S.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
+        if (!code_obj)
+            code_obj = Py_NewRef(Py_None);
         PyObject *d = Py_BuildValue(
-            "{s:O,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
+            "{s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
             "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
             "file", PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
             "firstlineno", e->firstlineno,
@@ -252,10 +302,13 @@ PyObject *oc_stats_export(int with_code_objects) {
         }
         Py_DECREF(d);
     }
-    return Py_BuildValue("{s:N,s:K,s:d,s:i,s:O,s:I}", "functions", funcs, "overhead_ticks",
+    free(keep);
+    return Py_BuildValue("{s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
-                         R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold);
+                         R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
+                         "functions_total", total);
 fail:
+    free(keep);
     Py_DECREF(funcs);
     return NULL;
 }
