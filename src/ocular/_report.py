@@ -12,8 +12,10 @@ calibrated rate.  Ocular's own cost per event (calibrated at the start of the se
 from self times and from per-instruction/per-block cycles.
 """
 
+import array
 import bisect
 import dis
+import functools
 import json
 import sys
 
@@ -47,6 +49,13 @@ def _settle(codes):
         mon.free_tool_id(tool)
 
 
+@functools.lru_cache(maxsize=1)
+def _cache_table():
+    from . import _cache_entries
+
+    return _cache_entries()
+
+
 def _base_names(code):
     return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
 
@@ -78,6 +87,7 @@ class Report:
         self.overhead_cycles = data["overhead_ticks"]
         self.incomplete = data["stats_incomplete"]
         self.functions_total = data.get("functions_total", len(data["functions"]))
+        self.python_hex = data.get("python_hex", sys.hexversion)
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -102,9 +112,9 @@ class Report:
         cache = {}
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
-            if code is None:  # rendered from a recording in another process: no bytecode to show
-                lp["rows"] = []
-                lp["line"] = f["firstlineno"]
+            if code is None:  # gone by stop, or recorded by another process: the recorded bytecode
+                lp["rows"] = self._recorded_rows(f, raw)
+                lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
                 continue
             if id(code) not in cache:
                 cache[id(code)] = (_base_names(code), list(dis.get_instructions(code, adaptive=True)))
@@ -175,6 +185,46 @@ class Report:
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })
+        return rows
+
+    def _recorded_rows(self, f, lp):
+        """Rows from the de-instrumented bytecode in the recording: base instruction names (the
+        specialized forms and arguments need the live code object), lines and cycles."""
+        bc, raw_lines = f.get("bytecode"), f.get("lines")
+        if not bc or not raw_lines:
+            return []
+        same_python = self.python_hex >> 16 == sys.hexversion >> 16
+        lines = array.array("i")
+        lines.frombytes(raw_lines)
+        cache = _cache_table()
+        units = f["units"]
+        precise = self.mode == "precise"
+        ns = self.ns_per_tick
+        offsets = []
+        u = lp["dest"] // 2
+        while u * 2 <= lp["src"] and u < len(bc) // 2:
+            offsets.append(u)
+            u += 1 + (cache[bc[2 * u]] if same_python else 0)
+        blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
+        rows = []
+        for u in offsets:
+            off = u * 2
+            cyc = None
+            if precise:
+                v = units.get(off)
+                if v and v[0]:
+                    cyc = v[1] / v[0]
+            else:
+                cover = [(s0, v) for s0, v in blocks if s0 <= off <= v[2]]
+                if cover:
+                    start, (count, cycles, end) = cover[-1]
+                    n = sum(1 for x in offsets if start <= x * 2 <= end) or 1
+                    cyc = cycles / count / n
+            op = bc[2 * u]
+            name = dis.opname[op] if same_python and op < len(dis.opname) else f"op{op}"
+            rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
+                         "specialized": name, "arg": str(bc[2 * u + 1]) if same_python else "",
+                         "cycles": cyc, "ns": cyc * ns if cyc is not None else None})
         return rows
 
     def _loop(self, code, f, lp):

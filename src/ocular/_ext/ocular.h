@@ -286,6 +286,7 @@ typedef struct {
     uint8_t cache_entries[256];
     int ring;                /* the recording is a flight-recorder window */
     int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
+    uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
 } oc_rmeta;
 extern oc_rmeta R;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */

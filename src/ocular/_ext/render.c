@@ -545,6 +545,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             R.clock[23] = 0;
             R.test_clock = strcmp(R.clock, "test") == 0;
             memcpy(R.cache_entries, p + 72, 256);
+            R.python_hex = rd32(p + 328);
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)
                 BAD("corrupt header block");

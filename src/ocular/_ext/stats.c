@@ -283,10 +283,25 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             }
         }
         PyObject *code_obj = with_code_objects && id < S.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
-        if (!code_obj)
+        PyObject *bytecode = Py_NewRef(Py_None), *lines = Py_NewRef(Py_None);
+        if (!code_obj) {
             code_obj = Py_NewRef(Py_None);
+            if (c->nloops && e->code && e->lines) { /* dead, or another process's: the recorded bytecode */
+                Py_SETREF(bytecode, PyBytes_FromStringAndSize((const char *)e->code, (Py_ssize_t)e->nunits * 2));
+                Py_SETREF(lines, PyBytes_FromStringAndSize((const char *)e->lines, (Py_ssize_t)e->nunits * 4));
+                if (!bytecode || !lines) {
+                    Py_XDECREF(bytecode);
+                    Py_XDECREF(lines);
+                    Py_DECREF(code_obj);
+                    Py_DECREF(loops);
+                    Py_DECREF(unitd);
+                    goto fail;
+                }
+            }
+        }
         PyObject *d = Py_BuildValue(
-            "{s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
+            "{s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
+            "bytecode", bytecode, "lines", lines,
             "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
             "file", PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
             "firstlineno", e->firstlineno,
@@ -303,7 +318,8 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "functions", funcs, "overhead_ticks",
+    return Py_BuildValue("{s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "python_hex", R.python_hex, "functions", funcs,
+                         "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "functions_total", total);
