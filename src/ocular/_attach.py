@@ -570,13 +570,13 @@ def run(ns):
         raise AttachError("remote debugging is disabled in this Python (the attach command's): run it "
                           "without PYTHON_DISABLE_REMOTE_DEBUG and -X disable-remote-debug")
     pid = ns.pid
+    start = _check_process(pid)
+    _check_version(pid)
     output = os.path.abspath(ns.output)
     if os.path.isdir(output):
         raise AttachError(f"output {ns.output!r} is a directory; give a file name such as {ns.output}/trace.json")
     if not os.path.isdir(os.path.dirname(output)):
         raise AttachError(f"the output directory {os.path.dirname(output)!r} does not exist")
-    start = _check_process(pid)
-    _check_version(pid)
     options = dict(mode=ns.mode, threshold=ns.threshold, include=ns.include, exclude=ns.exclude,
                    tool_id=ns.tool_id, format=ns.format,
                    report=False if ns.no_report else ("json" if ns.report_json else "text"))
