@@ -90,13 +90,13 @@ def _python(minor):
 class Target:
     """A Python process running WORKLOAD; `stop` (a path) ends it when created."""
 
-    def __init__(self, tmp, python=None, args=(), env=None, block=False, cwd=None, preexec=None):
+    def __init__(self, tmp, python=None, args=(), env=None, block=False, cwd=None, preexec=None, wrapper=()):
         fd, self.script = tempfile.mkstemp(suffix="_target.py", dir=tmp)
         with os.fdopen(fd, "w") as f:
             f.write(WORKLOAD)
         os.chmod(self.script, 0o644)
         self.stop = os.path.join(tmp, os.path.basename(self.script) + ".stop")
-        cmd = [python or sys.executable, *args, self.script, self.stop] + (["block"] if block else [])
+        cmd = [*wrapper, python or sys.executable, *args, self.script, self.stop] + (["block"] if block else [])
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                      env=env if env is not None else _env(), cwd=cwd or tmp,
                                      preexec_fn=preexec)
@@ -426,6 +426,26 @@ def test_not_a_python_process(needs_attach):
     finally:
         p.kill()
         p.wait()
+
+
+def test_target_that_sees_other_files_is_refused(needs_attach, targets, tmp_path):
+    """A target in its own mount namespace with a tmpfs over the output's directory would not find the
+    session's files: refused before anything is sent."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        _say_skip("needs root and unshare(1) to run a target in its own mount namespace")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs none {hidden}"], capture_output=True)
+    if probe.returncode:
+        _say_skip(f"cannot mount in a new mount namespace here: {probe.stderr.decode().strip()}")
+    t = targets(wrapper=["unshare", "-m", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(hidden)])
+    refused(attach(t.pid, "--duration", "1", "-o", hidden / "t.json"),
+            f"process {t.pid} does not see {hidden} as this command does")
+    assert not os.listdir(hidden)
+    # the rest of the file system is shared: attaching with an output there works
+    p = attach(t.pid, "--duration", "0.2", "-o", tmp_path / "shared.json", "--no-report")
+    assert p.returncode == 0, p.stderr
+    assert workload_calls(str(tmp_path / "shared.json"), t.pid)
 
 
 def test_other_user_is_refused(needs_attach, targets, tmp_path):

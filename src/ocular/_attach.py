@@ -256,6 +256,25 @@ def _check_version(pid):
                           f"a pre-release attaches only to exactly the same version")
 
 
+def _check_visible(pid, directory):
+    """The target must see the session directory at the same path as we do (not so in another mount
+    namespace, e.g. a container, or a chroot, unless the path is shared)."""
+    try:
+        ours = os.stat(directory)
+    except OSError:
+        return
+    try:
+        theirs = os.stat(_proc(pid, "root") + directory)
+    except (FileNotFoundError, NotADirectoryError):
+        theirs = None
+    except OSError:  # /proc/PID/root not readable: cannot tell, let it try
+        return
+    if theirs is None or (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino):
+        raise AttachError(f"process {pid} does not see {os.path.dirname(directory)} as this command does (it "
+                          f"runs in a container or a chroot?): give an output path it shares with this "
+                          f"command, or run the attach command in there")
+
+
 def _disabled_how(pid):
     """Why remote debugging is off in a process, as far as its environment and command line say."""
     how = []
@@ -521,8 +540,14 @@ def _agent(cfg, fd):
             pass
 
     atexit.register(at_exit)
+    try:
+        _thread.start_new_thread(watch, ())
+    except BaseException as exc:  # no thread, no stop: do not leave tracing on
+        finish("start")
+        msg = f"could not start the thread that stops tracing: {type(exc).__name__}: {exc}"
+        _write_status(cfg["status"], json.dumps(dict(state="error", kind="start", message=msg)).encode())
+        return
     _write_status(cfg["status"], tracing)
-    _thread.start_new_thread(watch, ())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -592,6 +617,7 @@ def run(ns):
     try:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             old[s] = signal.signal(s, on_signal)
+        _check_visible(pid, d)
         _remote_exec(pid, start, os.path.join(d, SCRIPT))
         waited = 0.0
         announced = False
