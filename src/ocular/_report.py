@@ -71,7 +71,7 @@ class Report:
 
     def __init__(self, data, mode, threshold, clock):
         self.mode = mode
-        self.threshold = threshold
+        self.threshold = data.get("threshold", 0) if threshold is None else threshold
         self.clock = clock
         self.ns_per_tick = data["ns_per_tick"] or 1.0
         self.overhead_cycles = data["overhead_ticks"]
@@ -95,10 +95,15 @@ class Report:
         if not todo:
             return
         codes = {id(self._pending[id(lp)][0]): self._pending[id(lp)][0] for lp in todo}
+        codes.pop(id(None), None)
         _settle(list(codes.values()))  # adaptive bytecode without our instrumentation
         cache = {}
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
+            if code is None:  # rendered from a recording in another process: no bytecode to show
+                lp["rows"] = []
+                lp["line"] = f["firstlineno"]
+                continue
             if id(code) not in cache:
                 cache[id(code)] = (_base_names(code), list(dis.get_instructions(code, adaptive=True)))
             lp["rows"] = self._rows(code, f, raw, *cache[id(code)])
@@ -111,9 +116,9 @@ class Report:
         if f["segments"]:
             sample = f["deinstrumented"]
             self.functions.append({
-                "name": code.co_qualname,
-                "file": code.co_filename,
-                "line": code.co_firstlineno,
+                "name": f["name"],
+                "file": f["file"],
+                "line": f["firstlineno"],
                 "calls": f["calls"],
                 "segments": f["segments"],
                 "total_cycles": f["incl"],
@@ -175,8 +180,8 @@ class Report:
         lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
         return {
-            "function": code.co_qualname,
-            "file": code.co_filename,
+            "function": f["name"],
+            "file": f["file"],
             "line": None,  # the first line of its rows, once built
             "offset": lo,
             "end_offset": hi,
