@@ -346,7 +346,23 @@ STUB = '''\
 # Starts tracing with the attacher's options; removed when the session ends.
 def _ocular_attach(cfg):
     import os
-    fd = os.open(cfg["ctl"], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def report(kind, exc):
+        import json, sys
+        flags = [f for f, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site),
+                                 ("-E", sys.flags.ignore_environment)) if on]
+        info = dict(state="error", kind=kind, message=f"{{type(exc).__name__}}: {{exc}}",
+                    executable=sys.executable, path=sys.path, flags=flags)
+        tmp = cfg["status"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(info, f)
+        os.replace(tmp, cfg["status"])
+
+    try:
+        fd = os.open(cfg["ctl"], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except BaseException as exc:
+        report("start", exc)
+        return
     try:
         said = os.read(fd, 64)
     except BlockingIOError:
@@ -360,17 +376,12 @@ def _ocular_attach(cfg):
         import ocular._attach as agent
     except BaseException as exc:
         os.close(fd)
-        import json, sys
-        flags = [f for f, on in (("-I", sys.flags.isolated), ("-S", sys.flags.no_site),
-                                 ("-E", sys.flags.ignore_environment)) if on]
-        info = dict(state="error", kind="import", message=f"{{type(exc).__name__}}: {{exc}}",
-                    executable=sys.executable, path=sys.path, flags=flags)
-        tmp = cfg["status"] + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(info, f)
-        os.replace(tmp, cfg["status"])
+        report("import", exc)
         return
-    agent._agent(cfg, fd)
+    try:
+        agent._agent(cfg, fd)
+    except BaseException as exc:
+        report("start", exc)
 
 
 _ocular_attach({cfg!r})
@@ -386,24 +397,31 @@ def _make_session(pid, output, options, duration):
     except OSError as exc:
         raise AttachError(f"cannot create the session directory in {outdir}: {exc.strerror or exc}") from None
     try:
-        ctl = os.path.join(d, CTL)
-        os.mkfifo(ctl, 0o600)
-        cfg = dict(pid=pid, dir=d, ctl=ctl, status=os.path.join(d, STATUS), output=output,
-                   duration=duration, options=options)
-        script = os.path.join(d, SCRIPT)
-        with open(script, "w", encoding="utf-8") as f:
-            f.write(STUB.format(pid=pid, cfg=cfg))
-        if os.geteuid() == 0:
-            uid, gid = _ids(pid)
-            if uid != 0:
-                for p in (d, ctl, script):
-                    os.chown(p, uid, gid)
-        os.chmod(script, 0o644)
-        # held for the whole session: the target sees end of file on it only once we are gone
-        fd = os.open(ctl, os.O_RDWR | os.O_CLOEXEC)
+        return _fill_session(pid, d, output, options, duration)
+    except OSError as exc:
+        shutil.rmtree(d, ignore_errors=True)
+        raise AttachError(f"cannot prepare the session directory {d}: {exc}") from None
     except BaseException:
         shutil.rmtree(d, ignore_errors=True)
         raise
+
+
+def _fill_session(pid, d, output, options, duration):
+    ctl = os.path.join(d, CTL)
+    os.mkfifo(ctl, 0o600)
+    cfg = dict(pid=pid, dir=d, ctl=ctl, status=os.path.join(d, STATUS), output=output,
+               duration=duration, options=options)
+    script = os.path.join(d, SCRIPT)
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(STUB.format(pid=pid, cfg=cfg))
+    if os.geteuid() == 0:
+        uid, gid = _ids(pid)
+        if uid != 0:
+            for p in (d, ctl, script):
+                os.chown(p, uid, gid)
+    os.chmod(script, 0o644)
+    # held for the whole session: the target sees end of file on it only once we are gone
+    fd = os.open(ctl, os.O_RDWR | os.O_CLOEXEC)
     return d, fd, cfg
 
 
