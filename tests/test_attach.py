@@ -8,6 +8,7 @@ are bounded by timeouts only (a hung attach fails the test), never by timing ass
 """
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -203,22 +204,26 @@ def test_duration_traces_the_running_workload(needs_attach, targets, tmp_path):
     assert t.alive()
 
 
-def test_sigint_stops_and_saves(needs_attach, targets, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_stops_and_saves(needs_attach, targets, tmp_path, sig):
     t = targets()
     out = str(tmp_path / "int.json")
-    a = attach_bg(t.pid, "-o", out)
+    a = attach_bg(t.pid, "-o", out, *(["--report-json"] if sig == "SIGTERM" else []))
     try:
         seen = read_until(a.stderr, "ocular: tracing process")
         assert f"ocular: tracing process {t.pid}" in seen, seen
-        a.send_signal(signal.SIGINT)
+        a.send_signal(getattr(signal, sig))
         rest = a.communicate(timeout=TIMEOUT)[1]
     finally:
         if a.poll() is None:
             a.kill()
             a.wait()
     assert a.returncode == 0, seen + rest
-    assert "stopped on request (^C)" in rest
+    assert ("stopped on ^C" if sig == "SIGINT" else "stopped on SIGTERM") in rest
     assert workload_calls(out, t.pid)
+    if sig == "SIGTERM":  # the report, as JSON, printed by the attach command
+        report = [json.loads(line) for line in rest.splitlines() if line.startswith("{")]
+        assert len(report) == 1 and "attach_workload" in json.dumps(report[0]["functions"]), rest
     assert t.alive()
     no_session_left(str(tmp_path))
 

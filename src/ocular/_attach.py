@@ -584,7 +584,7 @@ def _ctl(fd, word):
         pass
 
 
-REASONS = {"duration": "after {d}", "stop": "on request (^C)", "exit": "when the process exited",
+REASONS = {"duration": "after {d}", "stop": "on {s}", "exit": "when the process exited",
            "gone": "when the attach command went away"}
 
 
@@ -693,7 +693,8 @@ def run(ns):
         if status.get("report"):
             print(status["report"], file=sys.stderr)
         why = REASONS.get(status.get("reason"), status.get("reason")).format(
-            d=f"{ns.duration:g} s" if ns.duration is not None else "")
+            d=f"{ns.duration:g} s" if ns.duration is not None else "",
+            s="^C" if not stops or stops[0] == signal.SIGINT else signal.Signals(stops[0]).name)
         out = status.get("output")
         if out:
             size = os.path.getsize(out) if os.path.exists(out) else 0
