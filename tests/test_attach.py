@@ -31,11 +31,21 @@ WHY_NOT = (f"attach needs Python 3.14+ (sys.remote_exec, PEP 768); this is "
 TIMEOUT = 120
 
 WORKLOAD = textwrap.dedent("""
-    import os, sys, time
+    import os, sys, threading, time
 
     def attach_workload(i):
         return i * 2
 
+    def in_thread(i):
+        return i + 1
+
+    def worker():
+        while True:
+            for i in range(200):
+                in_thread(i)
+            time.sleep(0.005)
+
+    threading.Thread(target=worker, name="worker", daemon=True).start()
     stop = sys.argv[1] if len(sys.argv) > 1 else None
     if len(sys.argv) > 2 and sys.argv[2] == "block":
         sys.stdin.readline()  # the main thread blocked in a system call until the test says go
@@ -193,7 +203,13 @@ def test_duration_traces_the_running_workload(needs_attach, targets, tmp_path):
     assert "attach_workload" in p.stderr  # the report is printed here, not in the target
     calls = workload_calls(out, t.pid)
     assert calls
-    assert all(c["args"]["file"] == t.script for c in calls)
+    assert all(c["args"]["file"] == t.script and c["tid"] == t.pid for c in calls)
+    # every thread is traced, not only the main thread that ran the attach script
+    events = load_trace(out)["traceEvents"]
+    worker = {e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+              and e["args"]["name"] == "worker"}
+    assert len(worker) == 1, worker
+    assert any(e["ph"] == "B" and e["name"] == "in_thread" and e["tid"] in worker for e in events)
     assert t.alive()  # the target goes on, untraced
     no_session_left(str(here))
     # tracing was stopped in the target: it can be attached to again, in another format
