@@ -516,7 +516,8 @@ def _agent(cfg, fd):
                     gone = os.read(fd, 64) in (b"", b"bye")
                 except OSError:
                     pass
-            os.close(fd)
+            if reason != "exit":  # at exit the stop thread may be in select() on it: leave it open, never
+                os.close(fd)      # let the number be reused under that thread's feet
             if gone:
                 shutil.rmtree(cfg["dir"], ignore_errors=True)
 
