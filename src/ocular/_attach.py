@@ -2,7 +2,7 @@
 
 Two halves live in this module:
 
-* the **attacher** (``main``), run by the ``attach`` command: checks that the target can be attached to
+* the **attacher** (``run``), run by the ``attach`` command: checks that the target can be attached to
   (it exists, we may ptrace it, it runs the same Python minor version, remote debugging is on), creates a
   session directory next to the output, and asks CPython to run a small script in the target with
   ``sys.remote_exec(pid, script)``.  CPython runs that script in the target's main thread at its next
@@ -20,7 +20,8 @@ when Ocular cannot be imported in the target).  The attacher removes the directo
 it is gone first, the agent does.
 
 While tracing, the agent's own code (this file) is never traced, and it calls only C functions
-(``select``, ``os.read``, ``os.write``): nothing of it shows up in the trace.
+(``select``, ``os.read``, ``os.write``, ``os.replace``...): nothing of it shows up in the trace.
+Refusals are ``AttachError``: ``__main__`` prints them as one ``ocular: ...`` line and exits with 2.
 """
 
 import errno
@@ -440,7 +441,7 @@ def _read_status(path):
 # ---------------------------------------------------------------------------------------------------
 
 class _Agent:
-    pass
+    """The agent's state in the target (a plain namespace: lock, done, pid, start)."""
 
 
 def _write_status(path, data):
