@@ -1,5 +1,6 @@
 """Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``,
-``python -m ocular convert RECORDING -o OUT`` and ``python -m ocular merge TRACE... -o OUT``.
+``python -m ocular convert RECORDING -o OUT``, ``python -m ocular merge TRACE... -o OUT`` and
+``python -m ocular attach PID [options]``.
 
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
 tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
@@ -22,6 +23,7 @@ EPILOG = """examples:
   python -m ocular --ring 64M server.py       flight recorder: keep the newest 64 MiB only; kill -USR2
                                               renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
+  python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
 Open the trace in https://ui.perfetto.dev or chrome://tracing."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
@@ -193,6 +195,84 @@ def merge_main(argv):
     return 0
 
 
+ATTACH_EPILOG = """The process runs the attach script (sys.remote_exec, PEP 768) at its next bytecode in its main
+thread: it starts tracing there with these options, and stops after --duration, on ^C (or SIGTERM,
+SIGHUP) of this command, when this command is killed, or when the process exits; the trace is then
+written to OUTPUT (resolved here, so relative to this command's directory) and the report printed here.
+Needs Python 3.14+ on both sides, the same version (3.14.x attaches to 3.14.y), remote debugging not
+disabled in the process (PYTHON_DISABLE_REMOTE_DEBUG, -X disable-remote-debug), permission to ptrace it
+(same user, or root; see /proc/sys/kernel/yama/ptrace_scope) and Ocular importable in it.  A refusal is
+one 'ocular: ...' line and exit status 2.
+examples:
+  python -m ocular attach 1234                       trace until ^C, write ocular_trace.json here
+  python -m ocular attach 1234 --duration 5 -o /tmp/app.pftrace --threshold 0"""
+
+
+def _seconds(text):
+    value = float(text)
+    if not 0 < value <= 86400 * 365:  # also rejects nan
+        raise ValueError(text)
+    return value
+
+
+def _pid(text):
+    value = int(text)
+    if not 0 < value < 1 << 31:
+        raise ValueError(text)
+    return value
+
+
+_seconds.__name__ = "number of seconds"  # argparse names the type in its error message
+_pid.__name__ = "process id"
+
+
+def build_attach_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular attach",
+        description="Trace a running Python process (CPython 3.14+) for a while, then write its trace.",
+        epilog=ATTACH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pid", type=_pid, metavar="PID", help="the process to trace")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="SECONDS",
+                   help="stop tracing after this many seconds (default: at ^C or when the process exits)")
+    p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
+                   help="as for tracing a program (default: %(default)s)")
+    p.add_argument("--threshold", type=int, default=500, metavar="N",
+                   help="hits per location before it stops being traced; 0 traces everything "
+                        "(default: %(default)s)")
+    p.add_argument("--include", action="append", default=None, metavar="PATTERN",
+                   help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
+    p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
+                   help="do not trace files matching PATTERN; repeatable")
+    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
+                   help="trace file, relative to this command's directory (default: %(default)s)")
+    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
+                   help="trace format (default: from the output's suffix, as for tracing a program: "
+                        ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
+                        "anything else = Chrome trace JSON)")
+    p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
+                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
+    r.add_argument("--report-json", action="store_true", help="print the report as JSON instead of the text table")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the report")
+    return p
+
+
+def attach_main(argv):
+    from . import _attach
+
+    parser = build_attach_parser()
+    ns = parser.parse_args(argv)
+    if not 0 <= ns.threshold <= 0xFFFFFFF0:
+        parser.error("argument --threshold: must be from 0 to 4294967280")
+    try:
+        return _attach.run(ns)
+    except _attach.AttachError as exc:
+        parser.exit(2, f"ocular: {exc}\n")
+
+
 def main(argv=None):
     import ocular
 
@@ -201,6 +281,8 @@ def main(argv=None):
         return merge_main(argv[1:])
     if argv and argv[0] == "convert":
         return convert_main(argv[1:])
+    if argv and argv[0] == "attach":
+        return attach_main(argv[1:])
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
