@@ -259,3 +259,34 @@ def test_convert_errors_are_clear(tmp_path):
                            text=True, timeout=60)
         assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
         assert not (tmp_path / "o.json").exists()
+
+
+def test_render_progress_on_a_terminal_only(tmp_path):
+    """Rendering at stop shows a progress line on a terminal (here at once: the test hook lowers the
+    one-second delay); piped, nothing but the summary."""
+    import pty
+
+    e = dict(os.environ, PYTHONPATH=SRC, OCULAR_TEST_PROGRESS_AFTER_MS="0")
+    cmd = [*python_cmd(), "-m", "ocular", "--threshold", "0", "-o", "t.json", "-c",
+           "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(18)"]
+    piped = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "rendering" not in piped.stderr and "trace written" in piped.stderr
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(cmd, cwd=tmp_path, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert p.wait(timeout=120) == 0
+    finally:
+        os.close(master)
+    text = out.decode(errors="replace")
+    assert "\rocular: rendering " in text and "100%" in text, text

@@ -96,7 +96,7 @@ static struct {
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
     int progress;
-    uint64_t progress_next_ns, progress_start_ns;
+    uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
 } W;
 
@@ -124,7 +124,7 @@ static void show_progress(int last) {
     uint64_t now = mono_now_ns();
     if (!last && now < W.progress_next_ns)
         return;
-    if (now - W.progress_start_ns < 1000000000ull) { /* only renders that take over a second */
+    if (now - W.progress_start_ns < W.progress_after_ns) { /* only renders that take over a second */
         W.progress_next_ns = now + 100000000ull;
         return;
     }
@@ -735,6 +735,8 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.progress = progress && isatty(2);
     W.progress_name = out_path ? out_path : rec_path;
     W.progress_start_ns = mono_now_ns();
+    const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
+    W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
     W.sink->header(&W.out);
     for (uint32_t i = 0; i < W.nthreads; i++) {
         rthread *t = &W.threads[i];
