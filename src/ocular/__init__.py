@@ -33,6 +33,8 @@ import warnings
 
 from . import _env, _ocular
 
+__version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
+
 __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "convert", "snapshot",
            "TraceResult", "MODES"]
 
@@ -391,7 +393,7 @@ def _stop():
         # re-instrumented; do it now, so the next session (which may reuse the id) sees them armed.
         _settle(_ocular._disabled_codes())
     except Exception as exc:
-        print(f"ocular: could not re-arm disabled code: {exc!r}", file=sys.stderr)
+        _print_err(f"ocular: could not re-arm disabled code: {exc!r}")
     rec = figures.pop("recording")
     out = figures["output"] or None
     fmt = s["format"] if out else None
@@ -423,15 +425,15 @@ def _stop():
             result["bytes"] = rendered["bytes"]
             result["pauses"] = rendered["pauses"]
             result["events"] = rendered["events"]
-            _last_report = _make_report(s, figures["clock"], with_code=True)
-            result["report"] = _last_report
-            if out:
+            if out:  # saved before anything is printed: a closed stderr must not lose the trace
                 if rendered["write_errno"]:
                     _discard(tmp)
                     raise OSError(rendered["write_errno"],
                                   f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
                                   f"nothing was left under {out!r}", out)
                 os.replace(tmp, out)
+            _last_report = _make_report(s, figures["clock"], with_code=True)
+            result["report"] = _last_report
         if figures["internal_error"]:
             raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
                                f"(the trace was saved to {out!r})")
@@ -441,20 +443,41 @@ def _stop():
         _ocular._release()
 
 
+_report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
+_report_file = None  # where the CLI's --report FILE puts it instead of stderr
+
+
 def _make_report(s, clock, with_code):
     """The report of the last render (printed as the session asked); None if it cannot be built."""
     try:
         from ._report import KEEP_FUNCTIONS, Report
 
         report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s["mode"], s["threshold"], clock)
-        if s["report"] in (True, "text"):
-            print(report.format(), file=sys.stderr)
-        elif s["report"] == "json":
-            print(report.to_json(), file=sys.stderr)
-        return report
-    except Exception as exc:  # the trace matters more than the report: save it, then say so
-        print(f"ocular: could not build the report: {exc!r}", file=sys.stderr)
+    except Exception as exc:  # the trace matters more than the report: it is saved; say so
+        _print_err(f"ocular: could not build the report: {exc!r}")
         return None
+    if s["report"] in (True, "text", "json"):
+        try:
+            text = report.format(**_report_format) if s["report"] != "json" else report.to_json()
+        except Exception as exc:
+            text = f"ocular: could not format the report: {exc!r}"
+        if _report_file:
+            try:
+                with open(_report_file, "w", encoding="utf-8") as f:
+                    f.write(text + "\n")
+            except OSError as exc:
+                _print_err(f"ocular: cannot write the report to {_report_file!r}: {exc.strerror or exc}")
+        else:
+            _print_err(text)
+    return report
+
+
+def _print_err(text):
+    """Print to sys.stderr; a closed or broken stderr is not an error of the traced program's."""
+    try:
+        print(text, file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def convert(recording, output, format=None, report=False):
@@ -551,7 +574,7 @@ def snapshot(output=None):
         _discard(rec)
         _discard(tmp)
         _ocular._release()
-    print(f"ocular: flight recorder snapshot saved to {path}", file=sys.stderr)
+    _print_err(f"ocular: flight recorder snapshot saved to {path}")
     return path
 
 

@@ -10,7 +10,6 @@ Python process it starts is traced too, then merged into one trace (``_follow.py
 
 import argparse
 import os
-import runpy
 import sys
 
 EPILOG = """examples:
@@ -39,6 +38,12 @@ they are.  Inputs are all Chrome trace JSON or all native Perfetto protobuf, lik
 event and marked incomplete.
 example:
   python -m ocular merge trace.procs/*.json -o all.json"""
+
+
+def _version():
+    import ocular
+
+    return f"{ocular.__version__} (Python {sys.version.split()[0]})"
 
 
 def build_parser():
@@ -88,6 +93,18 @@ def build_parser():
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true",
                    help="print the report as JSON (on stderr) instead of the text table")
+    p.add_argument("--top", type=int, default=15, metavar="N",
+                   help="function rows in the report (default: %(default)s)")
+    p.add_argument("--sort", choices=("self", "total", "calls", "mean", "name"), default="self",
+                   help="order of the report's function rows (default: %(default)s)")
+    p.add_argument("--loops", type=int, default=3, metavar="N",
+                   help="hot loops shown in the report, each with its instructions (default: %(default)s)")
+    p.add_argument("--all", action="store_true", dest="all_code",
+                   help="rank every function and loop in the report; by default the standard library, frozen "
+                        "importlib, site-packages and Ocular are folded into one line each")
+    p.add_argument("--report", metavar="FILE", default=None, dest="report_file",
+                   help="write the report to FILE instead of stderr")
+    p.add_argument("--version", action="version", version=f"ocular {_version()}")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
@@ -102,7 +119,7 @@ def _split_argv(argv):
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
-                   "--follow-wait", "--ring"}
+                   "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -290,6 +307,13 @@ def main(argv=None):
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
         parser.error("argument -m: expected a module name")
+    if not 0 <= ns.top <= 1000000:
+        parser.error("argument --top: must be from 0 to 1000000")
+    if not 0 <= ns.loops <= 1000:
+        parser.error("argument --loops: must be from 0 to 1000")
+    ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
+    if ns.report_file:
+        ocular._report_file = os.path.abspath(ns.report_file)
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
         parser.error("--follow-wait must be a number of seconds from 0 to 86400")
     if ns.follow and ns.no_trace_file:
@@ -301,8 +325,8 @@ def main(argv=None):
         prog_argv = ["-c"] + rest
         command = ["-c", ns.code] + rest
     else:
-        if not os.path.exists(ns.script):
-            parser.error(f"can't open file {ns.script!r}: no such file")
+        if not os.path.exists(ns.script):  # as Python says it: the error line, no usage
+            parser.exit(2, f"python -m ocular: error: can't open file {ns.script!r}: no such file\n")
         prog_argv = [ns.script] + rest
         command = [ns.script] + rest
 
@@ -318,66 +342,186 @@ def main(argv=None):
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             parser.exit(2, f"python -m ocular: error: {exc}\n")
 
+    # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
+    # importlib finding the module, reading the script) are never recorded.
+    if ns.script is not None and ns.output and not ns.no_trace_file and \
+            os.path.abspath(ns.output) == os.path.abspath(ns.script):
+        parser.error(f"the output {ns.output!r} is the script being run; choose another name for the trace")
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
-        if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
-            import ocular.usdt
+        program = _prepare(ns)
+    except _NotRunnable as exc:
+        sys.argv = saved_argv
+        parser.exit(2, f"python -m ocular: error: {exc}\n")
+    except SyntaxError as exc:  # as Python itself reports it: the error, no frames of ours, status 1
+        import traceback
 
-            ocular.usdt.enable()
+        traceback.print_exception(type(exc), exc, None)
+        return 1
+
+    def start():
+        if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
+            from ocular import usdt
+
+            usdt.enable()
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        sys.argv = saved_argv
-        parser.exit(2, f"python -m ocular: error: {exc}\n")
 
     status = 0
     try:
-        if ns.module:
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
-        elif ns.code is not None:
-            sys.path.insert(0, "")
-            code = compile(ns.code, "<string>", "exec")
-            import __main__
-            exec(code, __main__.__dict__)
-        else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
-            runpy.run_path(ns.script, run_name="__main__")
+        try:
+            program.run(start)
+        except _StartFailed as exc:
+            sys.argv = saved_argv
+            parser.exit(2, f"python -m ocular: error: {_message(exc.__cause__)}\n")
+        except _NotRunnable as exc:  # a directory or zip without __main__.py
+            _say(f"python -m ocular: error: {exc}")
+            status = 2
     except SystemExit as exc:
         status = exc.code
-    except BaseException as exc:
-        tb = exc.__traceback__
-        while tb.tb_next:
-            tb = tb.tb_next
-        if isinstance(exc, ImportError) and tb.tb_frame.f_globals.get("__name__") == "runpy":
-            print(f"python -m ocular: error: {exc}", file=sys.stderr)  # no such module, no __main__: bad -m/script
-            status = 2
-        else:
-            import traceback
+    except KeyboardInterrupt:
+        import traceback
 
-            traceback.print_exc()
-            status = 1
+        traceback.print_exc()
+        status = 130  # as a shell reports a program ended by ^C; the trace is saved below
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
     finally:
+        program.restore()
         if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
                 if not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
-                    print(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
-                          f"{res.dropped} dropped)", file=sys.stderr)
+                    _say(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
+                         f"{res.dropped} dropped)")
                     if what == "recording":
-                        print(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json",
-                              file=sys.stderr)
+                        _say(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json")
             except Exception as exc:
-                print(f"ocular: {exc}", file=sys.stderr)
+                _say(f"ocular: {_message(exc)}")
                 if not status:
                     status = 1
     return status
+
+
+def _say(msg):
+    """A line on stderr that never fails: the trace is saved even when stderr is a closed pipe."""
+    try:
+        print(msg, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+def _message(exc):
+    """An exception's text with one 'ocular: ' prefix at most (the caller adds its own)."""
+    text = str(exc)
+    return text[len("ocular: "):] if text.startswith("ocular: ") else text
+
+
+class _NotRunnable(Exception):
+    """The script or module cannot be run (not found, unreadable): said before anything starts."""
+
+
+class _StartFailed(Exception):
+    """start_tracing() refused its arguments (the cause says why)."""
+
+
+class _Program:
+    """The user's program, compiled and with its __main__ namespace ready, run by run(start): `start`
+    (which starts tracing) is called right before the program's first line."""
+
+    def __init__(self, code, globs, path0, argv0=None, module=None):
+        self.code, self.globs, self.path0, self.argv0 = code, globs, path0, argv0
+        self.module = module
+        self.saved_main = None
+
+    def run(self, start):
+        import types
+
+        sys.path.insert(0, self.path0)
+        if self.argv0 is not None:
+            sys.argv[0] = self.argv0
+        main_mod = types.ModuleType("__main__")
+        main_mod.__dict__.update(self.globs)
+        self.saved_main = sys.modules.get("__main__")
+        sys.modules["__main__"] = main_mod
+        globs = main_mod.__dict__
+        try:
+            start()
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            raise _StartFailed() from exc
+        exec(self.code, globs)
+
+    def restore(self):
+        if self.saved_main is not None:
+            sys.modules["__main__"] = self.saved_main
+            self.saved_main = None
+
+
+def _prepare(ns):
+    import builtins
+
+    if ns.code is not None:
+        import importlib.machinery
+
+        globs = dict(__name__="__main__", __doc__=None, __package__=None, __spec__=None,
+                     __loader__=importlib.machinery.BuiltinImporter, __builtins__=builtins)
+        return _Program(compile(ns.code, "<string>", "exec"), globs, "", module="__main__")
+    if ns.module:
+        import runpy
+
+        try:
+            # runpy's own lookup (packages' __main__, namespace packages), done before tracing starts
+            mod_name, spec, code = runpy._get_module_details(ns.module)
+        except ImportError as exc:
+            raise _NotRunnable(str(exc)) from None
+        except SyntaxError:
+            raise
+        globs = dict(__name__="__main__", __file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                     __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
+        return _Program(code, globs, os.getcwd(), argv0=spec.origin, module=mod_name)
+    path = ns.script
+    if not os.path.isfile(path):
+        # a directory or zip file with a __main__.py: runpy finds and runs it (its frames are recorded)
+        return _RunpyPath(path)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        raise _NotRunnable(f"can't open file {path!r}: {exc.strerror}") from None
+    import importlib.machinery
+
+    code = compile(source, path, "exec", dont_inherit=True)
+    globs = dict(__name__="__main__", __file__=path, __cached__=None, __doc__=None,
+                 __loader__=importlib.machinery.SourceFileLoader("__main__", path), __package__=None,
+                 __spec__=None, __builtins__=builtins)
+    return _Program(code, globs, os.path.dirname(os.path.abspath(path)), module="__main__")
+
+
+class _RunpyPath(_Program):
+    def __init__(self, path):
+        super().__init__(None, None, os.path.abspath(path))
+        self.path = path
+
+    def run(self, start):
+        import runpy
+
+        try:
+            start()
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            raise _StartFailed() from exc
+        try:
+            runpy.run_path(self.path, run_name="__main__")
+        except ImportError as exc:
+            raise _NotRunnable(str(exc)) from None
 
 
 if __name__ == "__main__":

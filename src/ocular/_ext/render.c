@@ -431,6 +431,16 @@ static inline uint64_t rd64(const uint8_t *p) {
     return v;
 }
 
+/* Names shown in viewers carry no control characters (a `python -c` command line holds newlines). */
+static char *clean_name(const uint8_t *p, uint32_t n) {
+    char *s = oc_dup_raw((const char *)p, n);
+    if (s)
+        for (uint32_t i = 0; i < n; i++)
+            if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+                s[i] = ' ';
+    return s;
+}
+
 static void free_meta(void) {
     for (uint32_t i = 0; i < R.ncodes; i++) {
         oc_codeent *e = &R.codes[i];
@@ -549,7 +559,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)
                 BAD("corrupt header block");
-            char *raw = oc_dup_raw((const char *)p + OC_HEADER_FIXED, nl);
+            char *raw = clean_name(p + OC_HEADER_FIXED, nl);
             free(R.process_name);
             R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
             free(raw);
@@ -599,7 +609,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             th->ident = (unsigned long)rd64(p + 16);
             W.threads[idx].tid = th->tid;
             if (nl && !th->name_raw) {
-                th->name_raw = oc_dup_raw((const char *)p + 28, nl);
+                th->name_raw = clean_name(p + 28, nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
             }
             break;
@@ -760,7 +770,10 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     if (W.out.fd >= 0 && close(W.out.fd) != 0 && !W.out.err)
         W.out.err = errno;
     W.out.fd = -1;
-    res->events = W.events;
+    res->events = R.events = W.events;
+    R.wall_ns = (double)(int64_t)(W.stop_ticks - (R.ring && W.window_ticks ? W.window_ticks : R.tsc0)) * R.ns_per_tick;
+    if (R.wall_ns < 0)
+        R.wall_ns = 0;
     res->bytes = W.out.total;
     res->dropped = R.dropped;
     res->complete = W.complete;

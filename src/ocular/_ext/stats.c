@@ -318,8 +318,9 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "python_hex", R.python_hex, "functions", funcs,
-                         "overhead_ticks",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "events", (unsigned long long)R.events,
+                         "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
+                         "python_hex", R.python_hex, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "functions_total", total);
