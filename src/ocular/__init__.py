@@ -229,6 +229,15 @@ def _format_for(output, fmt):
 
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+LOOP_MODES = ("iterations", "runs", "off")
+
+
+def _loops_code(loops, fmt):
+    if loops is None:
+        return 1 if fmt == "json" else 0
+    if not isinstance(loops, str) or loops not in LOOP_MODES:
+        raise ValueError(f"loops must be None or one of {', '.join(map(repr, LOOP_MODES))}, got {loops!r}")
+    return LOOP_MODES.index(loops)
 
 
 def _parse_ring(ring):
@@ -255,7 +264,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None):
+                  ring=None, loops=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -277,6 +286,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
         stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
         window start at its edge, marked as cut.  None (default): everything is recorded to disk.
+    loops: what the trace shows of loops: "iterations" (an instant per iteration, with its instructions
+        and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only) or
+        "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
+        for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
+        same either way.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
         hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
@@ -312,6 +326,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     ring_bytes = _parse_ring(ring)
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
+    loops_code = _loops_code(loops, fmt)
     _env.check(perfetto_file=path is not None and fmt == "perfetto")
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
@@ -323,13 +338,14 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
             _PACKAGE_DIR, _cache_entries(), _process_name(), sys.monitoring.DISABLE, threading.main_thread().ident,
-            _FORMAT_CODES[fmt if path else None], rec, ring_bytes,
+            _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code,
         )
     except BaseException:
         _release_tool(tid, ())
         raise
     settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
-                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes)
+                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
+                    loops=loops_code)
     try:
         _register(tid, mode, callbacks)
     except BaseException:
@@ -417,7 +433,9 @@ def _stop():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True)
+                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True, s["loops"])
+                if out and fmt == "json" and out.lower().endswith(".gz") and not rendered["write_errno"]:
+                    rendered["bytes"] = _gzip_in_place(tmp)
             except BaseException:
                 _discard(tmp)
                 raise
@@ -480,10 +498,27 @@ def _print_err(text):
         pass
 
 
-def convert(recording, output, format=None, report=False):
+def _gzip_in_place(path):
+    """Compress a rendered JSON trace (output ``.json.gz``) with zlib's gzip; returns its new size."""
+    import gzip
+    import shutil
+
+    gz = path + ".gz"
+    try:
+        with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(gz, path)
+    except BaseException:
+        _discard(gz)
+        raise
+    return os.path.getsize(path)
+
+
+def convert(recording, output, format=None, report=False, loops=None):
     """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
     a process that was killed) into ``output``; the format comes from the output's suffix as for
-    start_tracing().  report: print the report to stderr (True/"text" or "json").  Returns a
+    start_tracing() (``.json.gz``: gzip-compressed JSON).  report: print the report to stderr
+    (True/"text" or "json").  loops: as for start_tracing().  Returns a
     TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
     and OSError if the output cannot be written (nothing is left under its name)."""
     global _last_report
@@ -498,7 +533,9 @@ def convert(recording, output, format=None, report=False):
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     tmp = _render_tmp_name(path)
     try:
-        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True)
+        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True, _loops_code(loops, fmt))
+        if fmt == "json" and path.lower().endswith(".gz") and not rendered["write_errno"]:
+            rendered["bytes"] = _gzip_in_place(tmp)
     except ValueError as exc:
         _discard(tmp)
         raise ValueError(f"ocular: {recording}: {exc}") from None
@@ -565,7 +602,7 @@ def snapshot(output=None):
         if fmt == "recording":
             os.replace(rec, path)
         else:
-            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False)
+            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False, s["loops"])
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
                               f"({os.strerror(rendered['write_errno'])})", path)

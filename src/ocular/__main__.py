@@ -84,7 +84,10 @@ def build_parser():
     p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
-                        "anything else = Chrome trace JSON)")
+                        ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
+    p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
+                   help="what the trace shows of loops: an instant per iteration, a slice per loop run (JSON "
+                        "only), or nothing (default: runs for JSON, iterations for .pftrace)")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -119,7 +122,7 @@ def _split_argv(argv):
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
-                   "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report"}
+                   "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report", "--loop-events"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -166,7 +169,9 @@ def build_convert_parser():
     )
     p.add_argument("recording", metavar="RECORDING", help="the recording to render")
     p.add_argument("-o", "--output", action="append", required=True, metavar="PATH",
-                   help="an output (repeatable: one render per output)")
+                   help="an output (repeatable: one render per output); .json.gz writes gzip-compressed JSON")
+    p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
+                   help="what the trace shows of loops (default: runs for JSON, iterations for .pftrace)")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
@@ -182,7 +187,7 @@ def convert_main(argv):
     report = "json" if ns.report_json else bool(ns.report)
     for i, out in enumerate(ns.output):
         try:
-            res = ocular.convert(ns.recording, out, report=report if i == 0 else False)
+            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events)
         except (ValueError, OSError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {exc}\n")
         if not ns.quiet:
@@ -267,7 +272,7 @@ def build_attach_parser():
     p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix, as for tracing a program: "
                         ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
-                        "anything else = Chrome trace JSON)")
+                        ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
     r = p.add_mutually_exclusive_group()
@@ -368,7 +373,7 @@ def main(argv=None):
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                                 format=ns.format, ring=ns.ring,
+                                 format=ns.format, ring=ns.ring, loops=ns.loop_events,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
 
     status = 0

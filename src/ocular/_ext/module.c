@@ -113,10 +113,11 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     unsigned long main_ident;
     int format = OC_FORMAT_JSON;
     unsigned long long ring = 0;
+    int loops = OC_LOOPS_ITERATIONS;
     PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|i:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format, &rec, &ring))
+                          &main_ident, &format, &rec, &ring, &loops))
         return NULL;
     if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
@@ -152,6 +153,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
     S.process_name_raw = pn;
     S.ring_bytes = (size_t)ring;
+    S.loops = loops >= 0 && loops <= 2 ? loops : OC_LOOPS_ITERATIONS;
     memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
@@ -215,34 +217,35 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
 }
 
 PyDoc_STRVAR(render_doc,
-             "_render(recording, format, output, progress) -> dict\n\n"
+             "_render(recording, format, output, progress, loops=0) -> dict\n\n"
              "Render a recording (a path) into output (a path, or None) as format 0 Chrome JSON,\n"
              "1 Perfetto protobuf or 2 nothing (statistics only; _report_data() has them afterwards).\n"
              "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
+             "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *rec_o, *out_o;
-    int format, progress;
-    if (!PyArg_ParseTuple(args, "O&iOp:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress))
+    int format, progress, loops = OC_LOOPS_ITERATIONS;
+    if (!PyArg_ParseTuple(args, "O&iOp|i:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress, &loops))
         return NULL;
     PyObject *outb = NULL;
     if (out_o != Py_None && !PyUnicode_FSConverter(out_o, &outb)) {
         Py_DECREF(rec_o);
         return NULL;
     }
-    if (format < 0 || format > 2) {
+    if (format < 0 || format > 2 || loops < 0 || loops > 2) {
         Py_DECREF(rec_o);
         Py_XDECREF(outb);
-        PyErr_Format(PyExc_ValueError, "unknown format %d", format);
+        PyErr_Format(PyExc_ValueError, "unknown format %d or loops %d", format, loops);
         return NULL;
     }
     oc_render_result res;
     int rc;
     const char *rec = PyBytes_AS_STRING(rec_o), *out = outb ? PyBytes_AS_STRING(outb) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, &res);
+    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, loops, &res);
     Py_END_ALLOW_THREADS
     Py_DECREF(rec_o);
     Py_XDECREF(outb);

@@ -192,6 +192,7 @@ typedef struct {
     char *rec_path;               /* the recording being written (output.pid.rec, or the .ocular tmp) */
     int rec_fd;
     size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
+    int loops;                    /* OC_LOOPS_*: what an orphaned fork child's render shows of loops */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -265,7 +266,8 @@ typedef struct {
 enum { OC_RENDER_NONE = -1 };
 /* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
  * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res);
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+                   oc_render_result *res);
 void oc_render_release(void);            /* free what the last render kept for the report */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
@@ -323,7 +325,12 @@ typedef struct {
     void (*footer)(oc_out *o, const char *clock, int precise);
     /* optional: a slice already running when a flight-recorder window begins (else begin) */
     void (*begin_cut)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
+    /* optional: one run of a loop (OC_LOOPS_RUNS), from the end of its first iteration to its last */
+    void (*loop_run)(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
+                     uint32_t offset, uint64_t iterations, uint64_t cycles);
 } oc_sink;
+/* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
+enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
 #define OC_PAUSE_NAME "ocular: waiting for the disk"
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */

@@ -350,7 +350,7 @@ static void finish_orphan(void) {
     S.rec_fd = -1;
     if (!err && S.out_path && S.tmp_path) {
         oc_render_result res;
-        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, &res) == 0 && !res.write_errno &&
+        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
             rename(S.tmp_path, S.out_path) == 0)
             unlink(S.rec_path);
         else

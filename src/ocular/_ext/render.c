@@ -43,6 +43,8 @@ typedef struct {
     uint64_t last_ts;
     uint64_t insn_mark;
     uint64_t self_mark;
+    uint64_t run_first_ts;  /* the current run: end of its first iteration, iterations and cycles since */
+    uint64_t run_iters, run_cycles;
 } loop_slot;
 
 typedef struct {
@@ -95,6 +97,7 @@ static struct {
     uint32_t **insn_prefix;  /* by code id: instructions starting before each unit (lazily built) */
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
+    int loops;               /* OC_LOOPS_*: what the trace shows of loops */
     int progress;
     uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
@@ -136,10 +139,27 @@ static void show_progress(int last) {
         W.progress = 0;
 }
 
+/* A loop run is over (its loop finished, another took its slot, or its frame ended). */
+static void end_run(rthread *t, frame *f, loop_slot *l) {
+    if (l->run_iters && W.loops == OC_LOOPS_RUNS && W.sink->loop_run) {
+        oc_codeent *e = oc_rcode(f->code_id);
+        int line = e->lines && l->dest < e->nunits ? e->lines[l->dest] : -1;
+        W.sink->loop_run(&W.out, t->tid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
+                         l->run_iters, l->run_cycles);
+    }
+    l->run_iters = 0;
+    l->run_cycles = 0;
+}
+
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
 static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
     while (t->n > keep) {
-        frame *f = &t->stack[--t->n];
+        frame *f = &t->stack[t->n - 1];
+        if (W.loops == OC_LOOPS_RUNS)
+            for (int i = 0; i < NLOOPS; i++)
+                if (f->loops[i].src != UINT32_MAX)
+                    end_run(t, f, &f->loops[i]);
+        t->n--;
         uint64_t incl = f->self + f->child;
         W.same_top[f->code_id] = f->prev_same;
         frame *same = f->prev_same ? &t->stack[f->prev_same - 1] : NULL; /* recursion */
@@ -191,10 +211,12 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     for (int i = 0; i < NLOOPS; i++) {
         loop_slot *l = &f->loops[i];
         if (l->src != UINT32_MAX) {
-            if (l->dest == dest)
+            if (l->dest == dest) {
                 hit = l;
-            else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src)
+            } else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src) {
+                end_run(t, f, l);
                 l->src = UINT32_MAX;
+            }
         }
         if (l->src == UINT32_MAX) {
             if (!freeslot)
@@ -208,15 +230,23 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         uint32_t insns = R.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(f->code_id, dest, src);
         uint64_t cycles = ts - hit->last_ts;
         oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
-        int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
-        W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
-                     (uint64_t)((double)cycles * R.ns_per_tick));
+        if (W.loops == OC_LOOPS_ITERATIONS) {
+            int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
+            W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+                         (uint64_t)((double)cycles * R.ns_per_tick));
+        }
+        if (!hit->run_iters++)
+            hit->run_first_ts = hit->last_ts;
+        hit->run_cycles += cycles;
         if (src > hit->src)
             hit->src = src;
     } else {
         hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
+        if (hit->src != UINT32_MAX)
+            end_run(t, f, hit);
         hit->src = src;
         hit->dest = dest;
+        hit->run_iters = hit->run_cycles = 0;
     }
     hit->last_ts = ts;
     hit->insn_mark = f->insns;
@@ -244,8 +274,10 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
     f->blk_self = 0;
     f->insn_unit = UINT32_MAX;
-    for (int k = 0; k < NLOOPS; k++)
+    for (int k = 0; k < NLOOPS; k++) {
         f->loops[k].src = UINT32_MAX;
+        f->loops[k].run_iters = 0;
+    }
     return f;
 }
 
@@ -679,9 +711,10 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
     (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
 }
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
-const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL};
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL};
 
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res) {
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+                   oc_render_result *res) {
     memset(res, 0, sizeof *res);
     free_render_state();
     free_meta();
@@ -733,6 +766,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
                     W.stop_ticks = sp->recs[sp->n - 1].ts;
             }
     }
+    W.loops = loops;
     W.sink = format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : format == OC_FORMAT_JSON ? &oc_sink_json
                                                                                         : &oc_sink_none;
     if (out_path) {

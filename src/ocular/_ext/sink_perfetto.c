@@ -854,4 +854,5 @@ const oc_sink oc_sink_perfetto = {
     .loop = pf_loop,
     .footer = pf_footer,
     .begin_cut = NULL,
+    .loop_run = NULL,
 };
