@@ -63,6 +63,16 @@ def _cache_table():
     return _cache_entries()
 
 
+_JUMPS = frozenset(dis.hasjrel) | frozenset(getattr(dis, "hasjabs", ()))
+
+
+def _arg(ins):
+    """The argument column: a jump's target as an offset on every version (3.13's dis prints labels)."""
+    if ins.opcode in _JUMPS and isinstance(ins.argval, int):
+        return f"to {ins.argval}"
+    return ins.argrepr
+
+
 def _base_names(code):
     return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
 
@@ -211,7 +221,7 @@ class Report:
                 "line": line,
                 "base": b,
                 "specialized": ins.opname,
-                "arg": ins.argrepr,
+                "arg": _arg(ins),
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })

@@ -80,6 +80,7 @@ typedef struct {
     uint32_t far_code;
     int far_pending;
     uint64_t pause_begin;   /* pending K_PAUSE */
+    uint32_t prev_code;     /* code id of the previous record */
     span *spans;            /* this thread's chunks, in order */
     uint32_t nspans, capspans;
 } rthread;
@@ -291,11 +292,15 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
         if (kind != K_EXT && kind != K_PAUSE_END) {
             if (t->have_prev) {
                 uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
-                oc_stats_gap(delta);
+                /* own-cost calibration: only gaps between two records of one code object (a few
+                 * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
+                if (r->code_id == t->prev_code)
+                    oc_stats_gap(delta);
                 if (t->n > 0)
                     t->stack[t->n - 1].self += oc_stats_net(delta);
             }
             t->prev_ts = r->ts;
+            t->prev_code = r->code_id;
             t->have_prev = 1;
         }
         if (kind <= K_INSN && kind != K_NONE && !valid_code(r->code_id))

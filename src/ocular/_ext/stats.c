@@ -3,9 +3,9 @@
  * per basic block (adaptive mode) and per instruction (precise mode), plus the calibration of
  * Ocular's own per-event cost.
  *
- * Calibration: the smallest gap between two consecutive records of one thread, over the first 64K
- * gaps of the session, is the cost of one event (callback, dispatch and record) with no user work in
- * between.  Every gap charged to a frame's self time has that cost subtracted (clamped at zero), so
+ * Calibration: the smallest gap between two consecutive records of one thread and one code object (so
+ * that no untraced code can sit in it), over the first 64K such gaps, is the cost of one event
+ * (callback, dispatch and record) with no user work in between.  Every gap charged to a frame's self time has that cost subtracted (clamped at zero), so
  * self times and cycles per instruction/block are not inflated by our callbacks.  With the test clock
  * the calibration is off and every figure counts clock reads (deterministic, for golden tests).
  *
