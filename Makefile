@@ -1,26 +1,33 @@
 SHELL := /bin/bash
-# Ocular build and test entry points.  Finds pyenv's CPython 3.12 and 3.13 by glob;
-# PYTHON=/path/to/python3.x overrides (a single interpreter).
+# Ocular build and test entry points.  Finds CPython 3.12, 3.13, 3.14 and 3.15: pyenv's
+# ($(PYENV_ROOT)/versions/3.X.*) first, else a prefix under $(OCULAR_PYTHONS)/3.X (default
+# /opt/ocular-pythons, made by ../shared/tools/get-python.sh; .ci/run makes the missing ones).
+# PYTHON=/path/to/python3.x overrides (a single interpreter); PYTHON_VERSIONS="3.13 3.14" picks some.
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
-PY312 := $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3.12)))
-PY313 := $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.13.*/bin/python3.13)))
+OCULAR_PYTHONS ?= /opt/ocular-pythons
+PYTHON_VERSIONS ?= 3.12 3.13 3.14 3.15
+find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),$(wildcard $(OCULAR_PYTHONS)/$(1)/bin/python$(1)))
 ifdef PYTHON
 PYTHONS := $(PYTHON)
 else
-PYTHONS := $(strip $(PY312) $(PY313))
+PYTHONS := $(strip $(foreach v,$(PYTHON_VERSIONS),$(call find_python,$(v))))
 ifeq ($(PYTHONS),)
-PYTHONS := $(shell command -v python3.13 python3.12 2>/dev/null)
+PYTHONS := $(shell command -v python3.15 python3.14 python3.13 python3.12 2>/dev/null)
 endif
 endif
 FIRST := $(firstword $(PYTHONS))
 SRC := $(wildcard src/ocular/_ext/*.c src/ocular/_ext/*.h) setup.py
 
-.PHONY: all build example test test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
+.PHONY: all build example pythons test test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
 
 all: build
 
+# pythons: the interpreters make would use, one line each (version and path)
+pythons:
+	@for p in $(PYTHONS); do echo "$$($$p -c 'import sys;print("%d.%d.%d"%sys.version_info[:3])') $$p"; done
+
 check-python:
-	@test -n "$(FIRST)" || { echo "error: no CPython >= 3.12 found (looked in $(PYENV_ROOT)/versions; set PYTHON=...)"; exit 1; }
+	@test -n "$(FIRST)" || { echo "error: no CPython >= 3.12 found (looked in $(PYENV_ROOT)/versions and $(OCULAR_PYTHONS); set PYTHON=...)"; exit 1; }
 
 # venv per interpreter with setuptools + test dependencies (requirements-test.txt)
 .venv-%/.ready: requirements-test.txt

@@ -386,11 +386,11 @@ def test_poller_follows_semaphores():
         s.value += 1
         assert settle(lambda: u.status()["applied"] == [name]), (name, u.status())
         st = u.status()
-        assert st["tool_id"] == 2 and holders()[2] == "ocular-usdt", st
-        assert sys.monitoring.get_events(2) == ev == st["events"], (name, st)
+        assert st["tool_id"] == 3 and holders()[3] == "ocular-usdt", st  # never 0-2 (pdb, coverage, cProfile)
+        assert sys.monitoring.get_events(3) == ev == st["events"], (name, st)
         s.value -= 1
         assert settle(lambda: u.status()["tool_id"] is None), u.status()
-        assert sys.monitoring.get_events(2) == 0 and sys.monitoring.get_tool(2) is None
+        assert sys.monitoring.get_events(3) == 0 and sys.monitoring.get_tool(3) is None
     # two tracers on one probe, then one leaves: still on
     s = sema("py_start")
     s.value += 2
@@ -401,11 +401,11 @@ def test_poller_follows_semaphores():
     # a second probe joins: both sets of events
     sema("line").value += 1
     assert settle(lambda: u.status()["applied"] == ["py_start", "line"])
-    assert sys.monitoring.get_events(2) == E.PY_START | E.LINE
+    assert sys.monitoring.get_events(3) == E.PY_START | E.LINE
     u.disable()
     assert len(os.listdir("/proc/self/task")) == nthreads
     st = u.status()
-    assert not st["enabled"] and st["tool_id"] is None and sys.monitoring.get_tool(2) is None, st
+    assert not st["enabled"] and st["tool_id"] is None and sys.monitoring.get_tool(3) is None, st
     s.value -= 1
     sema("line").value -= 1
     print("ok")
@@ -433,12 +433,12 @@ def test_tool_id_etiquette():
     s.value -= 1
     assert settle(lambda: u.status()["tool_id"] is None)
     assert holders() == {2: "cProfile", 3: "other", 4: "intruder"}, holders()
-    # every id taken: an error in status(), said once on stderr, nothing raised
-    for i in (0, 1, 5):
-        sys.monitoring.use_tool_id(i, "filler")
+    # 3, 4 and 5 taken: an error in status(), said once on stderr, nothing raised, 0 and 1 left free
+    sys.monitoring.use_tool_id(5, "filler")
     s.value += 1
-    assert settle(lambda: "every sys.monitoring tool id is in use" in u.status()["error"]), u.status()
+    assert settle(lambda: "tool ids 3, 4 and 5 are all in use" in u.status()["error"]), u.status()
     assert u.status()["applied"] == [] and u.status()["tool_id"] is None
+    assert sys.monitoring.get_tool(0) is None and sys.monitoring.get_tool(1) is None
     sys.monitoring.free_tool_id(5)
     assert settle(lambda: u.status()["applied"] == ["py_start"], timeout=10), u.status()
     assert u.status()["tool_id"] == 5 and u.status()["error"] == ""
@@ -449,7 +449,7 @@ def test_tool_id_etiquette():
     print("ok")
     """)
     assert p.stdout.strip().endswith("ok"), p.stdout + p.stderr
-    assert p.stderr.count("every sys.monitoring tool id is in use") == 1, p.stderr
+    assert p.stderr.count("tool ids 3, 4 and 5 are all in use") == 1, p.stderr
 
 
 @needs_probes
@@ -643,7 +643,7 @@ def test_bpftrace_coexists_with_cprofile_and_tracing(bpftrace, short_tmp):
     pre = f"""
     import cProfile, pstats, ocular
     prof = cProfile.Profile()
-    prof.enable()  # cProfile insists on sys.monitoring.PROFILER_ID (2): take it before the tracer attaches
+    prof.enable()  # cProfile takes sys.monitoring.PROFILER_ID (2); tracing and the probes never do
     ocular.start_tracing(output={trace!r}, deinstrument_threshold=0, report=False)
     """
     body = WORKLOAD + """

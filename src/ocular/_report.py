@@ -31,7 +31,7 @@ def _settle(codes):
     immediately, so setting no local events under a temporary tool id settles it without running it.
     """
     mon = sys.monitoring
-    tool = next((i for i in (5, 4, 3, 2, 1, 0) if mon.get_tool(i) is None), None)
+    tool = next((i for i in (5, 4, 3) if mon.get_tool(i) is None), None)  # never 0-2 (pdb, coverage, cProfile)
     if tool is None:
         return
     mon.use_tool_id(tool, "ocular-report")

@@ -116,7 +116,7 @@ static const char *const probe_events[N_PROBES][2] = {
 };
 
 #define TOOL_NAME "ocular-usdt"
-static const int tool_preference[] = {2, 3, 4, 5, 1, 0}; /* as ocular/__init__.py */
+static const int tool_preference[] = {3, 4, 5}; /* as ocular/__init__.py: 0-2 are pdb, coverage, cProfile */
 
 /* ---- per-code cache: encoded names, one malloc per code object, freed with the code object ---- */
 typedef struct {
@@ -480,7 +480,9 @@ static int acquire_tool(void) {
         Py_XDECREF(h);
         PyErr_Clear();
     }
-    PyErr_Format(PyExc_RuntimeError, "every sys.monitoring tool id is in use (%s)", holders);
+    PyErr_Format(PyExc_RuntimeError,
+                 "sys.monitoring tool ids 3, 4 and 5 are all in use (%s); 0-2 are left to the debugger, "
+                 "coverage and profiler tools", holders);
     return -1;
 }
 
