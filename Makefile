@@ -50,8 +50,9 @@ example: build
 
 test: build
 	@for v in $(VERSIONS); do \
-	  echo "== tests on Python $$v"; \
+	  echo "== tests on Python $$v"; s=$$SECONDS; \
 	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q tests || exit 1; \
+	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------
@@ -76,12 +77,18 @@ define san_build
 	$(SAN_CC) $(1) -I$$inc src/ocular/_ext/*.c -o $$d/ocular/_ocular$$suf
 endef
 
+# ASAN_VERSIONS, VALGRIND_VERSIONS, STDLIB_VERSIONS: a subset of the versions found (default: all)
+ASAN_VERSIONS ?= $(VERSIONS)
+VALGRIND_VERSIONS ?= $(VERSIONS)
+STDLIB_VERSIONS ?= $(VERSIONS)
+
 test-asan: build
-	@for v in $(VERSIONS); do \
-	  echo "== ASan+UBSan tests on Python $$v"; \
+	@for v in $(filter $(ASAN_VERSIONS),$(VERSIONS)); do \
+	  echo "== ASan+UBSan tests on Python $$v"; s=$$SECONDS; \
 	  $(call san_build,$(SAN_CFLAGS),.venv-$$v/bin/python) || exit 1; \
 	  $(ASAN_ENV) OCULAR_TEST_SRC=$$PWD/$$d PYTHONPATH=$$PWD/$$d \
 	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_K)" || exit 1; \
+	  echo "== ASan+UBSan tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # test-valgrind: memcheck over the traced programs of a few stress tests (pytest itself runs natively;
@@ -95,10 +102,11 @@ VALGRIND_CMD = $(VALGRIND) -q --fair-sched=yes --error-exitcode=97 --suppression
 
 test-valgrind: build
 	@command -v $(VALGRIND) >/dev/null || { echo "error: valgrind not found (apt-get install valgrind)"; exit 1; }
-	@for v in $(VERSIONS); do \
-	  echo "== valgrind memcheck on Python $$v"; \
+	@for v in $(filter $(VALGRIND_VERSIONS),$(VERSIONS)); do \
+	  echo "== valgrind memcheck on Python $$v"; s=$$SECONDS; \
 	  PYTHONMALLOC=malloc OCULAR_STRESS_SCALE=0.1 OCULAR_TEST_WRAPPER="$(VALGRIND_CMD)" PYTHONPATH=src \
 	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(VALGRIND_TESTS) -k "$(VALGRIND_K)" || exit 1; \
+	  echo "== valgrind memcheck on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # test-stdlib: a dozen of CPython's own test modules, untraced and then under `python -m ocular` in
@@ -106,9 +114,10 @@ test-valgrind: build
 # STDLIB_SET=ci leaves out test_asyncio.test_tasks (what .ci/run uses).
 STDLIB_SET ?= full
 test-stdlib: build
-	@for v in $(VERSIONS); do \
-	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; \
+	@for v in $(filter $(STDLIB_VERSIONS),$(VERSIONS)); do \
+	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; s=$$SECONDS; \
 	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) || exit 1; \
+	  echo "== stdlib test modules on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # bench: every section (micro, pyperformance, e2e, memory), ~10 min: bench/results.md and bench/results.png
