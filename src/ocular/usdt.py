@@ -183,13 +183,14 @@ def is_enabled():
 def status():
     """The probes' state, as a dict.
 
-    ``available``, ``reason``: compiled in, or why not.  ``enabled``: the poller runs.  ``poll_ms``.
+    ``available``, ``reason``: compiled in, or why not.  ``probes_from``: what wrote the probe notes
+    ("Ocular's own SDT notes" on x86-64 and aarch64 Linux, else "<sys/sdt.h>").  ``enabled``: the poller runs.  ``poll_ms``.
     ``semaphores``: {probe: count of attached tracers}.  ``attached``: probes with a tracer now.
     ``applied``: probes whose events are currently enabled (lags ``attached`` by up to one poll).
     ``tool_id``: the sys.monitoring id held ("ocular-usdt"), or None while nothing is attached.
     ``events``: ``sys.monitoring.get_events(tool_id)`` (0 without a tool id).  ``changes``: how many
     times the set of enabled events changed.  ``error``: why the attached probes could not be
-    enabled, e.g. every tool id in use ("" once they are; a failed set is retried about every second).
+    enabled, e.g. tool ids 3-5 all in use ("" once they are; a failed set is retried about every second).
     """
     import sys
 
