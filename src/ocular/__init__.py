@@ -168,9 +168,14 @@ def _release_tool(tool_id, callbacks):
     mon = sys.monitoring
     if mon.get_tool(tool_id) != _TOOL_NAME:
         return  # not ours any more: never free an id we do not hold
-    mon.set_events(tool_id, 0)
-    for name in callbacks:
-        mon.register_callback(tool_id, getattr(mon.events, name), None)
+    if hasattr(mon, "clear_tool_id"):
+        # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
+        # our id) and unregisters every callback
+        mon.clear_tool_id(tool_id)
+    else:  # 3.12/3.13: free_tool_id leaves events and callbacks in place
+        mon.set_events(tool_id, 0)
+        for name in callbacks:
+            mon.register_callback(tool_id, getattr(mon.events, name), None)
     mon.free_tool_id(tool_id)
 
 

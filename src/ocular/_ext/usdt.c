@@ -420,7 +420,8 @@ static void set_error_from_exception(const char *what) {
     PyErr_Clear();
 }
 
-/* Give the tool id back (only if it is still ours): events 0, callbacks unregistered, id freed. */
+/* Give the tool id back (only if it is still ours): events 0, callbacks unregistered, id freed -- on
+ * 3.14+ by clear_tool_id (global and local events, every callback), before that one by one. */
 static void release_tool(void) {
     if (U.tool_id < 0)
         return;
@@ -433,9 +434,16 @@ static void release_tool(void) {
             set_error_from_exception("releasing the sys.monitoring tool id");
         return; /* never free an id we do not hold */
     }
-    PyObject *r = mon_call("set_events", "(ii)", id, 0);
-    Py_XDECREF(r);
-    PyObject *events = r ? PyObject_GetAttrString(U.monitoring, "events") : NULL;
+    PyObject *r;
+    PyObject *events = NULL;
+    if (PyObject_HasAttrString(U.monitoring, "clear_tool_id")) {
+        r = mon_call("clear_tool_id", "(i)", id);
+        Py_XDECREF(r);
+    } else {
+        r = mon_call("set_events", "(ii)", id, 0);
+        Py_XDECREF(r);
+        events = r ? PyObject_GetAttrString(U.monitoring, "events") : NULL;
+    }
     for (size_t i = 0; events && i < N_CB; i++) {
         PyObject *ev = PyObject_GetAttrString(events, cb_table[i].event);
         PyObject *rr = ev ? mon_call("register_callback", "(iOO)", id, ev, Py_None) : NULL;
