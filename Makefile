@@ -1,12 +1,13 @@
 SHELL := /bin/bash
 # Ocular build and test entry points.  Finds CPython 3.12, 3.13, 3.14 and 3.15: pyenv's
 # ($(PYENV_ROOT)/versions/3.X.*) first, else a prefix under $(OCULAR_PYTHONS)/3.X (default
-# /opt/ocular-pythons, made by ../shared/tools/get-python.sh; .ci/run makes the missing ones).
+# /opt/ocular-pythons, made by ../shared/tools/get-python.sh; .ci/run makes the missing ones), else
+# python3.X on PATH (a distribution's package).
 # PYTHON=/path/to/python3.x overrides (a single interpreter); PYTHON_VERSIONS="3.13 3.14" picks some.
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
 OCULAR_PYTHONS ?= /opt/ocular-pythons
 PYTHON_VERSIONS ?= 3.12 3.13 3.14 3.15
-find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),$(wildcard $(OCULAR_PYTHONS)/$(1)/bin/python$(1)))
+find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),$(wildcard $(OCULAR_PYTHONS)/$(1)/bin/python$(1)),$(shell command -v python$(1) 2>/dev/null))
 ifdef PYTHON
 PYTHONS := $(PYTHON)
 else
