@@ -349,3 +349,30 @@ def test_never_calls_restart_events(trace_path, monkeypatch):
         check_balanced(load_trace(trace_path)["traceEvents"])
         work = make_work(f"toolid_restart_{mode}")
     assert calls == []
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "precise"])
+def test_registers_this_versions_events(trace_path, mode):
+    """The events are looked up by name in sys.monitoring.events at run time (3.14 renumbered them):
+    BRANCH_LEFT and BRANCH_RIGHT where they exist, never the deprecated BRANCH, and a callback for each."""
+    E = mon.events
+    want = E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD | E.PY_UNWIND | E.JUMP
+    want |= (E.BRANCH_LEFT | E.BRANCH_RIGHT) if hasattr(E, "BRANCH_LEFT") else E.BRANCH
+    if mode == "precise":
+        want |= E.INSTRUCTION
+    ocular.start_tracing(output=trace_path, mode=mode)
+    try:
+        tid = ocular._session["tool_id"]
+        got = mon.get_events(tid)
+        names = ("BRANCH_LEFT", "BRANCH_RIGHT") if hasattr(E, "BRANCH_LEFT") else ("BRANCH",)
+        cbs = {}
+        for name in names:
+            cb = mon.register_callback(tid, getattr(E, name), None)  # read it back, then put it back
+            mon.register_callback(tid, getattr(E, name), cb)
+            cbs[name] = cb
+    finally:
+        ocular.stop_tracing()
+    assert got == want, (bin(got), bin(want))
+    if hasattr(E, "BRANCH_LEFT"):
+        assert not got & E.BRANCH
+    assert all(cb is not None and "ocular callback" in repr(cb) for cb in cbs.values()), cbs
