@@ -34,22 +34,22 @@ def _write(path, obj):
 def _floor_start(events):
     import _ocular_floor
 
-    from bench.configs import EVENT_SETS, FLOOR_TOOL_ID
+    from bench.configs import EVENT_SETS, FLOOR_TOOL_ID, monitoring_events
 
     mon = sys.monitoring
     cb = _ocular_floor.callback()
     mon.use_tool_id(FLOOR_TOOL_ID, "ocular-bench-floor")
     mask = 0
-    for name in EVENT_SETS[events]:
-        ev = getattr(mon.events, name)
+    evs = monitoring_events(EVENT_SETS[events])
+    for _name, ev in evs:
         mon.register_callback(FLOOR_TOOL_ID, ev, cb)
         mask |= ev
     mon.set_events(FLOOR_TOOL_ID, mask)
 
     def stop():
         mon.set_events(FLOOR_TOOL_ID, 0)
-        for name in EVENT_SETS[events]:
-            mon.register_callback(FLOOR_TOOL_ID, getattr(mon.events, name), None)
+        for _name, ev in evs:
+            mon.register_callback(FLOOR_TOOL_ID, ev, None)
         mon.free_tool_id(FLOOR_TOOL_ID)
 
     return stop, None
@@ -58,14 +58,13 @@ def _floor_start(events):
 def _count_start():
     import _ocular_floor
 
-    from bench.configs import FLOOR_TOOL_ID, PRECISE_EVENTS
+    from bench.configs import FLOOR_TOOL_ID, PRECISE_EVENTS, monitoring_events
 
     mon = sys.monitoring
     counters = {}
     mon.use_tool_id(FLOOR_TOOL_ID, "ocular-bench-count")
     mask = 0
-    for name in PRECISE_EVENTS:
-        ev = getattr(mon.events, name)
+    for name, ev in monitoring_events(PRECISE_EVENTS):
         counters[name] = _ocular_floor.counter()
         mon.register_callback(FLOOR_TOOL_ID, ev, counters[name])
         mask |= ev
@@ -197,6 +196,8 @@ def main(argv):
     }
     if cfg_name == "count":
         out["counts"] = {name: c.count for name, c in extra.items()}
+        if "BRANCH_LEFT" in out["counts"]:  # 3.14+: the two branch events count as BRANCH
+            out["counts"]["BRANCH"] = out["counts"].pop("BRANCH_LEFT") + out["counts"].pop("BRANCH_RIGHT")
     _write(result_path, out)
     return 0
 

@@ -1,9 +1,10 @@
 """Instructions per monitoring event, measured with valgrind's callgrind.
 
     python -m bench --callgrind [--n 20] [--configs untraced,floor,ocular-adaptive-t0]
+    python -m bench --callgrind --workload loop --n 3000000 --configs untraced,ocular-adaptive-t500
     python -m bench.callgrind   [same options]
 
-Runs fib(n) once per configuration under ``valgrind --tool=callgrind`` with
+Runs fib(n) (or another workload of bench/workloads.py, ``--workload``) once per configuration under ``valgrind --tool=callgrind`` with
 collection switched off at start and on only inside the C function
 ``ocular_floor_measured_call`` (bench/floor.c), which calls the workload: the
 instruction counts (Ir) exclude interpreter start-up, imports and tracer
@@ -29,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from bench.configs import CONFIGS, EVENT_SETS
-from bench.workloads import fib_calls
+from bench.workloads import WORKLOADS, fib_calls
 from bench.common import (
     BENCH_DIR,
     ChildError,
@@ -65,7 +66,9 @@ def read_total_ir(path: str) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench --callgrind",
                                  description="Instructions per event with callgrind.")
-    ap.add_argument("--n", type=int, default=20, help="fib size (default 20)")
+    ap.add_argument("--n", type=int, default=20, help="workload size (default 20, fib's)")
+    ap.add_argument("--workload", default="fib", choices=sorted(WORKLOADS),
+                    help="workload of bench/workloads.py (default fib)")
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                     help="comma-separated configurations (default: %(default)s)")
     ap.add_argument("--python", default=None, help="X.Y or interpreter path")
@@ -102,7 +105,8 @@ def main(argv=None) -> int:
             log("callgrind: SKIP {}: {}".format(c, probe["probe"].get(req, {}).get("reason")))
             configs.remove(c)
 
-    counts = run_child(python, env, "fib", args.n, "count", flags=["--callgrind"])["counts"]
+    wl = args.workload
+    counts = run_child(python, env, wl, args.n, "count", flags=["--callgrind"])["counts"]
 
     ir = {}
     failures = {}
@@ -114,9 +118,9 @@ def main(argv=None) -> int:
                 "--callgrind-out-file=" + out,
                 "--collect-atstart=no", "--toggle-collect=" + TOGGLE,
             ]
-            log("callgrind: fib({}) {} ...".format(args.n, c))
+            log("callgrind: {}({}) {} ...".format(wl, args.n, c))
             try:
-                run_child(python, env, "fib", args.n, c, save=False, timeout=900,
+                run_child(python, env, wl, args.n, c, save=False, timeout=900,
                           prefix=prefix, flags=["--callgrind"])
                 ir[c] = read_total_ir(out)
             except ChildError as exc:
@@ -150,16 +154,16 @@ def main(argv=None) -> int:
     table = md_table(header, rows, left=1)
 
     lines = [
-        "# Ocular callgrind results: fib({})\n".format(args.n),
+        "# Ocular callgrind results: {}({})\n".format(wl, args.n),
         "- python: {} (`{}`)".format(probe["python"].replace("\n", " "), python),
         "- machine: {}".format(machine_info()),
-        "- fib({}) makes {:,} calls; events counted (a few are the harness's): {}".format(
-            args.n, fib_calls(args.n),
+        "- {}({}){}; events counted (a few are the harness's): {}".format(
+            wl, args.n, " makes {:,} calls".format(fib_calls(args.n)) if wl == "fib" else "",
             ", ".join("{} {:,}".format(k, v) for k, v in counts.items() if v)),
         "",
         table,
         "",
-        "Ir: instructions executed inside {} (the fib call only). "
+        "Ir: instructions executed inside {} (the workload call only). "
         "Ir/event: (Ir − untraced Ir) / events of the configuration's event set. "
         "tracer Ir/event: (Ir − Ir of the matching floor) / events, the tracer's own "
         "instructions above CPython's dispatch to a no-op C callback.".format(TOGGLE),

@@ -40,7 +40,10 @@ __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_repor
 
 MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TOOL_PREFERENCE = (2, 3, 4, 5, 1, 0)  # PROFILER_ID first; 0, 1 are the debugger and coverage ids
+# Ids 0, 1 and 2 are claimed by CPython's own tools (DEBUGGER_ID: pdb/bdb on 3.14+, COVERAGE_ID: coverage.py,
+# PROFILER_ID: cProfile/profile); by default Ocular takes the first free of the others, and only an explicit
+# tool_id= gets 0-2.  (5 is named OPTIMIZER_ID but no CPython tool uses it.)
+_TOOL_PREFERENCE = (3, 4, 5)
 _TOOL_NAME = "ocular"
 
 _session = None  # the running session's settings, or None
@@ -73,11 +76,13 @@ def _events_for(mode):
 
 
 def _cache_entries():
-    """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13: a dict by name)."""
+    """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13, 3.14: a dict by name; 3.15: a
+    frozendict by name)."""
     table = bytearray(256)
     ice = opcode._inline_cache_entries
+    by_name = hasattr(ice, "keys")
     for op in range(256):
-        if isinstance(ice, dict):
+        if by_name:
             table[op] = ice.get(dis.opname[op], 0) if op < len(dis.opname) else 0
         elif op < len(ice):
             table[op] = ice[op]
@@ -174,16 +179,24 @@ def _acquire_tool(tool_id):
             except ValueError:
                 continue
             return i
-    raise RuntimeError(f"ocular: every sys.monitoring tool id is in use ({_tool_holders()})")
+    raise RuntimeError(
+        f"ocular: sys.monitoring tool ids 3, 4 and 5 are all in use ({_tool_holders()}); Ocular leaves 0, 1 "
+        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5 or pass tool_id="
+    )
 
 
 def _release_tool(tool_id, callbacks):
     mon = sys.monitoring
     if mon.get_tool(tool_id) != _TOOL_NAME:
         return  # not ours any more: never free an id we do not hold
-    mon.set_events(tool_id, 0)
-    for name in callbacks:
-        mon.register_callback(tool_id, getattr(mon.events, name), None)
+    if hasattr(mon, "clear_tool_id"):
+        # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
+        # our id) and unregisters every callback
+        mon.clear_tool_id(tool_id)
+    else:  # 3.12/3.13: free_tool_id leaves events and callbacks in place
+        mon.set_events(tool_id, 0)
+        for name in callbacks:
+            mon.register_callback(tool_id, getattr(mon.events, name), None)
     mon.free_tool_id(tool_id)
 
 
@@ -291,7 +304,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
         for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
         same either way.
-    tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
+    tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 3, 4, 5 (0, 1
+        and 2 are left to the debugger, coverage and profiler tools: pdb, coverage.py, cProfile).
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
         hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
         always available afterwards from ocular.last_report().

@@ -80,7 +80,8 @@ def build_parser():
                    help="enable the USDT probes (provider 'ocular', for bpftrace and gdb); with "
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
-                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+                   help="sys.monitoring tool id 0-5 (default: the first free of 3, 4, 5; 0-2 belong to pdb, "
+                        "coverage and cProfile)")
     p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "

@@ -7,6 +7,12 @@ still quickened (``BINARY_OP -> BINARY_OP_ADD_INT``); in precise mode an instruc
 only if it was de-instrumented (past the threshold) and ran again before stop, because CPython does
 not specialize instructions while INSTRUCTION events are on.
 
+The names are this interpreter's own, read from ``dis`` at run time, never from a table of ours: 3.14
+renamed specializations (``BINARY_SUBSCR_LIST_INT`` became ``BINARY_OP_SUBSCR_LIST_INT``, ``LOAD_FAST`` is
+often ``LOAD_FAST_BORROW``, ``JUMP_BACKWARD`` specializes to ``JUMP_BACKWARD_NO_JIT`` without the JIT) and
+added ``NOT_TAKEN``, the no-op after a conditional jump that fires BRANCH_LEFT; it shows as a row of its
+own, as it is an instruction the loop executes.
+
 Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the
 calibrated rate.  Ocular's own cost per event (calibrated at the start of the session) is subtracted
 from self times and from per-instruction/per-block cycles.
@@ -41,7 +47,7 @@ def _settle(codes):
     immediately, so setting no local events under a temporary tool id settles it without running it.
     """
     mon = sys.monitoring
-    tool = next((i for i in (5, 4, 3, 2, 1, 0) if mon.get_tool(i) is None), None)
+    tool = next((i for i in (5, 4, 3) if mon.get_tool(i) is None), None)  # never 0-2 (pdb, coverage, cProfile)
     if tool is None:
         return
     mon.use_tool_id(tool, "ocular-report")
@@ -216,12 +222,15 @@ class Report:
                     cyc = cycles / count / n
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
+            arg = _arg(ins)
+            if b == "NOT_TAKEN" and not arg:  # 3.14+: a no-op that carries the BRANCH_LEFT event
+                arg = "(fall-through of the jump above)"
             rows.append({
                 "offset": ins.offset,
                 "line": line,
                 "base": b,
                 "specialized": ins.opname,
-                "arg": _arg(ins),
+                "arg": arg,
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })
