@@ -32,6 +32,7 @@ import threading
 import warnings
 
 from . import _env, _ocular
+from . import _formats
 
 __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "convert", "snapshot",
            "TraceResult", "MODES"]
@@ -209,8 +210,10 @@ def _process_name():
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 RECORDING_SUFFIX = ".ocular"
-FORMATS = ("json", "perfetto", "recording")
-_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2}
+FORMATS = ("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko", "pprof", "html")
+# what _start is told (the C renderer's code: 2 = nothing; the profile formats render through _formats)
+_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2,
+                 "pstats": 2, "folded": 2, "speedscope": 2, "gecko": 2, "pprof": 2, "html": 2}
 
 
 def _format_for(output, fmt):
@@ -218,6 +221,10 @@ def _format_for(output, fmt):
         low = str(output).lower()
         if low.endswith(RECORDING_SUFFIX):
             return "recording"
+        from ._formats import suffix_format
+
+        if suffix_format(low):
+            return suffix_format(low)
         return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
@@ -253,7 +260,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None):
+                  ring=None, thread_roots=False):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -270,7 +277,10 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
-        or .pb mean protobuf, .ocular a recording, anything else JSON.
+        or .pb mean protobuf, .ocular a recording, anything else JSON.  Profile formats (README):
+        "pstats" (.pstats, .prof), "folded" (.folded, .collapsed), "speedscope" (.speedscope.json),
+        "gecko" (Firefox Profiler, .gecko.json), "pprof" (.pb.gz, .pprof), "html" (.html).
+    thread_roots: folded stacks start with their thread's name (default: threads summed).
     ring: flight recorder: a size (bytes, or a str such as "64M") -- only the newest part of the
         recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
         stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
@@ -327,7 +337,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         _release_tool(tid, ())
         raise
     settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
-                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes)
+                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
+                    thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
     except BaseException:
@@ -415,7 +426,7 @@ def _stop():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True)
+                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots")))
             except BaseException:
                 _discard(tmp)
                 raise
@@ -457,10 +468,11 @@ def _make_report(s, clock, with_code):
         return None
 
 
-def convert(recording, output, format=None, report=False):
+def convert(recording, output, format=None, report=False, thread_roots=False):
     """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
     a process that was killed) into ``output``; the format comes from the output's suffix as for
-    start_tracing().  report: print the report to stderr (True/"text" or "json").  Returns a
+    start_tracing().  report: print the report to stderr (True/"text" or "json").  thread_roots: folded
+    stacks start with their thread.  Returns a
     TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
     and OSError if the output cannot be written (nothing is left under its name)."""
     global _last_report
@@ -475,7 +487,7 @@ def convert(recording, output, format=None, report=False):
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     tmp = _render_tmp_name(path)
     try:
-        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True)
+        rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots))
     except ValueError as exc:
         _discard(tmp)
         raise ValueError(f"ocular: {recording}: {exc}") from None
@@ -542,7 +554,7 @@ def snapshot(output=None):
         if fmt == "recording":
             os.replace(rec, path)
         else:
-            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False)
+            rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.get("thread_roots")))
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
                               f"({os.strerror(rendered['write_errno'])})", path)
