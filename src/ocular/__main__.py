@@ -153,6 +153,8 @@ def build_convert_parser():
     r = p.add_mutually_exclusive_group()
     r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the traces went")
     return p
 
@@ -165,7 +167,7 @@ def convert_main(argv):
     report = "json" if ns.report_json else bool(ns.report)
     for i, out in enumerate(ns.output):
         try:
-            res = ocular.convert(ns.recording, out, report=report if i == 0 else False)
+            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, thread_roots=ns.thread_roots)
         except (ValueError, OSError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {exc}\n")
         if not ns.quiet:
