@@ -72,15 +72,17 @@ def rendered(tmp_path_factory):
     subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", str(rec),
                     str(prog)], env=_env(), check=True, timeout=120)
     outs = {name: d / name for name in ("p.pstats", "p.prof", "p.folded", "p.collapsed", "p.speedscope.json",
-                                        "p.pb.gz", "p.pprof")}
+                                        "p.pb.gz", "p.pprof", "p.gecko.json", "p.html")}
     args = [a for p in outs.values() for a in ("-o", str(p))]
     p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), *args], env=_env(),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     # the call tree itself, to compare the outputs' totals with
     code = ("import json, sys, ocular; from ocular import _ocular\n"
-            "_ocular._render(sys.argv[1], 3, None, False)\n"
-            "print(json.dumps(_ocular._calltree()))")
+            "from ocular._report import Report\n"
+            "r = _ocular._render(sys.argv[1], 3, None, False)\n"
+            "rep = Report(_ocular._report_data(False, 5000), 'adaptive', None, r['clock'])\n"
+            "print(json.dumps(dict(_ocular._calltree(), functions=rep.functions, pid=r['pid'])))")
     t = subprocess.run([*python_cmd(), "-c", code, str(rec)], env=_env(), capture_output=True, text=True,
                        check=True, timeout=120)
     return dict(dir=d, prog=prog, rec=rec, outs=outs, tree=json.loads(t.stdout))
@@ -331,3 +333,141 @@ def test_pprof_read_by_go_tool_pprof(rendered, out):
     calls_total, calls, text = _pprof_top(path, "calls")
     assert calls_total == sum(n[2] for n in nodes if n[1] >= 0), text
     assert calls["fib"][0] == 485 and calls["leaf"][0] == 50 and calls["gen"][0] == 18
+
+
+# ---- Firefox Profiler ------------------------------------------------------------------------------
+
+def _check_table(t, columns):
+    assert isinstance(t["length"], int)
+    for c in columns:
+        assert isinstance(t[c], list) and len(t[c]) == t["length"], c
+
+
+def _check_gecko(doc):
+    """Structure of the Firefox Profiler's processed profile format (src/types/profile.js of
+    firefox-devtools/profiler: tables of columns with a length, indices into each other, shared strings)."""
+    meta = doc["meta"]
+    assert isinstance(meta["version"], int) and isinstance(meta["preprocessedProfileVersion"], int)
+    assert isinstance(meta["interval"], (int, float)) and isinstance(meta["startTime"], (int, float))
+    cats = meta["categories"]
+    for c in cats:
+        assert isinstance(c["name"], str) and isinstance(c["color"], str) and c["subcategories"]
+    assert isinstance(meta["markerSchema"], list)
+    assert isinstance(doc["libs"], list)
+    strings = doc["shared"]["stringArray"]
+    assert all(isinstance(x, str) for x in strings)
+    assert doc["threads"]
+    for th in doc["threads"]:
+        assert isinstance(th["name"], str) and isinstance(th["pid"], str)
+        assert isinstance(th["processType"], str) and isinstance(th["isMainThread"], bool)
+        smp, stk, frm, fn, res = th["samples"], th["stackTable"], th["frameTable"], th["funcTable"], th["resourceTable"]
+        _check_table(smp, ("stack", "time", "weight"))
+        assert smp["weightType"] in ("samples", "tracing-ms", "bytes")
+        _check_table(stk, ("frame", "category", "subcategory", "prefix"))
+        _check_table(frm, ("address", "category", "subcategory", "func", "innerWindowID", "implementation", "line",
+                           "column", "inlineDepth", "nativeSymbol"))
+        _check_table(fn, ("name", "isJS", "relevantForJS", "resource", "fileName", "lineNumber", "columnNumber"))
+        _check_table(res, ("lib", "name", "host", "type"))
+        _check_table(th["markers"], ("data", "name", "startTime", "endTime", "phase", "category"))
+        _check_table(th["nativeSymbols"], ("libIndex", "address", "name", "functionSize"))
+        last = None
+        for st, t, w in zip(smp["stack"], smp["time"], smp["weight"]):
+            assert st is None or 0 <= st < stk["length"]
+            assert last is None or t >= last
+            last = t
+            assert w >= 0
+        for i in range(stk["length"]):
+            p = stk["prefix"][i]
+            assert p is None or 0 <= p < i  # a prefix comes before its stacks
+            assert 0 <= stk["frame"][i] < frm["length"]
+            c = stk["category"][i]
+            assert 0 <= c < len(cats) and 0 <= stk["subcategory"][i] < len(cats[c]["subcategories"])
+        for i in range(frm["length"]):
+            assert 0 <= frm["func"][i] < fn["length"]
+            assert 0 <= frm["category"][i] < len(cats)
+        for i in range(fn["length"]):
+            assert 0 <= fn["name"][i] < len(strings)
+            assert fn["fileName"][i] is None or 0 <= fn["fileName"][i] < len(strings)
+            assert fn["resource"][i] == -1 or 0 <= fn["resource"][i] < res["length"]
+        for i in range(res["length"]):
+            assert 0 <= res["name"][i] < len(strings)
+
+
+def test_gecko_processed_profile_with_tracing_weights(rendered):
+    doc = json.loads(rendered["outs"]["p.gecko.json"].read_text(encoding="utf-8"))
+    _check_gecko(doc)
+    tree = rendered["tree"]
+    strings = doc["shared"]["stringArray"]
+    names = {t["name"] for t in doc["threads"]}
+    assert {"MainThread", "helper"} <= names
+    assert sum(t["isMainThread"] for t in doc["threads"]) == 1
+    # weights: per function (leaf frame of each sample) the call tree's self time, in ms
+    self_ms = collections.Counter()
+    for th in doc["threads"]:
+        assert th["samples"]["weightType"] == "tracing-ms"
+        stk, frm, fn = th["stackTable"], th["frameTable"], th["funcTable"]
+        for st, w in zip(th["samples"]["stack"], th["samples"]["weight"]):
+            self_ms[strings[fn["name"][frm["func"][stk["frame"][st]]]]] += w
+    for name, ns in _self_by_name(tree).items():
+        assert self_ms[name] == pytest.approx(ns / 1e6, rel=1e-9, abs=1e-9), name
+    main = next(t for t in doc["threads"] if t["name"] == "MainThread")
+    fn = main["funcTable"]
+    fib = [i for i in range(fn["length"]) if strings[fn["name"][i]] == "fib"]
+    assert len(fib) == 1 and fn["lineNumber"][fib[0]] == 4 and strings[fn["fileName"][fib[0]]].endswith("prog.py")
+
+
+# ---- HTML ------------------------------------------------------------------------------------------
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    print("chromium is not installed (apt-get install chromium): skipping the browser check")
+    pytest.skip("chromium is not installed (apt-get install chromium)")
+
+
+def _browser(args, page, tmp_path):
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", *args,
+           page.as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
+    page = rendered["outs"]["p.html"]
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing from the network
+    p = _browser(["--dump-dom"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    dom = p.stdout
+    assert 'data-error=""' in dom and 'data-ready="1"' in dom, dom[:2000]
+    # the function table: the statistics' calls, self and total (ms, 3 decimals) for each function
+    rows = re.findall(r'<tr class="fn"><td class="l name">([^<]*)</td><td class="l">([^<]*)</td>'
+                      r'<td class="calls">(\d+)</td><td class="self">([\d.]+)</td><td class="total">([\d.]+)</td>', dom)
+    funcs = rendered["tree"]["functions"]
+    assert len(rows) == len(funcs) > 0
+    import html as _html
+    want = {(f["name"], f"{f['file']}:{f['line']}"): (f["calls"], f"{f['self_ns'] / 1e6:.3f}",
+                                                      f"{f['total_ns'] / 1e6:.3f}") for f in funcs}
+    got = {(_html.unescape(n), _html.unescape(w)): (int(c), s, t) for n, w, c, s, t in rows}
+    assert got == want
+    fib = next(v for k, v in got.items() if k[0] == "fib")
+    assert fib[0] == 485
+    # sorted by self time, descending
+    selfs = [float(r[3]) for r in rows]
+    assert selfs == sorted(selfs, reverse=True)
+    # the icicle: a frame per visible node, named, with its figures in the tooltip
+    assert 'title="fib (' in dom
+    assert dom.count('class="fr"') > 10
+    assert "Hot loops" in dom and 'class="loop"' in dom
+    # the screenshot: a PNG of the window's size
+    shot = tmp_path / "page.png"
+    p = _browser(["--window-size=1200,900", f"--screenshot={shot}"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 900
+    assert len(data) > 20000  # not a blank page
