@@ -221,10 +221,9 @@ def _format_for(output, fmt):
         low = str(output).lower()
         if low.endswith(RECORDING_SUFFIX):
             return "recording"
-        from ._formats import suffix_format
-
-        if suffix_format(low):
-            return suffix_format(low)
+        profile = _formats.suffix_format(low)
+        if profile:
+            return profile
         return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
@@ -542,7 +541,7 @@ def snapshot(output=None):
         raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
     if output is None:
         base = s["output"] or os.path.abspath("ocular_trace.json")
-        root, ext = os.path.splitext(base)
+        root, ext = _formats.split_suffix(base)
         _snapshots += 1
         output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"
     path = _check_output(output)

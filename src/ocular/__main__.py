@@ -18,19 +18,26 @@ EPILOG = """examples:
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
   python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
+  python -m ocular -o prof.pstats -o prof.html script.py   profiles: pstats, HTML (several -o at once)
   python -m ocular -o run.ocular script.py   keep only the recording (renders nothing)...
   python -m ocular convert run.ocular -o run.pftrace   ...and render it later, in any format
   python -m ocular --ring 64M server.py       flight recorder: keep the newest 64 MiB only; kill -USR2
                                               renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
   python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
-Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
+https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
+(flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
+pprof), .html (a self-contained page); .ocular keeps the raw recording.  See README.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
-protobuf, anything else = Chrome trace JSON.  A recording cut short (its process was killed) renders
-up to its last complete block.
+protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
+.speedscope.json = speedscope; .gecko.json = Firefox Profiler; .pb.gz/.pprof = pprof; .html = a
+self-contained HTML page; anything else = Chrome trace JSON.  A recording cut short (its process was
+killed) renders up to its last complete block.
 examples:
   python -m ocular convert run.ocular -o run.json -o run.pftrace
+  python -m ocular convert run.ocular -o run.pstats -o run.folded -o run.html
   python -m ocular convert run.ocular -o run.json --report"""
 
 MERGE_EPILOG = """Every Ocular trace is stamped with CLOCK_MONOTONIC, so the processes of one machine line up as
@@ -58,8 +65,11 @@ def build_parser():
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="do not trace files matching PATTERN; repeatable")
-    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
-                   help="trace file (default: %(default)s)")
+    p.add_argument("-o", "--output", action="append", default=None, metavar="PATH",
+                   help="output file, its format from its suffix (see below); repeatable: the program is "
+                        "recorded once and rendered into each (default: ocular_trace.json)")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--follow", action="store_true",
                    help="also trace every Python process the program starts (subprocess, multiprocessing "
@@ -76,10 +86,11 @@ def build_parser():
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
-    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
-                   help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
+    p.add_argument("--format", choices=("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko",
+                                        "pprof", "html"), default=None,
+                   help="output format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
-                        "anything else = Chrome trace JSON)")
+                        "profile suffixes as listed below, anything else = Chrome trace JSON)")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -288,6 +299,15 @@ def main(argv=None):
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
+    outputs = ns.output or ["ocular_trace.json"]
+    ns.output = outputs[0]
+    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) not in ("json", "perfetto")):
+        parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
+    if len(outputs) > 1 and (ns.format or ns.ring):
+        parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
+    many = len(outputs) > 1
+    if many:  # record once, render into each output at the end
+        ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
@@ -330,7 +350,7 @@ def main(argv=None):
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                                 format=ns.format, ring=ns.ring,
+                                 format=ns.format, ring=ns.ring, thread_roots=ns.thread_roots,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         sys.argv = saved_argv
@@ -367,7 +387,9 @@ def main(argv=None):
         if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
-                if not ns.quiet and res.output:
+                if many:
+                    _render_all(res.output, outputs, ns)
+                elif not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
                     print(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
@@ -380,6 +402,24 @@ def main(argv=None):
                 if not status:
                     status = 1
     return status
+
+
+def _render_all(rec, outputs, ns):
+    """Several -o: the session kept a recording; render it into each output, then remove it."""
+    import ocular
+
+    report = False if ns.no_report else ("json" if ns.report_json else True)
+    try:
+        for i, out in enumerate(outputs):
+            res = ocular.convert(rec, out, report=report if i == 0 else False, thread_roots=ns.thread_roots)
+            if not ns.quiet:
+                print(f"ocular: written to {res.output} ({os.path.getsize(res.output) / 1e6:.1f} MB, {res.events} "
+                      f"events, {res.dropped} dropped)", file=sys.stderr)
+    finally:
+        try:
+            os.unlink(rec)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ SUFFIXES = {
 }
 TREE_FORMATS = ("pstats", "folded", "pprof", "gecko", "html")
 C_CODES = {"speedscope": 4}
+TIMELINE_CODES = {"json": 0, "perfetto": 1}  # _ocular._render's codes (2: statistics only)
 RENDER_TREE = 3
 PAUSE_NAME = "ocular: waiting for the disk"
 
@@ -46,6 +47,16 @@ def suffix_format(path):
         if low.endswith(sufs):
             return fmt
     return None
+
+
+def split_suffix(path):
+    """(root, suffix), the suffix whole for the two-part ones (x.speedscope.json -> x, .speedscope.json)."""
+    low = str(path).lower()
+    for sufs in SUFFIXES.values():
+        for suf in sufs:
+            if low.endswith(suf):
+                return path[:-len(suf)], path[-len(suf):]
+    return os.path.splitext(path)
 
 
 class CallTree:
@@ -110,12 +121,10 @@ def _write(fmt, tree, path, options):
 def render(rec, fmt, tmp, progress, options=None):
     """Render the recording rec into tmp as fmt ('json', 'perfetto', or one of SUFFIXES; None: statistics
     only).  Returns _ocular._render's dict (bytes: the size written)."""
-    from .. import _FORMAT_CODES
-
     if fmt in C_CODES:
         return _ocular._render(rec, C_CODES[fmt], tmp, progress)
     if fmt not in TREE_FORMATS:
-        return _ocular._render(rec, _FORMAT_CODES[fmt], tmp, progress)
+        return _ocular._render(rec, TIMELINE_CODES.get(fmt, 2), tmp, progress)
     rendered = _ocular._render(rec, RENDER_TREE, None, progress)
     if tmp:
         try:
