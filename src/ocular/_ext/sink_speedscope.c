@@ -5,8 +5,9 @@
  * The renderer goes thread by thread and keeps every thread's begins and ends balanced, so a profile is
  * streamed as its thread is rendered: a thread change closes the previous profile (its start and end
  * values written after its events).  A frame's index in shared.frames is its code id; the frames are
- * written in the footer, the whole code table (ids never seen are "<unknown code>").  Close events name
- * their frame, so the sink keeps its own stack of code ids.  Runs on the renderer only.
+ * written in the footer, the code table up to the highest id used (ids never seen are "<unknown
+ * code>").  Close events name their frame, so the sink keeps its own stack of code ids.  Runs on the
+ * renderer only.
  */
 #include "ocular.h"
 #include <stdio.h>
@@ -18,6 +19,7 @@ static struct {
     int open;            /* a profile is being written */
     int nprofiles;
     uint64_t nevents;    /* in the open profile */
+    uint32_t nframes;    /* 1 + the highest code id used: the frames written */
     uint64_t first_ns, last_ns;
     uint32_t *stack;
     uint32_t depth, cap;
@@ -105,6 +107,8 @@ static void ss_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) {
         SP.cap = cap;
     }
     SP.stack[SP.depth++] = code_id;
+    if (code_id >= SP.nframes)
+        SP.nframes = code_id + 1;
     event(o, 'O', ts < SP.last_ns ? SP.last_ns : ts, code_id);
 }
 
@@ -124,7 +128,7 @@ static void ss_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
     close_profile(o);
     LIT(o, "],\"shared\":{\"frames\":[");
-    for (uint32_t i = 0; i < R.ncodes; i++) {
+    for (uint32_t i = 0; i < SP.nframes && i < R.ncodes; i++) {
         oc_codeent *e = &R.codes[i];
         if (i)
             LIT(o, ",");

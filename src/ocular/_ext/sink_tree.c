@@ -205,13 +205,20 @@ static PyObject *str_or_none(const char *s) {
 }
 
 /* {"nodes": [(parent, code, calls, total_ns, self_ns)], "threads": [(tid, name, root, first_ns, last_ns)],
- *  "codes": [(qualname, filename, firstlineno) or None by code id]}; parent -1 for a root */
+ *  "codes": [(qualname, filename, firstlineno) or None by code id, up to the highest id used]};
+ * parent and code -1 for a root */
 PyObject *oc_tree_export(void) {
     if (T.failed) {
         PyErr_SetString(PyExc_MemoryError, "ocular: out of memory building the call tree");
         return NULL;
     }
-    PyObject *nodes = PyList_New(T.n), *threads = PyList_New(T.nthreads), *codes = PyList_New(R.ncodes);
+    uint32_t ncodes = 0; /* the code table up to the highest id used */
+    for (uint32_t i = 0; i < T.n; i++)
+        if (T.nodes[i].code != OC_TREE_ROOT && T.nodes[i].code >= ncodes)
+            ncodes = T.nodes[i].code + 1;
+    if (ncodes > R.ncodes)
+        ncodes = R.ncodes;
+    PyObject *nodes = PyList_New(T.n), *threads = PyList_New(T.nthreads), *codes = PyList_New(ncodes);
     PyObject *d = NULL;
     if (!nodes || !threads || !codes)
         goto fail;
@@ -235,7 +242,7 @@ PyObject *oc_tree_export(void) {
             goto fail;
         PyList_SET_ITEM(threads, i, tup);
     }
-    for (uint32_t i = 0; i < R.ncodes; i++) {
+    for (uint32_t i = 0; i < ncodes; i++) {
         oc_codeent *e = &R.codes[i];
         PyObject *v;
         if (!e->qualname_raw) {
