@@ -471,3 +471,59 @@ def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 900
     assert len(data) > 20000  # not a blank page
+
+
+# ---- the ways to ask for them ------------------------------------------------------------------------
+
+def test_several_outputs_from_one_run(rendered, tmp_path):
+    """python -m ocular -o A -o B ...: recorded once, rendered into each, the recording removed."""
+    outs = [tmp_path / "run.pstats", tmp_path / "run.folded", tmp_path / "run.json", tmp_path / "run.speedscope.json"]
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "--no-report",
+                        *[a for o in outs for a in ("-o", str(o))], str(rendered["prog"])], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == sorted(o.name for o in outs)  # no recording left behind
+    assert pstats.Stats(str(outs[0])).stats
+    assert _folded(outs[1])
+    assert json.loads(outs[2].read_text())["traceEvents"]
+    _check_speedscope(json.loads(outs[3].read_text()))
+    fib = [v for k, v in pstats.Stats(str(outs[0])).stats.items() if k[2] == "fib"]
+    assert fib[0][:2] == (5, 485)
+
+
+def test_start_tracing_writes_a_profile_at_stop(tmp_path):
+    out = tmp_path / "t.prof"
+    code = f"""
+        import ocular
+        def f(n):
+            return 1 if n < 1 else f(n - 1) + 1
+        with ocular.tracing(output={str(out)!r}, deinstrument_threshold=0, report=False) as t:
+            for _ in range(3):
+                f(4)
+        """
+    p = subprocess.run([*python_cmd(), "-c", __import__("textwrap").dedent(code)], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    st = pstats.Stats(str(out)).stats
+    f = next(v for k, v in st.items() if k[2] == "f")
+    assert f[:2] == (3, 15)  # 3 primitive calls, 15 in all
+    assert sorted(os.listdir(tmp_path)) == ["t.prof"]
+
+
+def test_profile_suffixes_and_format_names(tmp_path):
+    code = """
+        import ocular
+        from ocular import _formats
+        for name, fmt in [("a.pstats", "pstats"), ("a.PROF", "pstats"), ("a.folded", "folded"),
+                          ("a.collapsed", "folded"), ("a.speedscope.json", "speedscope"), ("a.json", "json"),
+                          ("a.gecko.json", "gecko"), ("a.pb.gz", "pprof"), ("a.pprof", "pprof"), ("a.pb", "perfetto"),
+                          ("a.html", "html"), ("a.ocular", "recording")]:
+            assert ocular._format_for(name, None) == fmt, name
+        assert _formats.split_suffix("x/a.speedscope.json") == ("x/a", ".speedscope.json")
+        assert _formats.split_suffix("a.pb.gz") == ("a", ".pb.gz")
+        assert _formats.split_suffix("a.txt") == ("a", ".txt")
+        print("ok")
+        """
+    p = subprocess.run([*python_cmd(), "-c", __import__("textwrap").dedent(code)], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr

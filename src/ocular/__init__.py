@@ -425,7 +425,7 @@ def _stop():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots")))
+                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True))
             except BaseException:
                 _discard(tmp)
                 raise

@@ -5,8 +5,8 @@ weights instead of samples.
 One thread per recorded thread.  Every call-tree node with self time is one sample whose stack is the
 node's path and whose weight is its self time in milliseconds (``weightType: "tracing-ms"``), so the
 profiler's call tree, flame graph and function list show exact self and running times.  The samples'
-times lay each thread's tree out in call order from the thread's first event (each sample starts
-where the previous one ended): the stack chart reads as a flame graph of that thread, not as its
+times (ms from the first event of the recording) lay each thread's tree out in call order from the
+thread's first event (each sample starts where the previous one ended): the stack chart reads as a flame graph of that thread, not as its
 chronology (the .json/.pftrace timeline is the chronology).  Strings are shared (shared.stringArray);
 funcs are functions (name, file, first line), a frame is a function at its first line.
 """
@@ -44,12 +44,12 @@ def _table(columns, rows):
     return t
 
 
-def _thread(tree, t, strings, pid, is_main):
+def _thread(tree, t, strings, pid, is_main, start_ns):
     funcs, frames, stacks, samples = [], [], [], []
     func_of, resource_of, resources = {}, {}, []
     frame_of = {}
     stack_of = {}  # node -> stack index
-    time_ms = t["first_ns"] / 1e6
+    time_ms = (t["first_ns"] - start_ns) / 1e6
     for n, d in tree.walk(t["root"]):
         code = tree.code[n]
         file, line, name = tree.func(code)
@@ -98,17 +98,18 @@ def _thread(tree, t, strings, pid, is_main):
 
 def build(tree, pid=0, process_name="python"):
     strings = _Strings()
-    threads = [_thread(tree, t, strings, pid, t["tid"] == pid or t["name"] == "MainThread") for t in tree.threads]
-    start = min((t["first_ns"] for t in tree.threads), default=0) / 1e6
-    end = max((t["last_ns"] for t in tree.threads), default=0) / 1e6
+    start_ns = min((t["first_ns"] for t in tree.threads), default=0)
+    end_ns = max((t["last_ns"] for t in tree.threads), default=0)
+    threads = [_thread(tree, t, strings, pid, t["tid"] == pid or t["name"] == "MainThread", start_ns)
+               for t in tree.threads]
     return {
         "meta": {
             "version": GECKO_VERSION,
             "preprocessedProfileVersion": PROCESSED_VERSION,
             "interval": 1,
             "startTime": 0,
-            "profilingStartTime": start,
-            "profilingEndTime": end,
+            "profilingStartTime": 0,
+            "profilingEndTime": (end_ns - start_ns) / 1e6,
             "processType": 0,
             "product": process_name,
             "importedFrom": "Ocular",

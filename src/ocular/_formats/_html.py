@@ -44,16 +44,18 @@ def _tree_json(tree):
     return threads, names
 
 
-def _report(rendered):
+def _report(rendered, with_code):
     from .._report import KEEP_FUNCTIONS, Report
 
     mode = "precise" if rendered.get("precise") else "adaptive"
-    return Report(_ocular._report_data(False, KEEP_FUNCTIONS), mode, None, rendered.get("clock", ""))
+    return Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), mode, None, rendered.get("clock", ""))
 
 
-def build(tree, rendered, title="Ocular profile"):
+def build(tree, rendered, title="Ocular profile", with_code=False):
+    """The page.  with_code: the session's code objects are alive (at stop): the loops' disassembly
+    shows specialized instructions and arguments, not only the recorded bytecode's base names."""
     threads, names = _tree_json(tree)
-    rep = _report(rendered)
+    rep = _report(rendered, with_code)
     funcs = [[f["name"], f["file"], f["line"], f["calls"], f["self_ns"], f["total_ns"], f["mean_ns"], f["max_ns"]]
              for f in rep.functions]
     loops = [{"function": lp["function"], "file": lp["file"], "line": lp["line"], "iterations": lp["iterations"],
@@ -67,7 +69,7 @@ def build(tree, rendered, title="Ocular profile"):
 
 
 def write(tree, path, options):
-    text = build(tree, options.get("rendered") or {})
+    text = build(tree, options.get("rendered") or {}, with_code=bool(options.get("with_code")))
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
 
