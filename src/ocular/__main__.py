@@ -301,7 +301,7 @@ def main(argv=None):
     ns = parser.parse_args(ours)
     outputs = ns.output or ["ocular_trace.json"]
     ns.output = outputs[0]
-    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) not in ("json", "perfetto")):
+    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) in ocular._formats.SUFFIXES):
         parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
     if len(outputs) > 1 and (ns.format or ns.ring):
         parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
