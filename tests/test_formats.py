@@ -5,13 +5,11 @@ format's published specification."""
 import collections
 import gzip
 import json
-import marshal
 import os
 import pstats
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 

@@ -37,7 +37,6 @@ TREE_FORMATS = ("pstats", "folded", "pprof", "gecko", "html")
 C_CODES = {"speedscope": 4}
 TIMELINE_CODES = {"json": 0, "perfetto": 1}  # _ocular._render's codes (2: statistics only)
 RENDER_TREE = 3
-PAUSE_NAME = "ocular: waiting for the disk"
 
 
 def suffix_format(path):
@@ -94,15 +93,6 @@ class CallTree:
             yield n, d
             stack.extend((c, d + 1) for c in reversed(self.children[n]))
 
-    def path(self, n):
-        """Code ids from the thread's outermost frame down to n."""
-        out = []
-        while n >= 0 and self.code[n] >= 0:
-            out.append(self.code[n])
-            n = self.parent[n]
-        out.reverse()
-        return out
-
 
 def _write(fmt, tree, path, options):
     if fmt == "pstats":
@@ -120,7 +110,9 @@ def _write(fmt, tree, path, options):
 
 def render(rec, fmt, tmp, progress, options=None):
     """Render the recording rec into tmp as fmt ('json', 'perfetto', or one of SUFFIXES; None: statistics
-    only).  Returns _ocular._render's dict (bytes: the size written)."""
+    only).  options: thread_roots (folded stacks), with_code (HTML: the session's code objects are alive).
+    Returns _ocular._render's dict (bytes: the size written; write_errno set if the file could not be
+    written)."""
     if fmt in C_CODES:
         return _ocular._render(rec, C_CODES[fmt], tmp, progress)
     if fmt not in TREE_FORMATS:

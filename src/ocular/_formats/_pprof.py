@@ -54,7 +54,7 @@ class _Strings:
         return i
 
 
-def build(tree, rendered=None):
+def build(tree):
     """profile.proto bytes (not compressed)."""
     st = _Strings()
     parts = []
