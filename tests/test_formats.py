@@ -70,7 +70,7 @@ def rendered(tmp_path_factory):
     subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", str(rec),
                     str(prog)], env=_env(), check=True, timeout=120)
     outs = {name: d / name for name in ("p.pstats", "p.prof", "p.folded", "p.collapsed", "p.speedscope.json",
-                                        "p.pb.gz", "p.pprof", "p.gecko.json", "p.html")}
+                                        "p.pb.gz", "p.pprof", "p.gecko.json", "p.html", "p.json")}
     args = [a for p in outs.values() for a in ("-o", str(p))]
     p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), *args], env=_env(),
                        capture_output=True, text=True, timeout=300)
@@ -125,6 +125,31 @@ def _expected_folded(tree, thread_roots=False):
             path.append(roots[n].replace(";", ":"))
         out[";".join(reversed(path))] += self_ns
     return {k: round(v / 1000) for k, v in out.items() if round(v / 1000)}
+
+
+def test_call_tree_equals_the_timeline(rendered):
+    """The call tree (what every profile format is written from) against the Chrome JSON timeline of the
+    same recording: per function, the same calls and the same self nanoseconds."""
+    events = json.loads(rendered["outs"]["p.json"].read_text())["traceEvents"]
+    calls, self_ns = collections.Counter(), collections.Counter()
+    stacks = collections.defaultdict(list)
+    for e in events:
+        if e["ph"] == "B":
+            calls[e["name"]] += 1
+            stacks[e["tid"]].append([e["name"], round(e["ts"] * 1000), 0])
+        elif e["ph"] == "E":
+            name, begin, child = stacks[e["tid"]].pop()
+            d = round(e["ts"] * 1000) - begin
+            self_ns[name] += d - child
+            if stacks[e["tid"]]:
+                stacks[e["tid"]][-1][2] += d
+    tree = rendered["tree"]
+    tcalls = collections.Counter()
+    for parent, code, c, total, s in tree["nodes"]:
+        if code >= 0:
+            tcalls[tree["codes"][code][0]] += c
+    assert +calls == +tcalls
+    assert +self_ns == +_self_by_name(tree)
 
 
 # ---- pstats ----------------------------------------------------------------------------------
