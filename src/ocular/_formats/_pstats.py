@@ -7,7 +7,7 @@ cProfile counts them: every begin is a call (a generator's resume too); a call i
 another activation of the same function is open below it, and only primitive calls add to cumtime
 (so recursion is not counted twice); the same rule applies per (caller, callee) edge.  In the call
 tree "open below it" is a static property of a node (an ancestor with the same function), so the
-counts come from one walk of the tree.  Threads are summed, as cProfile does for its thread.
+counts come from one walk of the tree.  Threads are summed.
 """
 
 import marshal
