@@ -32,6 +32,7 @@ import threading
 import warnings
 
 from . import _env, _ocular
+from . import _formats
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
 
@@ -224,8 +225,10 @@ def _process_name():
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 RECORDING_SUFFIX = ".ocular"
-FORMATS = ("json", "perfetto", "recording")
-_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2}
+FORMATS = ("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko", "pprof", "html")
+# what _start is told (the C renderer's code: 2 = nothing; the profile formats render through _formats)
+_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2,
+                 "pstats": 2, "folded": 2, "speedscope": 2, "gecko": 2, "pprof": 2, "html": 2}
 
 
 def _format_for(output, fmt):
@@ -233,6 +236,9 @@ def _format_for(output, fmt):
         low = str(output).lower()
         if low.endswith(RECORDING_SUFFIX):
             return "recording"
+        profile = _formats.suffix_format(low)
+        if profile:
+            return profile
         return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
@@ -277,7 +283,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None, loops=None):
+                  ring=None, loops=None, thread_roots=False):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -294,7 +300,10 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
-        or .pb mean protobuf, .ocular a recording, anything else JSON.
+        or .pb mean protobuf, .ocular a recording, anything else JSON.  Profile formats (README):
+        "pstats" (.pstats, .prof), "folded" (.folded, .collapsed), "speedscope" (.speedscope.json),
+        "gecko" (Firefox Profiler, .gecko.json), "pprof" (.pb.gz, .pprof), "html" (.html).
+    thread_roots: folded stacks start with their thread's name (default: threads summed).
     ring: flight recorder: a size (bytes, or a str such as "64M") -- only the newest part of the
         recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
         stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
@@ -359,7 +368,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise
     settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
                     threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
-                    loops=loops_code)
+                    loops=loops_code, thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
     except BaseException:
@@ -447,9 +456,9 @@ def _stop():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True, s["loops"])
-                if out and fmt == "json" and out.lower().endswith(".gz") and not rendered["write_errno"]:
-                    rendered["bytes"] = _gzip_in_place(tmp)
+                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True,
+                                                                     loops=s["loops"], gzip=out.lower().endswith(".gz")
+                                                                     if out else False))
             except BaseException:
                 _discard(tmp)
                 raise
@@ -528,11 +537,12 @@ def _gzip_in_place(path):
     return os.path.getsize(path)
 
 
-def convert(recording, output, format=None, report=False, loops=None):
+def convert(recording, output, format=None, report=False, loops=None, thread_roots=False):
     """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
     a process that was killed) into ``output``; the format comes from the output's suffix as for
     start_tracing() (``.json.gz``: gzip-compressed JSON).  report: print the report to stderr
-    (True/"text" or "json").  loops: as for start_tracing().  Returns a
+    (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
+    their thread.  Returns a
     TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
     and OSError if the output cannot be written (nothing is left under its name)."""
     global _last_report
@@ -547,9 +557,8 @@ def convert(recording, output, format=None, report=False, loops=None):
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     tmp = _render_tmp_name(path)
     try:
-        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True, _loops_code(loops, fmt))
-        if fmt == "json" and path.lower().endswith(".gz") and not rendered["write_errno"]:
-            rendered["bytes"] = _gzip_in_place(tmp)
+        rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
+                                                                   gzip=path.lower().endswith(".gz")))
     except ValueError as exc:
         _discard(tmp)
         raise ValueError(f"ocular: {recording}: {exc}") from None
@@ -604,7 +613,7 @@ def snapshot(output=None):
         raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
     if output is None:
         base = s["output"] or os.path.abspath("ocular_trace.json")
-        root, ext = os.path.splitext(base)
+        root, ext = _formats.split_suffix(base)
         _snapshots += 1
         output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"
     path = _check_output(output)
@@ -616,7 +625,7 @@ def snapshot(output=None):
         if fmt == "recording":
             os.replace(rec, path)
         else:
-            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False, s["loops"])
+            rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.get("thread_roots"), loops=s["loops"]))
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
                               f"({os.strerror(rendered['write_errno'])})", path)

@@ -17,19 +17,26 @@ EPILOG = """examples:
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
   python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
+  python -m ocular -o prof.pstats -o prof.html script.py   profiles: pstats, HTML (several -o at once)
   python -m ocular -o run.ocular script.py   keep only the recording (renders nothing)...
   python -m ocular convert run.ocular -o run.pftrace   ...and render it later, in any format
   python -m ocular --ring 64M server.py       flight recorder: keep the newest 64 MiB only; kill -USR2
                                               renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
   python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
-Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
+https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
+(flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
+pprof), .html (a self-contained page); .ocular keeps the raw recording.  See README.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
-protobuf, anything else = Chrome trace JSON.  A recording cut short (its process was killed) renders
-up to its last complete block.
+protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
+.speedscope.json = speedscope; .gecko.json = Firefox Profiler; .pb.gz/.pprof = pprof; .html = a
+self-contained HTML page; anything else = Chrome trace JSON.  A recording cut short (its process was
+killed) renders up to its last complete block.
 examples:
   python -m ocular convert run.ocular -o run.json -o run.pftrace
+  python -m ocular convert run.ocular -o run.pstats -o run.folded -o run.html
   python -m ocular convert run.ocular -o run.json --report"""
 
 MERGE_EPILOG = """Every Ocular trace is stamped with CLOCK_MONOTONIC, so the processes of one machine line up as
@@ -63,8 +70,11 @@ def build_parser():
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="do not trace files matching PATTERN; repeatable")
-    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
-                   help="trace file (default: %(default)s)")
+    p.add_argument("-o", "--output", action="append", default=None, metavar="PATH",
+                   help="output file, its format from its suffix (see below); repeatable: the program is "
+                        "recorded once and rendered into each (default: ocular_trace.json)")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--follow", action="store_true",
                    help="also trace every Python process the program starts (subprocess, multiprocessing "
@@ -82,10 +92,12 @@ def build_parser():
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 3, 4, 5; 0-2 belong to pdb, "
                         "coverage and cProfile)")
-    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
-                   help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
+    p.add_argument("--format", choices=("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko",
+                                        "pprof", "html"), default=None,
+                   help="output format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
-                        ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
+                        ".json.gz = gzip-compressed Chrome trace JSON, profile suffixes as listed below, anything "
+                        "else = Chrome trace JSON)")
     p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
                    help="what the trace shows of loops: an instant per iteration, a slice per loop run (JSON "
                         "only), or nothing (default: runs for JSON, iterations for .pftrace)")
@@ -176,6 +188,8 @@ def build_convert_parser():
     r = p.add_mutually_exclusive_group()
     r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the traces went")
     return p
 
@@ -188,7 +202,8 @@ def convert_main(argv):
     report = "json" if ns.report_json else bool(ns.report)
     for i, out in enumerate(ns.output):
         try:
-            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events)
+            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events,
+                                 thread_roots=ns.thread_roots)
         except (ValueError, OSError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {exc}\n")
         if not ns.quiet:
@@ -309,6 +324,15 @@ def main(argv=None):
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
+    outputs = ns.output or ["ocular_trace.json"]
+    ns.output = outputs[0]
+    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) in ocular._formats.SUFFIXES):
+        parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
+    if len(outputs) > 1 and (ns.format or ns.ring):
+        parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
+    many = len(outputs) > 1
+    if many:  # record once, render into each output at the end
+        ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
@@ -350,9 +374,9 @@ def main(argv=None):
 
     # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
     # importlib finding the module, reading the script) are never recorded.
-    if ns.script is not None and ns.output and not ns.no_trace_file and \
-            os.path.abspath(ns.output) == os.path.abspath(ns.script):
-        parser.error(f"the output {ns.output!r} is the script being run; choose another name for the trace")
+    for out in outputs if ns.script is not None and not ns.no_trace_file else ():
+        if os.path.abspath(out) == os.path.abspath(ns.script):
+            parser.error(f"the output {out!r} is the script being run; choose another name for the trace")
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
@@ -374,7 +398,7 @@ def main(argv=None):
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                                 format=ns.format, ring=ns.ring, loops=ns.loop_events,
+                                 format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
 
     status = 0
@@ -404,7 +428,9 @@ def main(argv=None):
         if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
-                if not ns.quiet and res.output:
+                if many:
+                    _render_all(res.output, outputs, ns)
+                elif not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
                     _say(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
@@ -528,6 +554,25 @@ class _RunpyPath(_Program):
             runpy.run_path(self.path, run_name="__main__")
         except ImportError as exc:
             raise _NotRunnable(str(exc)) from None
+
+
+def _render_all(rec, outputs, ns):
+    """Several -o: the session kept a recording; render it into each output, then remove it."""
+    import ocular
+
+    report = False if ns.no_report else ("json" if ns.report_json else True)
+    try:
+        for i, out in enumerate(outputs):
+            res = ocular.convert(rec, out, report=report if i == 0 else False, loops=ns.loop_events,
+                                 thread_roots=ns.thread_roots)
+            if not ns.quiet:
+                _say(f"ocular: written to {res.output} ({os.path.getsize(res.output) / 1e6:.1f} MB, {res.events} "
+                     f"events, {res.dropped} dropped)")
+    finally:
+        try:
+            os.unlink(rec)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

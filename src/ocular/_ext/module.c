@@ -219,7 +219,8 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
 PyDoc_STRVAR(render_doc,
              "_render(recording, format, output, progress, loops=0) -> dict\n\n"
              "Render a recording (a path) into output (a path, or None) as format 0 Chrome JSON,\n"
-             "1 Perfetto protobuf or 2 nothing (statistics only; _report_data() has them afterwards).\n"
+             "1 Perfetto protobuf, 2 nothing (statistics only; _report_data() has them afterwards),\n"
+             "3 the call tree (no output; _calltree() has it afterwards) or 4 speedscope JSON.\n"
              "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
              "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
              "Raises ValueError for a file that is not a readable recording.");
@@ -235,7 +236,7 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         Py_DECREF(rec_o);
         return NULL;
     }
-    if (format < 0 || format > 2 || loops < 0 || loops > 2) {
+    if (format < 0 || format > OC_FORMAT_SPEEDSCOPE || loops < 0 || loops > 2) {
         Py_DECREF(rec_o);
         Py_XDECREF(outb);
         PyErr_Format(PyExc_ValueError, "unknown format %d or loops %d", format, loops);
@@ -334,7 +335,13 @@ static PyObject *py_release(PyObject *mod, PyObject *unused) {
         Py_CLEAR(S.excluded_codes);
     }
     oc_render_release();
+    oc_tree_release();
     Py_RETURN_NONE;
+}
+
+static PyObject *py_calltree(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return oc_tree_export();
 }
 
 static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
@@ -429,6 +436,10 @@ static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_render", py_render, METH_VARARGS, render_doc},
+    {"_calltree", py_calltree, METH_NOARGS,
+     "_calltree() -> dict: the call tree of the last render in format 3: nodes [(parent, code, calls,\n"
+     "total_ns, self_ns)] (parent and code -1 for a thread's root), threads [(tid, name, root, first_ns,\n"
+     "last_ns)], codes [(qualname, filename, firstlineno) or None, by code id]."},
     {"_report_data", py_report_data, METH_VARARGS,
      "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
      "functions by self time and limit by loop cycles; 0: all)."},

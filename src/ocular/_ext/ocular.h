@@ -335,7 +335,11 @@ enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
 extern const oc_sink oc_sink_none;     /* render.c: statistics only */
-enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1 };
+extern const oc_sink oc_sink_tree;     /* sink_tree.c: the aggregated call tree (no output file) */
+extern const oc_sink oc_sink_speedscope; /* sink_speedscope.c */
+enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_TREE = 3, OC_FORMAT_SPEEDSCOPE = 4 };
+PyObject *oc_tree_export(void); /* sink_tree.c: the last tree render's call tree (GIL held) */
+void oc_tree_release(void);
 
 void oc_json_header(oc_out *o);
 void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);

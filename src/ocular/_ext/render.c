@@ -774,6 +774,10 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.loops = loops;
     W.sink = format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : format == OC_FORMAT_JSON ? &oc_sink_json
                                                                                         : &oc_sink_none;
+    if (format == OC_FORMAT_TREE)
+        W.sink = &oc_sink_tree;
+    else if (format == OC_FORMAT_SPEEDSCOPE)
+        W.sink = &oc_sink_speedscope;
     if (out_path) {
         W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (W.out.fd < 0) {
