@@ -106,7 +106,8 @@ def test_precise_mode_reports_per_instruction_cycles(trace_path):
             for i in range(n):
                 total += i * 2
             return total
-        ocular.start_tracing(mode="precise", deinstrument_threshold=0, output={trace_path!r}, report=False)
+        ocular.start_tracing(mode="precise", deinstrument_threshold=0, output={trace_path!r}, report=False,
+                             loops="iterations")
         work(2000)
         ocular.stop_tracing()
         rep = ocular.last_report()

@@ -564,7 +564,7 @@ import json, sys
 import ocular
 
 n = int(sys.argv[2])
-ocular.start_tracing(output=sys.argv[1], report=False)
+ocular.start_tracing(output=sys.argv[1], report=False, loops="iterations")
 ns = {}
 for b in range(0, n, 50):                 # 50 functions (every 10th a class with a method) per module
     src = []
