@@ -16,8 +16,10 @@ Fork: a child process forked while tracing keeps tracing into its own file, name
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
 not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
-wraps ``os._exit`` in the child so the child's trace is saved first, and, if the child's SIGTERM does the
-default, saves the trace on SIGTERM before dying of it (``multiprocessing.Pool`` ends its workers so).
+wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular never installs a signal
+handler: a child killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) dies exactly as it
+would untraced, and leaves its unfinished trace as ``<output>.<pid>.tmp``, which ``python -m ocular merge``
+salvages.
 """
 
 import atexit
@@ -300,23 +302,9 @@ def stop_tracing():
     partial file is removed, never left under the final name).  Internal failures of the engine (for
     instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
-    global _session, _stopping
     if _session is None:
         raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
-    _stopping += 1
-    try:
-        return _stop()
-    finally:
-        _stopping -= 1
-        if _term_pending and not _stopping:  # a SIGTERM came while we were saving: die of it now
-            import signal
-
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-_stopping = 0        # stop_tracing() calls in progress
-_term_pending = False  # a SIGTERM (default action) arrived during one of them
+    return _stop()
 
 
 def _stop():
@@ -416,8 +404,7 @@ def _after_fork_child():
         return
     if ok:
         _session = dict(_session, output=child_out, pid=pid, report=False)
-        _wrap_os_exit()
-        _save_on_sigterm()
+        _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
 
 
 _real_os_exit = os._exit
@@ -450,36 +437,6 @@ def _quiet_fork_warning():
     fork.__doc__ = _real_os_fork.__doc__
     fork._ocular = True
     os.fork = fork
-
-
-def _save_on_sigterm():
-    """In a forked child whose SIGTERM does the default (die), save the trace first and then die the
-    same way (multiprocessing.Pool terminates its fork workers with SIGTERM)."""
-    import signal
-
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-    except ValueError:  # not the main thread
-        return
-
-    def _on_term(signum, frame):
-        global _term_pending
-        if _stopping:  # the trace is being saved (os._exit's wrapper): finish that, then die
-            _term_pending = True
-            return
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if _session is not None and _session["pid"] == os.getpid():
-            try:
-                stop_tracing()
-            except Exception as exc:
-                print(f"ocular: {exc}", file=sys.stderr)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    try:
-        signal.signal(signal.SIGTERM, _on_term)
-    except ValueError:
-        pass
 
 
 def _wrap_os_exit():
