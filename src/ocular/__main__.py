@@ -143,6 +143,21 @@ def merge_main(argv):
     return 0
 
 
+def _join_threads():
+    """Wait for the program's non-daemon threads as the interpreter does at exit, before atexit handlers
+    (``threading._shutdown``: threading's own atexit calls, then a join of every non-daemon thread), so
+    the calls those threads make after the main module returned are traced.  The interpreter's own call
+    at exit then finds the work done.  ^C during the wait is reported and ignored, as Python does."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        threading._shutdown()
+    except BaseException as exc:  # KeyboardInterrupt: Python prints it as ignored and goes on exiting
+        print(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def main(argv=None):
     import ocular
 
@@ -228,6 +243,7 @@ def main(argv=None):
             traceback.print_exc()
             status = 1
     finally:
+        _join_threads()
         if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
