@@ -40,6 +40,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TOOL_PREFERENCE = (2, 3, 4, 5, 1, 0)  # PROFILER_ID first; 0, 1 are the debugger and coverage ids
 _TOOL_NAME = "ocular"
 
+# The real sys.monitoring, captured at import: a program may replace the attribute (``sys.monitoring =
+# something``) or delete it, and Ocular must still be able to stop, save and start again.
+_mon = sys.monitoring
+
 _session = None  # the running session's settings, or None
 _last_report = None
 REPORTS = (True, False, "text", "json")
@@ -61,7 +65,7 @@ class TraceResult(dict):
 
 
 def _events_for(mode):
-    ev = sys.monitoring.events
+    ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
     names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
     if mode == "precise":
@@ -131,14 +135,14 @@ def _child_output(path, pid):
 def _tool_holders():
     out = []
     for i in range(6):
-        name = sys.monitoring.get_tool(i)
+        name = _mon.get_tool(i)
         if name is not None:
             out.append(f"{i}={name!r}")
     return ", ".join(out)
 
 
 def _acquire_tool(tool_id):
-    mon = sys.monitoring
+    mon = _mon
     if tool_id is not None:
         holder = mon.get_tool(tool_id)
         if holder is not None:
@@ -158,18 +162,41 @@ def _acquire_tool(tool_id):
     raise RuntimeError(f"ocular: every sys.monitoring tool id is in use ({_tool_holders()})")
 
 
-def _release_tool(tool_id, callbacks):
-    mon = sys.monitoring
-    if mon.get_tool(tool_id) != _TOOL_NAME:
-        return  # not ours any more: never free an id we do not hold
-    mon.set_events(tool_id, 0)
+def _callback_events(callbacks):
+    """The sys.monitoring events our callbacks are registered for (3.14: BRANCH is BRANCH_LEFT/RIGHT)."""
+    out = []
     for name in callbacks:
-        mon.register_callback(tool_id, getattr(mon.events, name), None)
+        if name == "BRANCH" and hasattr(_mon.events, "BRANCH_LEFT"):
+            out += [_mon.events.BRANCH_LEFT, _mon.events.BRANCH_RIGHT]
+        else:
+            out.append(getattr(_mon.events, name))
+    return out
+
+
+def _release_tool(tool_id, callbacks):
+    """Clear our events and callbacks and free our id.  Another tool may have freed our id meanwhile
+    (3.12/3.13's free_tool_id leaves the events and callbacks in place, so ours would go on firing):
+    the id is taken back for a moment to clear them.  If another tool holds the id now, only our own
+    callbacks are taken out (its events and callbacks are left alone) and the id stays its own."""
+    mon = _mon
+    holder = mon.get_tool(tool_id)
+    if holder is not None and holder != _TOOL_NAME:
+        ours = {id(cb) for cb in callbacks.values()}
+        for ev in _callback_events(callbacks):
+            old = mon.register_callback(tool_id, ev, None)
+            if old is not None and id(old) not in ours:
+                mon.register_callback(tool_id, ev, old)  # not ours: put it back
+        return
+    if holder is None:
+        mon.use_tool_id(tool_id, _TOOL_NAME)
+    mon.set_events(tool_id, 0)
+    for ev in _callback_events(callbacks):
+        mon.register_callback(tool_id, ev, None)
     mon.free_tool_id(tool_id)
 
 
 def _register(tool_id, mode, callbacks):
-    mon = sys.monitoring
+    mon = _mon
     mask = 0
     for name in _events_for(mode):
         cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
@@ -265,7 +292,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         tmp = _tmp_name(path) if path else None
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, tmp, incl, excl, _PACKAGE_DIR,
-            _cache_entries(), _process_name(), sys.monitoring.DISABLE, threading.main_thread().ident,
+            _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
             1 if fmt == "perfetto" else 0,
         )
     except BaseException:
@@ -311,7 +338,10 @@ def _stop():
     global _session, _last_report
     s = _session
     _session = None
-    _release_tool(s["tool_id"], s["callbacks"])
+    try:
+        _release_tool(s["tool_id"], s["callbacks"])
+    except Exception as exc:  # stop the engine and save the trace whatever happened to sys.monitoring
+        print(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}", file=sys.stderr)
     figures = _ocular._stop()
     try:
         from ._report import _settle
