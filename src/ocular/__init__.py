@@ -25,8 +25,10 @@ salvages.
 import atexit
 import contextlib
 import dis
+import errno
 import opcode
 import os
+import stat
 import sys
 import threading
 import warnings
@@ -105,6 +107,48 @@ def _check_patterns(name, value):
     return tuple(value)
 
 
+def _file_kind(mode):
+    for test, kind in ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _regular_output(output, path):
+    """The file a trace (or merge) written to ``path`` really lands in: symbolic links are followed (the
+    trace replaces the file the link points to; the link stays), and an existing file that is not a
+    regular file (a device such as /dev/null, a FIFO, a socket) is refused with ValueError, since the
+    trace is renamed over the output at the end and would replace it."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return real
+    except OSError as exc:  # a symlink loop, a component that is not a directory, ...
+        raise OSError(exc.errno, f"ocular: cannot use the output {output!r}: {exc.strerror}", output) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"output {output!r} is a directory; give a file name such as {output}/trace.json")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"output {output!r} is a {_file_kind(st.st_mode)}, not a regular file: Ocular writes "
+                         f"the trace to a temporary file and renames it over the output, which would replace "
+                         f"it (to record without writing a trace: perfetto=False, or --no-trace-file)")
+    return real
+
+
+def _install(tmp, out):
+    """Rename the finished trace ``tmp`` over ``out`` unless ``out`` has become something other than a
+    regular file meanwhile (then the trace stays in ``tmp`` and OSError says so)."""
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EEXIST, f"ocular: {out!r} became a {_file_kind(mode)} while tracing and was not "
+                                    f"replaced; the trace is in {tmp!r}", out)
+    os.replace(tmp, out)
+
+
 def _check_output(output):
     if isinstance(output, os.PathLike):
         output = os.fspath(output)
@@ -112,9 +156,7 @@ def _check_output(output):
         raise TypeError(f"output must be a path (str or os.PathLike), not {type(output).__name__}")
     if not output:
         raise ValueError("output must not be empty")
-    path = os.path.abspath(output)
-    if os.path.isdir(path):
-        raise ValueError(f"output {output!r} is a directory; give a file name such as {output}/trace.json")
+    path = _regular_output(output, os.path.abspath(output))
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
@@ -245,7 +287,9 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     exclude / include_only: list or tuple of file-name patterns; a pattern with ``*?[`` is matched with
         fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
         excluded.
-    output: path of the trace file (its directory must exist and be writable).
+    output: path of the trace file (its directory must exist and be writable); a symbolic link is
+        followed (the file it points to is replaced, the link stays); a device, FIFO or socket is
+        refused with ValueError.
     format: "json" (Chrome trace JSON) or "perfetto" (native Perfetto protobuf); by default chosen
         from the output's suffix: .pftrace, .perfetto-trace or .pb mean protobuf, anything else JSON.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
@@ -376,7 +420,7 @@ def _stop():
                 raise OSError(figures["write_errno"],
                               f"ocular: writing the trace failed ({os.strerror(figures['write_errno'])}); "
                               f"nothing was left under {out!r}", out)
-            os.replace(tmp, out)
+            _install(tmp, out)
         if figures["internal_error"]:
             raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
                                f"(the trace was saved to {out!r})")

@@ -46,7 +46,8 @@ def build_parser():
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="do not trace files matching PATTERN; repeatable")
     p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
-                   help="trace file (default: %(default)s)")
+                   help="trace file: a regular file or a new name (a symlink is followed; a device, FIFO or "
+                        "socket is refused) (default: %(default)s)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--follow", action="store_true",
                    help="also trace every Python process the program starts (subprocess, multiprocessing "

@@ -567,8 +567,10 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         raise MergeError(f"cannot merge into {format} ({output!r}): {', '.join(map(repr, wrong))} "
                          f"{'is' if len(wrong) == 1 else 'are'} in the other format; inputs and output "
                          "must share one format")
-    out_abs = os.path.abspath(output)
-    if any(os.path.abspath(p["path"]) == out_abs for p in items):
+    from . import _regular_output
+
+    out_abs = _regular_output(output, os.path.abspath(output))  # follows a symlink; refuses devices, FIFOs
+    if any(os.path.realpath(p["path"]) == out_abs for p in items):
         raise MergeError(f"the output {output!r} is also an input; write the merge to another file")
     directory = os.path.dirname(out_abs)
     if not os.path.isdir(directory):
