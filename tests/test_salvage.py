@@ -1,5 +1,6 @@
-"""Salvaging the unfinished trace of a killed process (``python -m ocular merge x.<pid>.tmp``) in both
-formats: every complete event is kept and the slices its threads left open are closed."""
+"""Salvaging unfinished traces with ``python -m ocular merge``: the recording a killed process leaves
+(``x.<pid>.tmp``) and a protobuf trace cut in the middle keep every complete event, and the slices left
+open are closed."""
 
 import os
 import signal
@@ -60,16 +61,37 @@ def test_salvaged_json_closes_open_slices(tmp_path):
     assert [e["name"] for e in ev if e["ph"] == "B"].count("rec") == 11
 
 
-@pytest.mark.parametrize("deflate", ["1", "0"])
-def test_salvaged_pftrace_closes_open_slices(tmp_path, deflate):
-    """The killed process's protobuf trace ends with rec()'s 11 frames open on its thread's sequence:
-    the merge ends them at that sequence's last time stamp (it left them open: unbalanced tracks)."""
+TORN = r"""
+import sys
+import ocular
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+def leaf(i):
+    return i
+def rec(n):
+    if n == 0:
+        for i in range(30000):
+            leaf(i)
+        return
+    rec(n - 1)
+rec(10)
+ocular.stop_tracing()
+"""
+
+
+def test_torn_pftrace_gets_its_open_slices_closed(tmp_path):
+    """A protobuf trace cut in the middle (its writer died while writing it) has rec()'s 11 frames open on
+    its thread's sequence: merge salvages it, ends them at that sequence's last time stamp, and every
+    track is balanced (they were left open)."""
     from test_perfetto import Decoded
 
-    # deflated: anything on disk is a whole 256 KiB batch, which holds the first events
-    tmp = killed_trace(tmp_path, "k.pftrace", 1 if deflate == "1" else 200_000,
-                       env={"OCULAR_PERFETTO_DEFLATE": deflate})
-    d = Decoded(merge(tmp, str(tmp_path / "m.pftrace")))
+    full = tmp_path / "full.pftrace"
+    p = subprocess.run([*python_cmd(), "-c", TORN, str(full)], env=dict(os.environ, PYTHONPATH=SRC,
+                       OCULAR_PERFETTO_DEFLATE="0"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    data = full.read_bytes()
+    torn = tmp_path / "torn.pftrace.4242.tmp"
+    torn.write_bytes(data[: len(data) // 2 + 3])  # mid-packet: the torn last packet is dropped
+    d = Decoded(merge(str(torn), str(tmp_path / "m.pftrace")))
     slices = d.slices()  # asserts that every track is balanced
     recs = [s for track in slices.values() for s in track if s[0] == "rec"]
     assert len(recs) == 11, recs

@@ -8,18 +8,20 @@
 or ``with ocular.tracing(): ...``, or from the shell ``python -m ocular script.py``.
 
 The engine is a C extension (``ocular._ocular``): the callbacks append fixed-size records to per-thread
-buffers, and a background writer thread streams the Chrome trace JSON to a temporary file that is
-renamed to its final name at stop.  A session still running at interpreter exit is stopped by an
+buffers, and a background recorder thread moves them, as they are, into a recording (a raw file next
+to the output, ``<output>.<pid>.tmp``; docs/recording.md).  At stop the recording is rendered into the
+output under a temporary name, which is then renamed to its final name; ``python -m ocular convert``
+renders a kept recording (``output="x.ocular"``) again later, in any format.  A session still running at interpreter exit is stopped by an
 atexit handler, so ``sys.exit()`` or an uncaught exception still leaves a complete trace.
 
 Fork: a child process forked while tracing keeps tracing into its own file, named after the output
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
 not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
-wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular never installs a signal
-handler: a child killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) dies exactly as it
-would untraced, and leaves its unfinished trace as ``<output>.<pid>.tmp``, which ``python -m ocular merge``
-salvages.
+wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular installs no signal handler
+in the child: killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) it dies exactly as it
+would untraced, and leaves its recording as ``<output>.<pid>.tmp``, which ``python -m ocular convert``
+renders and ``merge`` salvages.
 """
 
 import atexit
@@ -35,7 +37,8 @@ import warnings
 
 from . import _env, _ocular
 
-__all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "TraceResult", "MODES"]
+__all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "convert", "snapshot",
+           "TraceResult", "MODES"]
 
 MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -166,7 +169,23 @@ def _check_output(output):
 
 
 def _tmp_name(path):
+    """The recording of a session writing ``path`` (renamed to ``path`` itself for a .ocular output)."""
     return f"{path}.{os.getpid()}.tmp"
+
+
+def _render_tmp_name(path):
+    """Where the rendered output goes before its rename to ``path``."""
+    return f"{path}.{os.getpid()}.render.tmp"
+
+
+def _recording_name(path):
+    if path:
+        return _tmp_name(path)
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix=f"ocular-{os.getpid()}-", suffix=".rec")
+    os.close(fd)
+    return name
 
 
 def _child_output(path, pid):
@@ -260,12 +279,17 @@ def _process_name():
 
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
-FORMATS = ("json", "perfetto")
+RECORDING_SUFFIX = ".ocular"
+FORMATS = ("json", "perfetto", "recording")
+_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2}
 
 
 def _format_for(output, fmt):
     if fmt is None:
-        return "perfetto" if str(output).lower().endswith(PERFETTO_SUFFIXES) else "json"
+        low = str(output).lower()
+        if low.endswith(RECORDING_SUFFIX):
+            return "recording"
+        return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
     if fmt not in FORMATS:
@@ -273,8 +297,34 @@ def _format_for(output, fmt):
     return fmt
 
 
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _parse_ring(ring):
+    """ring=None/0 (off), an int (bytes) or a str such as "64M" (K, M, G: powers of 1024)."""
+    if ring is None:
+        return 0
+    if isinstance(ring, bool) or not isinstance(ring, (int, str)):
+        raise TypeError(f"ring must be a size such as 64M or a number of bytes, not {type(ring).__name__}")
+    if isinstance(ring, str):
+        text = ring.strip().upper().removesuffix("B").removesuffix("I")
+        unit = text[-1:] if text[-1:] in "KMG" else ""
+        number = text[: len(text) - len(unit)]
+        if not number.isdigit():
+            raise ValueError(f"ring must be a size such as 64M, 512K or 1G, got {ring!r}")
+        ring = int(number) * _SIZE_UNITS[unit]
+    if ring < 0:
+        raise ValueError(f"ring must not be negative, got {ring}")
+    if ring and ring < (1 << 20):
+        raise ValueError(f"ring must be at least 1M (the newest events of every thread), got {ring} bytes")
+    if ring > (1 << 40):
+        raise ValueError(f"ring is too large: {ring} bytes")
+    return ring
+
+
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
-                  include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True):
+                  include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
+                  ring=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -290,8 +340,14 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     output: path of the trace file (its directory must exist and be writable); a symbolic link is
         followed (the file it points to is replaced, the link stays); a device, FIFO or socket is
         refused with ValueError.
-    format: "json" (Chrome trace JSON) or "perfetto" (native Perfetto protobuf); by default chosen
-        from the output's suffix: .pftrace, .perfetto-trace or .pb mean protobuf, anything else JSON.
+    format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
+        raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
+        no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
+        or .pb mean protobuf, .ocular a recording, anything else JSON.
+    ring: flight recorder: a size (bytes, or a str such as "64M") -- only the newest part of the
+        recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
+        stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
+        window start at its edge, marked as cut.  None (default): everything is recorded to disk.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
         hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
@@ -324,6 +380,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             raise ValueError(f"tool_id must be from 0 to 5, got {tool_id}")
     if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
         raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
+    ring_bytes = _parse_ring(ring)
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
     _env.check(perfetto_file=path is not None and fmt == "perfetto")
@@ -333,25 +390,27 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
     tid = _acquire_tool(tool_id)
     try:
-        tmp = _tmp_name(path) if path else None
+        rec = _recording_name(path)
         callbacks = _ocular._start(
-            mode == "precise", deinstrument_threshold, path, tmp, incl, excl, _PACKAGE_DIR,
-            _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-            1 if fmt == "perfetto" else 0,
+            mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
+            _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
+            _FORMAT_CODES[fmt if path else None], rec, ring_bytes,
         )
     except BaseException:
         _release_tool(tid, ())
         raise
-    settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks, threshold=deinstrument_threshold,
-                    pid=os.getpid())
+    settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
+                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes)
     try:
         _register(tid, mode, callbacks)
     except BaseException:
         _release_tool(tid, callbacks)
         _ocular._stop()
-        _discard(tmp)
+        _discard(rec)
         raise
     _session = settings
+    if ring_bytes:
+        _snapshot_on_sigusr2()
 
 
 def _discard(path):
@@ -395,38 +454,167 @@ def _stop():
         _settle(_ocular._disabled_codes())
     except Exception as exc:
         print(f"ocular: could not re-arm disabled code: {exc!r}", file=sys.stderr)
+    rec = figures.pop("recording")
+    out = figures["output"] or None
+    fmt = s["format"] if out else None
     try:
         result = TraceResult(figures)
+        del result["tmp_output"]
         result["mode"] = s["mode"]
         result["tool_id"] = s["tool_id"]
         result["report"] = None
-        try:
-            from ._report import Report
-
-            _last_report = Report(_ocular._report_data(), s["mode"], s["threshold"], figures["clock"])
-            result["report"] = _last_report
-            if s["report"] in (True, "text"):
-                print(_last_report.format(), file=sys.stderr)
-            elif s["report"] == "json":
-                print(_last_report.to_json(), file=sys.stderr)
-        except Exception as exc:  # the trace matters more than the report: save it, then say so
-            print(f"ocular: could not build the report: {exc!r}", file=sys.stderr)
-        out, tmp = figures["output"] or None, figures["tmp_output"] or None
-        del result["tmp_output"]
         result["output"] = out
-        if out:
-            if figures["write_errno"]:
+        if figures["write_errno"]:  # the recording itself could not be written
+            raise OSError(figures["write_errno"],
+                          f"ocular: writing the recording failed ({os.strerror(figures['write_errno'])}); "
+                          f"nothing was left under {out!r}" if out else
+                          f"ocular: writing the recording {rec!r} failed ({os.strerror(figures['write_errno'])})",
+                          out or rec)
+        if fmt == "recording":
+            _install(rec, out)
+            rec = None
+            result["bytes"] = os.path.getsize(out)
+        else:
+            tmp = _render_tmp_name(out) if out else None
+            try:
+                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True)
+            except BaseException:
                 _discard(tmp)
-                raise OSError(figures["write_errno"],
-                              f"ocular: writing the trace failed ({os.strerror(figures['write_errno'])}); "
-                              f"nothing was left under {out!r}", out)
-            _install(tmp, out)
+                raise
+            result["recording_bytes"] = figures["bytes"]
+            result["bytes"] = rendered["bytes"]
+            result["pauses"] = rendered["pauses"]
+            result["events"] = rendered["events"]
+            _last_report = _make_report(s, figures["clock"], with_code=True)
+            result["report"] = _last_report
+            if out:
+                if rendered["write_errno"]:
+                    _discard(tmp)
+                    raise OSError(rendered["write_errno"],
+                                  f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
+                                  f"nothing was left under {out!r}", out)
+                _install(tmp, out)
         if figures["internal_error"]:
             raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
                                f"(the trace was saved to {out!r})")
         return result
     finally:
+        _discard(rec)
         _ocular._release()
+
+
+def _make_report(s, clock, with_code):
+    """The report of the last render (printed as the session asked); None if it cannot be built."""
+    try:
+        from ._report import KEEP_FUNCTIONS, Report
+
+        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s["mode"], s["threshold"], clock)
+        if s["report"] in (True, "text"):
+            print(report.format(), file=sys.stderr)
+        elif s["report"] == "json":
+            print(report.to_json(), file=sys.stderr)
+        return report
+    except Exception as exc:  # the trace matters more than the report: save it, then say so
+        print(f"ocular: could not build the report: {exc!r}", file=sys.stderr)
+        return None
+
+
+def convert(recording, output, format=None, report=False):
+    """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
+    a process that was killed) into ``output``; the format comes from the output's suffix as for
+    start_tracing().  report: print the report to stderr (True/"text" or "json").  Returns a
+    TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
+    and OSError if the output cannot be written (nothing is left under its name)."""
+    global _last_report
+    recording = os.fspath(recording)
+    if not os.path.isfile(recording):
+        raise FileNotFoundError(f"ocular: the recording {recording!r} does not exist")
+    path = _check_output(output)
+    fmt = _format_for(path, format)
+    if fmt == "recording":
+        raise ValueError(f"ocular: {output!r} names a recording; convert renders to a trace (.json, .pftrace)")
+    if os.path.abspath(recording) == path:
+        raise ValueError(f"ocular: the output {output!r} is the recording itself")
+    tmp = _render_tmp_name(path)
+    try:
+        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True)
+    except ValueError as exc:
+        _discard(tmp)
+        raise ValueError(f"ocular: {recording}: {exc}") from None
+    except BaseException:
+        _discard(tmp)
+        raise
+    if rendered["write_errno"]:
+        _discard(tmp)
+        raise OSError(rendered["write_errno"], f"ocular: writing the trace failed "
+                      f"({os.strerror(rendered['write_errno'])}); nothing was left under {output!r}", path)
+    os.replace(tmp, path)
+    mode = "precise" if rendered["precise"] else "adaptive"
+    s = dict(mode=mode, threshold=None, report=report)
+    result = TraceResult(rendered)
+    result.update(output=path, format=fmt, mode=mode)
+    try:
+        _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)
+    finally:
+        _ocular._release()  # the renderer's tables (a running session's are left alone)
+    return result
+
+
+_snapshots = 0
+
+
+def _snapshot_on_sigusr2():
+    """Ring mode: SIGUSR2 renders the kept window without stopping (only where SIGUSR2 does the default,
+    in the main thread)."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGUSR2) is not signal.SIG_DFL:
+            return
+    except (ValueError, AttributeError):
+        return
+
+    def _on_usr2(signum, frame):
+        snapshot()
+
+    try:
+        signal.signal(signal.SIGUSR2, _on_usr2)
+    except ValueError:
+        pass
+
+
+def snapshot(output=None):
+    """Ring mode: render the kept window now, without stopping, into ``output`` (default: the session's
+    output with ``.snapshot<N>`` before its suffix).  Returns the path written."""
+    global _snapshots
+    s = _session
+    if s is None or not s.get("ring"):
+        raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
+    if output is None:
+        base = s["output"] or os.path.abspath("ocular_trace.json")
+        root, ext = os.path.splitext(base)
+        _snapshots += 1
+        output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"
+    path = _check_output(output)
+    fmt = _format_for(path, None)
+    rec = f"{path}.{os.getpid()}.window.tmp"
+    tmp = _render_tmp_name(path)
+    try:
+        _ocular._dump(rec)
+        if fmt == "recording":
+            os.replace(rec, path)
+        else:
+            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False)
+            if rendered["write_errno"]:
+                raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
+                              f"({os.strerror(rendered['write_errno'])})", path)
+            os.replace(tmp, path)
+    finally:
+        _discard(rec)
+        _discard(tmp)
+        _ocular._release()
+    print(f"ocular: flight recorder snapshot saved to {path}", file=sys.stderr)
+    return path
 
 
 def last_report():
@@ -469,15 +657,15 @@ def _after_fork_child():
     out = _session["output"]
     child_out = _child_output(out, pid) if out else None
     try:
-        ok = _ocular._after_fork_child(child_out, _tmp_name(child_out) if child_out else None,
-                                       threading.current_thread().ident)
+        ok = _ocular._after_fork_child(child_out, _render_tmp_name(child_out) if child_out else None,
+                                       _recording_name(child_out), threading.current_thread().ident)
     except Exception as exc:
         print(f"ocular: tracing is off in forked child {pid}: {exc}", file=sys.stderr)
         _release_tool(_session["tool_id"], _session["callbacks"])
         _session = None
         return
     if ok:
-        _session = dict(_session, output=child_out, pid=pid, report=False)
+        _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
         _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
 
 

@@ -1,5 +1,6 @@
-"""Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``, and
-``python -m ocular merge TRACE... -o OUT``.
+"""Command line: ``python -m ocular [options] (script.py | -m module | -c code) [args...]``,
+``python -m ocular convert RECORDING -o OUT``, ``python -m ocular merge TRACE... -o OUT`` and
+``python -m ocular attach PID [options]``.
 
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
 tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
@@ -17,8 +18,20 @@ EPILOG = """examples:
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
   python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
+  python -m ocular -o run.ocular script.py   keep only the recording (renders nothing)...
+  python -m ocular convert run.ocular -o run.pftrace   ...and render it later, in any format
+  python -m ocular --ring 64M server.py       flight recorder: keep the newest 64 MiB only; kill -USR2
+                                              renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
+  python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
 Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+
+CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
+protobuf, anything else = Chrome trace JSON.  A recording cut short (its process was killed) renders
+up to its last complete block.
+examples:
+  python -m ocular convert run.ocular -o run.json -o run.pftrace
+  python -m ocular convert run.ocular -o run.json --report"""
 
 MERGE_EPILOG = """Every Ocular trace is stamped with CLOCK_MONOTONIC, so the processes of one machine line up as
 they are.  Inputs are all Chrome trace JSON or all native Perfetto protobuf, like the output.  A
@@ -64,9 +77,14 @@ def build_parser():
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
-    p.add_argument("--format", choices=("json", "perfetto"), default=None,
+    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
-                        "native Perfetto protobuf, anything else = Chrome trace JSON)")
+                        "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
+                        "anything else = Chrome trace JSON)")
+    p.add_argument("--ring", default=None, metavar="SIZE",
+                   help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
+                        "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
+                        ".snapshotN before its suffix (default: off, everything is recorded to disk)")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true",
@@ -85,7 +103,7 @@ def _split_argv(argv):
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
-                   "--follow-wait"}
+                   "--follow-wait", "--ring"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -123,6 +141,40 @@ def build_merge_parser():
     return p
 
 
+def build_convert_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular convert",
+        description="Render an Ocular recording (-o NAME.ocular, or one left by a killed process) into traces.",
+        epilog=CONVERT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("recording", metavar="RECORDING", help="the recording to render")
+    p.add_argument("-o", "--output", action="append", required=True, metavar="PATH",
+                   help="an output (repeatable: one render per output)")
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
+    r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="do not print where the traces went")
+    return p
+
+
+def convert_main(argv):
+    import ocular
+
+    parser = build_convert_parser()
+    ns = parser.parse_args(argv)
+    report = "json" if ns.report_json else bool(ns.report)
+    for i, out in enumerate(ns.output):
+        try:
+            res = ocular.convert(ns.recording, out, report=report if i == 0 else False)
+        except (ValueError, OSError) as exc:
+            parser.exit(1, f"python -m ocular convert: error: {exc}\n")
+        if not ns.quiet:
+            print(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
+                  f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})", file=sys.stderr)
+    return 0
+
+
 def merge_main(argv):
     from . import _merge
 
@@ -142,6 +194,84 @@ def merge_main(argv):
             if not p["complete"]:
                 print(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}", file=sys.stderr)
     return 0
+
+
+ATTACH_EPILOG = """The process runs the attach script (sys.remote_exec, PEP 768) at its next bytecode in its main
+thread: it starts tracing there with these options, and stops after --duration, on ^C (or SIGTERM,
+SIGHUP) of this command, when this command is killed, or when the process exits; the trace is then
+written to OUTPUT (resolved here, so relative to this command's directory) and the report printed here.
+Needs Python 3.14+ on both sides, the same version (3.14.x attaches to 3.14.y), remote debugging not
+disabled in the process (PYTHON_DISABLE_REMOTE_DEBUG, -X disable-remote-debug), permission to ptrace it
+(same user, or root; see /proc/sys/kernel/yama/ptrace_scope) and Ocular importable in it.  A refusal is
+one 'ocular: ...' line and exit status 2.
+examples:
+  python -m ocular attach 1234                       trace until ^C, write ocular_trace.json here
+  python -m ocular attach 1234 --duration 5 -o /tmp/app.pftrace --threshold 0"""
+
+
+def _seconds(text):
+    value = float(text)
+    if not 0 < value <= 86400 * 365:  # also rejects nan
+        raise ValueError(text)
+    return value
+
+
+def _pid(text):
+    value = int(text)
+    if not 0 < value < 1 << 31:
+        raise ValueError(text)
+    return value
+
+
+_seconds.__name__ = "number of seconds"  # argparse names the type in its error message
+_pid.__name__ = "process id"
+
+
+def build_attach_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular attach",
+        description="Trace a running Python process (CPython 3.14+) for a while, then write its trace.",
+        epilog=ATTACH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pid", type=_pid, metavar="PID", help="the process to trace")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="SECONDS",
+                   help="stop tracing after this many seconds (default: at ^C or when the process exits)")
+    p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
+                   help="as for tracing a program (default: %(default)s)")
+    p.add_argument("--threshold", type=int, default=500, metavar="N",
+                   help="hits per location before it stops being traced; 0 traces everything "
+                        "(default: %(default)s)")
+    p.add_argument("--include", action="append", default=None, metavar="PATTERN",
+                   help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
+    p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
+                   help="do not trace files matching PATTERN; repeatable")
+    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
+                   help="trace file, relative to this command's directory (default: %(default)s)")
+    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
+                   help="trace format (default: from the output's suffix, as for tracing a program: "
+                        ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
+                        "anything else = Chrome trace JSON)")
+    p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
+                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+    r = p.add_mutually_exclusive_group()
+    r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
+    r.add_argument("--report-json", action="store_true", help="print the report as JSON instead of the text table")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the report")
+    return p
+
+
+def attach_main(argv):
+    from . import _attach
+
+    parser = build_attach_parser()
+    ns = parser.parse_args(argv)
+    if not 0 <= ns.threshold <= 0xFFFFFFF0:
+        parser.error("argument --threshold: must be from 0 to 4294967280")
+    try:
+        return _attach.run(ns)
+    except _attach.AttachError as exc:
+        parser.exit(2, f"ocular: {exc}\n")
 
 
 def _join_threads():
@@ -165,6 +295,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "merge":
         return merge_main(argv[1:])
+    if argv and argv[0] == "convert":
+        return convert_main(argv[1:])
+    if argv and argv[0] == "attach":
+        return attach_main(argv[1:])
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
@@ -210,7 +344,7 @@ def main(argv=None):
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                                 format=ns.format,
+                                 format=ns.format, ring=ns.ring,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         sys.argv = saved_argv
@@ -250,8 +384,12 @@ def main(argv=None):
                 res = ocular.stop_tracing()
                 if not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
-                    print(f"ocular: trace written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
+                    what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
+                    print(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
                           f"{res.dropped} dropped)", file=sys.stderr)
+                    if what == "recording":
+                        print(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json",
+                              file=sys.stderr)
             except Exception as exc:
                 print(f"ocular: {exc}", file=sys.stderr)
                 if not status:

@@ -47,14 +47,21 @@ class Part(dict):
             raise AttributeError(name) from None
 
 
+RECORDING_HEAD = b"\x01\x00\x00\x00"  # an Ocular recording: a HEADER block ...
+RECORDING_MAGIC = b"OCULARRC"          # ... whose payload starts with this (docs/recording.md)
+
+
 def detect_format(f, path):
-    """"json" or "perfetto" from the first bytes of the open file; MergeError if it is neither."""
+    """"json", "perfetto" or "recording" from the first bytes of the open file; MergeError if it is
+    none of them."""
     try:
         f.seek(0)
         head = f.read(64)
         f.seek(0)
     except OSError as exc:
         raise MergeError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if head[:4] == RECORDING_HEAD and head[8:16] == RECORDING_MAGIC:
+        return "recording"
     stripped = head.lstrip()
     if not stripped:
         raise MergeError(f"{path!r} is empty, not a trace")
@@ -490,6 +497,7 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
     from . import PERFETTO_SUFFIXES
 
     items = []
+    rendered = []  # temporary renders of recordings, removed at the end
     for item in inputs:
         path, info = (item, {}) if isinstance(item, (str, os.PathLike)) else item
         path = os.fspath(path)
@@ -502,10 +510,40 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
         raise MergeError("nothing to merge: give at least one trace file")
     files = {}
     try:
-        return _merge_open(items, files, output, format, trusted, skip_bad, progress_stream)
+        return _merge_open(items, files, output, format, trusted, skip_bad, progress_stream, rendered)
     finally:
         for f in files.values():
             f.close()
+        for path in rendered:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _render_part(p, f, output, format, rendered):
+    """A recording among the inputs (the part of a process killed before it rendered its trace, or a
+    .ocular file): render it into a temporary trace of the output's format and merge that."""
+    from . import PERFETTO_SUFFIXES, _ocular
+
+    fmt = format or ("perfetto" if output.lower().endswith(PERFETTO_SUFFIXES) else "json")
+    tmp = f"{os.path.abspath(output)}.{os.getpid()}.part{len(rendered)}.tmp"
+    rendered.append(tmp)
+    f.close()
+    try:
+        res = _ocular._render(p["path"], 1 if fmt == "perfetto" else 0, tmp, False)
+    except ValueError as exc:
+        raise MergeError(f"{p['path']!r}: {exc}") from None
+    if res["write_errno"]:
+        raise OSError(res["write_errno"], f"cannot write {tmp!r}: {os.strerror(res['write_errno'])}", tmp)
+    if not res["complete"]:
+        p["complete"] = False
+        if not p["note"]:
+            p["note"] = "the process did not finish its recording"
+    if p["pid"] is None:
+        p["pid"] = res["pid"]
+    p["recording"] = p["path"]
+    return open(tmp, "rb"), fmt
 
 
 def _open_part(p):
@@ -531,7 +569,7 @@ def _open_part(p):
         raise MergeError(f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
-def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream):
+def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream, rendered):
     from . import PERFETTO_SUFFIXES
 
     skipped = []
@@ -543,6 +581,8 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
                 p.update(events=0, note=p["note"] + "; nothing was written", skipped=True)
             else:
                 p["format"] = detect_format(f, p["path"])
+                if p["format"] == "recording":
+                    files[id(p)], p["format"] = _render_part(p, f, output, format, rendered)
                 p["events" if p["format"] == "json" else "packets"] = 0
                 if p["pid"] is None:
                     p["pid"] = _pid_from_name(p["path"]) if p["path"].endswith(".tmp") else None
@@ -583,7 +623,8 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
             if format == "json":
                 out = _JsonOut(f)
                 for p in items:
-                    _merge_json_input(files[id(p)], p["path"], p, out, progress, trusted and p["complete"])
+                    _merge_json_input(files[id(p)], p["path"], p, out, progress,
+                                      (trusted or "recording" in p) and p["complete"])
                 out.finish(items)
             else:
                 for p in items:
@@ -599,4 +640,6 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         progress.finish()
     for p in items + skipped:
         p.pop("label", None)
+        if "recording" in p:
+            p["path"] = p.pop("recording")
     return items + skipped

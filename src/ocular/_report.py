@@ -12,8 +12,10 @@ calibrated rate.  Ocular's own cost per event (calibrated at the start of the se
 from self times and from per-instruction/per-block cycles.
 """
 
+import array
 import bisect
 import dis
+import functools
 import json
 import sys
 
@@ -21,6 +23,7 @@ __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
 TOP_LOOPS = 5
+KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
 
 def _settle(codes):
@@ -45,6 +48,13 @@ def _settle(codes):
                 pass
     finally:
         mon.free_tool_id(tool)
+
+
+@functools.lru_cache(maxsize=1)
+def _cache_table():
+    from . import _cache_entries
+
+    return _cache_entries()
 
 
 def _base_names(code):
@@ -72,11 +82,13 @@ class Report:
 
     def __init__(self, data, mode, threshold, clock):
         self.mode = mode
-        self.threshold = threshold
+        self.threshold = data.get("threshold", 0) if threshold is None else threshold
         self.clock = clock
         self.ns_per_tick = data["ns_per_tick"] or 1.0
         self.overhead_cycles = data["overhead_ticks"]
         self.incomplete = data["stats_incomplete"]
+        self.functions_total = data.get("functions_total", len(data["functions"]))
+        self.python_hex = data.get("python_hex", sys.hexversion)
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -96,10 +108,15 @@ class Report:
         if not todo:
             return
         codes = {id(self._pending[id(lp)][0]): self._pending[id(lp)][0] for lp in todo}
+        codes.pop(id(None), None)
         _settle(list(codes.values()))  # adaptive bytecode without our instrumentation
         cache = {}
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
+            if code is None:  # gone by stop, or recorded by another process: the recorded bytecode
+                lp["rows"] = self._recorded_rows(f, raw)
+                lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
+                continue
             if id(code) not in cache:
                 cache[id(code)] = (_base_names(code), list(dis.get_instructions(code, adaptive=True)))
             lp["rows"] = self._rows(code, f, raw, *cache[id(code)])
@@ -112,9 +129,9 @@ class Report:
         if f["segments"]:
             sample = f["deinstrumented"]
             self.functions.append({
-                "name": code.co_qualname,
-                "file": code.co_filename,
-                "line": code.co_firstlineno,
+                "name": f["name"],
+                "file": f["file"],
+                "line": f["firstlineno"],
                 "calls": f["calls"],
                 "segments": f["segments"],
                 "total_cycles": f["incl"],
@@ -171,13 +188,53 @@ class Report:
             })
         return rows
 
+    def _recorded_rows(self, f, lp):
+        """Rows from the de-instrumented bytecode in the recording: base instruction names (the
+        specialized forms and arguments need the live code object), lines and cycles."""
+        bc, raw_lines = f.get("bytecode"), f.get("lines")
+        if not bc or not raw_lines:
+            return []
+        same_python = self.python_hex >> 16 == sys.hexversion >> 16
+        lines = array.array("i")
+        lines.frombytes(raw_lines)
+        cache = _cache_table()
+        units = f["units"]
+        precise = self.mode == "precise"
+        ns = self.ns_per_tick
+        offsets = []
+        u = lp["dest"] // 2
+        while u * 2 <= lp["src"] and u < len(bc) // 2:
+            offsets.append(u)
+            u += 1 + (cache[bc[2 * u]] if same_python else 0)
+        blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
+        rows = []
+        for u in offsets:
+            off = u * 2
+            cyc = None
+            if precise:
+                v = units.get(off)
+                if v and v[0]:
+                    cyc = v[1] / v[0]
+            else:
+                cover = [(s0, v) for s0, v in blocks if s0 <= off <= v[2]]
+                if cover:
+                    start, (count, cycles, end) = cover[-1]
+                    n = sum(1 for x in offsets if start <= x * 2 <= end) or 1
+                    cyc = cycles / count / n
+            op = bc[2 * u]
+            name = dis.opname[op] if same_python and op < len(dis.opname) else f"op{op}"
+            rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
+                         "specialized": name, "arg": str(bc[2 * u + 1]) if same_python else "",
+                         "cycles": cyc, "ns": cyc * ns if cyc is not None else None})
+        return rows
+
     def _loop(self, code, f, lp):
         ns = self.ns_per_tick
         lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
         return {
-            "function": code.co_qualname,
-            "file": code.co_filename,
+            "function": f["name"],
+            "file": f["file"],
             "line": None,  # the first line of its rows, once built
             "offset": lo,
             "end_offset": hi,
@@ -211,6 +268,7 @@ class Report:
             "ns_per_cycle": self.ns_per_tick,
             "overhead_cycles_per_event": self.overhead_cycles,
             "functions": self.functions,
+            "functions_total": self.functions_total,
             "loops": self.hot_loops(),
         }
 
@@ -230,6 +288,9 @@ class Report:
                    "the first calls)")
         hdr = f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function"
         out.append(hdr)
+        if self.functions_total > len(self.functions):
+            out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
+                       "most self time)")
         for f in self.functions[:TOP_FUNCTIONS]:
             star = "*" if f["sample"] else " "
             where = f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})"

@@ -1,10 +1,14 @@
 /* buffer.c -- per-thread record buffers and the chunk traffic between the program's threads and the
- * writer thread.
+ * recorder thread.
  *
- * Each thread appends to its own 64 KiB chunk through a thread-local pointer: no lock, no allocation
- * per event.  A full chunk is queued for the writer and a free one taken under one mutex (once per
- * 4096 events).  Chunks come from a bounded pool: when all are in flight the producer waits for the
- * writer (which never needs the GIL), so memory stays bounded and nothing is dropped.
+ * Each thread appends to its own 16 KiB chunk through a thread-local pointer: no lock, no allocation
+ * per event.  A full chunk is queued for the recorder and a free one taken under one mutex (once per
+ * 1024 events).  Every live thread always gets a chunk of its own (so any number of threads can hold
+ * one: a bounded pool shared by all of them deadlocked once the threads outnumbered it); only the
+ * queue is bounded: when OC_MAX_QUEUED full chunks wait for the recorder, i.e. when the disk cannot
+ * keep up, the producer waits (it never needs the GIL to be released for that) and records the wait
+ * as a pause (K_PAUSE, K_PAUSE_END), which the renderer shows as its own labelled slice.  Memory:
+ * 16 KiB per live thread plus at most 16 MiB queued, plus freed chunks kept for reuse.
  *
  * The slow path also learns the thread's name: until `threading` has registered the thread, the
  * buffer's `end` is set a few records ahead so the lookup is retried every few events.
@@ -27,27 +31,29 @@ void oc_chunk_put_free(oc_chunk *c) {
     S.free_list = c;
 }
 
-/* lock held; may wait for the writer to return a chunk */
+/* lock held */
 oc_chunk *oc_chunk_get(void) {
-    for (;;) {
-        if (S.free_list) {
-            oc_chunk *c = S.free_list;
-            S.free_list = c->next;
-            return c;
-        }
-        if (S.nchunks < OC_MAX_CHUNKS) {
-            oc_chunk *c = malloc(sizeof(oc_chunk));
-            if (c) {
-                S.nchunks++;
-                return c;
-            }
-            if (S.nchunks == 0)
-                return NULL;
-        }
-        if (!S.writer_started)
-            return NULL;
-        pthread_cond_wait(&S.cond_free, &S.lock);
+    if (S.free_list) {
+        oc_chunk *c = S.free_list;
+        S.free_list = c->next;
+        return c;
     }
+    oc_chunk *c = malloc(sizeof(oc_chunk));
+    if (c)
+        S.nchunks++;
+    return c;
+}
+
+/* lock held: the recorder is more than OC_MAX_QUEUED chunks behind; wait for it.  Returns the tick
+ * the wait began, or 0 if there was none. */
+static uint64_t wait_for_recorder(void) {
+    if (LIKELY(S.nqueued < S.max_queued) || !S.writer_started)
+        return 0;
+    uint64_t t0 = oc_now();
+    while (S.nqueued >= S.max_queued && S.writer_started && !S.stopping)
+        pthread_cond_wait(&S.cond_free, &S.lock);
+    S.pauses++;
+    return t0 ? t0 : 1;
 }
 
 /* lock held */
@@ -65,6 +71,7 @@ static void enqueue(oc_tbuf *b) {
         else
             S.q_head = c;
         S.q_tail = c;
+        S.nqueued++;
         pthread_cond_signal(&S.cond_writer);
     }
     b->chunk = NULL;
@@ -108,6 +115,7 @@ static int resolve_name(oc_tbuf *b) {
         pthread_mutex_lock(&S.lock);
         S.threads[idx].name = strdup("MainThread");
         S.threads[idx].name_raw = strdup("MainThread");
+        S.threads_named++;
         pthread_mutex_unlock(&S.lock);
         return 1;
     }
@@ -151,6 +159,7 @@ static int resolve_name(oc_tbuf *b) {
                             if (!S.threads[idx].name) {
                                 S.threads[idx].name = s;
                                 S.threads[idx].name_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+                                S.threads_named++;
                             } else {
                                 free(s);
                             }
@@ -230,6 +239,8 @@ oc_tbuf *oc_buffer_slow(void) {
     if (!b->chunk || b->pos >= b->limit) {
         pthread_mutex_lock(&S.lock);
         enqueue(b);
+        S.ncodes_pub = S.ncodes; /* we hold the GIL: every registration so far is complete */
+        uint64_t paused = wait_for_recorder();
         oc_chunk *c = oc_chunk_get();
         pthread_mutex_unlock(&S.lock);
         if (!c) {
@@ -245,6 +256,11 @@ oc_tbuf *oc_buffer_slow(void) {
         b->pos = c->recs;
         b->limit = c->recs + OC_CHUNK_RECS - 1; /* one record kept for a two-record event */
         b->end = b->limit;
+        if (UNLIKELY(paused)) {
+            b->pos[0] = (oc_rec){.ts = paused, .code_id = OC_NO_CODE, .info = OC_INFO(K_PAUSE, 0)};
+            b->pos[1] = (oc_rec){.ts = oc_now(), .code_id = OC_NO_CODE, .info = OC_INFO(K_PAUSE_END, 0)};
+            b->pos += 2;
+        }
     }
     if (!S.threads[b->thread_idx].name) {
         if (!resolve_name(b)) {
@@ -253,6 +269,7 @@ oc_tbuf *oc_buffer_slow(void) {
                 pthread_mutex_lock(&S.lock);
                 S.threads[b->thread_idx].name = fallback_name(S.threads[b->thread_idx].tid);
                 S.threads[b->thread_idx].name_raw = fallback_name(S.threads[b->thread_idx].tid);
+                S.threads_named++;
                 pthread_mutex_unlock(&S.lock);
             } else {
                 /* every 2 events for a while (a short thread is in _active only briefly), then sparser */
@@ -271,7 +288,18 @@ oc_tbuf *oc_buffer_slow(void) {
     return b;
 }
 
-/* Stop (GIL held): hand every live buffer's partial chunk to the writer; name threads still unnamed. */
+uint64_t oc_buffer_write_partial(oc_out *o, void (*fn)(oc_out *, const oc_chunk *)) {
+    uint64_t n = 0;
+    for (oc_tbuf *b = all_bufs; b; b = b->next_all)
+        if (b->gen == tgen && b->chunk && b->pos > b->chunk->recs) {
+            b->chunk->n = (uint32_t)(b->pos - b->chunk->recs);
+            fn(o, b->chunk);
+            n += b->chunk->n;
+        }
+    return n;
+}
+
+/* Stop (GIL held): hand every live buffer's partial chunk to the recorder; name threads still unnamed. */
 void oc_buffer_flush_all(void) {
     pthread_mutex_lock(&S.lock);
     for (oc_tbuf *b = all_bufs; b; b = b->next_all)
@@ -286,11 +314,15 @@ void oc_buffer_flush_all(void) {
                 if (!S.threads[i].name) {
                     S.threads[i].name = fallback_name(S.threads[i].tid);
                     S.threads[i].name_raw = fallback_name(S.threads[i].tid);
+                    S.threads_named++;
                 }
                 pthread_mutex_unlock(&S.lock);
             }
         }
     }
+    pthread_mutex_lock(&S.lock);
+    S.ncodes_pub = S.ncodes;
+    pthread_mutex_unlock(&S.lock);
     tgen++;
 }
 
@@ -303,6 +335,7 @@ void oc_buffer_fork_child(void) {
         c = n;
     }
     S.q_head = S.q_tail = NULL;
+    S.nqueued = 0;
     uint32_t kept = 0;
     for (oc_chunk *f = S.free_list; f; f = f->next)
         kept++;
@@ -321,5 +354,6 @@ void oc_buffer_fork_child(void) {
         free(S.threads[i].name_raw);
     }
     S.nthreads = 0;
+    S.threads_named = S.threads_named_seen = 0;
     tgen++;
 }

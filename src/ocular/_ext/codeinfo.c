@@ -1,6 +1,13 @@
 /* codeinfo.c -- per-code metadata: the struct hung on each code object (co_extra) with the filter
- * verdict, the session id and the hit counters, and the session's code table that the writer thread
- * reads without the GIL (names escaped for JSON, a copy of the bytecode for loop instruction counts).
+ * verdict, the session id and the hit counters, and the session's code table that the recorder thread
+ * writes into the recording without the GIL (names, a copy of the bytecode, the line table).
+ *
+ * Tracing never keeps a code object alive: the table holds a weak reference (for the report's
+ * disassembly at stop) and, when a code object dies, its extra's state is copied into the table entry
+ * (the free function runs with the GIL) before the extra goes.  Excluded code objects are remembered
+ * the same way, to re-arm them at stop.  An entry's names, bytecode and line table are freed once the
+ * recorder has written them (but for the flight recorder, which writes them again at every dump); the
+ * renderer reads them back from the recording.
  *
  * Registration is the slow path: it runs once per code object per session, with the GIL held.
  * The table is paged: pages never move once allocated, so the writer can read an entry while the
@@ -15,6 +22,14 @@ static void free_extra(void *p) {
     oc_codeextra *ex = p;
     if (!ex)
         return;
+    if (ex->gen == S.gen && ex->id < S.ncodes) { /* dying during (or after) the session that knew it */
+        oc_codeent *e = oc_code_entry(ex->id);
+        if (e->extra == ex) {
+            e->flags = ex->flags;
+            e->enters = ex->enters;
+            e->extra = NULL;
+        }
+    }
     free(ex->edge_hits);
     free(ex->insn_hits);
     free(ex);
@@ -190,8 +205,10 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     const char *match_name = mname ? PyBytes_AS_STRING(mname) : PyBytes_AS_STRING(fname);
     if (is_excluded(match_name)) {
         ex->flags = CF_EXCLUDED;
-        if (S.excluded_codes && PyList_Append(S.excluded_codes, (PyObject *)co) < 0)
+        PyObject *ref = S.excluded_codes ? PyWeakref_NewRef((PyObject *)co, NULL) : NULL;
+        if (!ref || PyList_Append(S.excluded_codes, ref) < 0)
             PyErr_Clear();
+        Py_XDECREF(ref);
         Py_XDECREF(mname);
         Py_DECREF(fname);
         return ex;
@@ -226,8 +243,6 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         oc_internal_error("could not read a code object's name or bytecode");
         return ex;
     }
-    e->qualname = oc_json_escape(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
-    e->filename = oc_json_escape(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
     e->qualname_raw = oc_dup_raw(PyBytes_AS_STRING(qn), PyBytes_GET_SIZE(qn));
     e->filename_raw = oc_dup_raw(PyBytes_AS_STRING(fname), PyBytes_GET_SIZE(fname));
     e->firstlineno = co->co_firstlineno;
@@ -239,9 +254,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     Py_DECREF(bc);
     Py_DECREF(fname);
     e->lines = line_table(co, e->nunits);
-    if (!e->qualname || !e->filename || !e->qualname_raw || !e->filename_raw || !e->code || !e->lines) {
-        free(e->qualname);
-        free(e->filename);
+    if (!e->qualname_raw || !e->filename_raw || !e->code || !e->lines) {
         free(e->qualname_raw);
         free(e->filename_raw);
         free(e->code);
@@ -251,7 +264,9 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         oc_internal_error("out of memory registering a code object");
         return ex;
     }
-    e->code_obj = Py_NewRef((PyObject *)co);
+    e->code_obj = PyWeakref_NewRef((PyObject *)co, NULL);
+    if (!e->code_obj)
+        PyErr_Clear(); /* only the report's disassembly of this code is lost */
     e->extra = ex;
     ex->nunits = e->nunits;
     ex->id = id;
@@ -259,7 +274,31 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     return ex;
 }
 
-/* After the writer has finished: free the table and drop the code references (GIL held). */
+PyObject *oc_code_object(oc_codeent *e) {
+    if (!e->code_obj)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(e->code_obj, &o) < 0)
+        PyErr_Clear();
+    return o;
+#else
+    PyObject *o = PyWeakref_GetObject(e->code_obj);
+    return o && o != Py_None ? Py_NewRef(o) : NULL;
+#endif
+}
+
+void oc_codetable_snapshot(void) {
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (e->extra) {
+            e->flags = e->extra->flags;
+            e->enters = e->extra->enters;
+        }
+    }
+}
+
+/* After the recorder has finished: free the table and drop the weak references (GIL held). */
 void oc_codetable_clear(void) {
     for (uint32_t pg = 0; pg < OC_MAX_PAGES; pg++) {
         oc_codeent *page = S.pages[pg];
@@ -274,6 +313,8 @@ void oc_codetable_clear(void) {
             free(e->code);
             free(e->lines);
             Py_XDECREF(e->code_obj);
+            if (e->extra && e->extra->gen == S.gen)
+                e->extra->id = UINT32_MAX; /* its entry is gone */
         }
         free(page);
         S.pages[pg] = NULL;

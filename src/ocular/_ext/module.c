@@ -1,11 +1,12 @@
-/* module.c -- the binding layer of ocular._ocular: argument conversion, session start and stop, the
- * fork hooks and test hooks.  Validation of user input happens in the Python package (ocular/__init__.py);
+/* module.c -- the binding layer of ocular._ocular: argument conversion, session start and stop
+ * (recording), rendering a recording, the fork hooks and test hooks.  Validation of user input happens in the Python package (ocular/__init__.py);
  * this layer re-checks types and never trusts them blindly.  sys.monitoring registration also lives
  * in Python; this module hands out the C callbacks.
  */
 #include "ocular.h"
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <unistd.h>
 
 oc_session S;
@@ -61,14 +62,19 @@ static void free_session_strings(void) {
     free(S.out_path);
     free(S.tmp_path);
     free(S.process_name);
+    free(S.process_name_raw);
+    free(S.rec_path);
     S.include_only = S.exclude = NULL;
-    S.own_dir = S.out_path = S.tmp_path = S.process_name = NULL;
+    S.own_dir = S.out_path = S.tmp_path = S.process_name = S.process_name_raw = S.rec_path = NULL;
 }
 
-static int set_paths(PyObject *out, PyObject *tmp) {
+static int set_paths(PyObject *out, PyObject *tmp, PyObject *rec) {
     free(S.out_path);
     free(S.tmp_path);
-    S.out_path = S.tmp_path = NULL;
+    free(S.rec_path);
+    S.out_path = S.tmp_path = S.rec_path = NULL;
+    if (!(S.rec_path = dup_utf8(rec)))
+        return -1;
     if (out == Py_None)
         return 0;
     S.out_path = dup_utf8(out);
@@ -85,13 +91,19 @@ static void reset_counters(void) {
     S.calibrated = 0;
     S.ns_per_tick = 1.0;
     S.stopping = 0;
+    S.pauses = 0;
+    S.ncodes_pub = 0;
+    S.nqueued = 0;
+    S.threads_named = S.threads_named_seen = 0;
 }
 
 PyDoc_STRVAR(start_doc,
              "_start(precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
-             "       cache_entries, process_name, disable, main_ident, format) -> dict of callbacks\n\n"
-             "format: 0 Chrome trace JSON, 1 native Perfetto protobuf.  "
-             "Start a session.  output=None records without writing a file.  Internal: use\n"
+             "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes)\n"
+             "       -> dict of callbacks\n\n"
+             "Start a session recording into `recording` (ring_bytes > 0: kept in memory, the newest\n"
+             "ring_bytes only, written there at stop).  output/tmp_output/format (0 JSON, 1 Perfetto,\n"
+             "2 none) are what a fork child orphaned by its thread renders by itself.  Internal: use\n"
              "ocular.start_tracing(), which validates arguments and registers the callbacks.");
 
 static PyObject *py_start(PyObject *mod, PyObject *args) {
@@ -100,12 +112,13 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     unsigned long threshold;
     unsigned long main_ident;
     int format = OC_FORMAT_JSON;
-    PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOk|i:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    unsigned long long ring = 0;
+    PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format))
+                          &main_ident, &format, &rec, &ring))
         return NULL;
-    if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO) {
+    if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
         return NULL;
     }
@@ -131,17 +144,18 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.exclude = S.include_only ? strv_from_tuple(exc) : NULL;
     S.own_dir = S.exclude ? dup_utf8(own) : NULL;
     char *pn = S.own_dir ? dup_utf8(pname) : NULL;
-    if (!pn || set_paths(out, tmp) < 0) {
+    if (!pn || set_paths(out, tmp, rec) < 0) {
         free(pn);
         free_session_strings();
         return NULL;
     }
     S.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
-    free(pn);
+    S.process_name_raw = pn;
+    S.ring_bytes = (size_t)ring;
     memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
-    S.write_json = out != Py_None;
+    S.write_json = out != Py_None && format != 2;
     S.format = format;
     Py_XSETREF(S.disable, Py_NewRef(disable));
     S.main_ident = main_ident;
@@ -159,7 +173,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
         return NULL;
     oc_clock_init();
     oc_clock_sample(&S.tsc0, &S.mono0_ns);
-    if (oc_writer_start() < 0) {
+    if (oc_recorder_start() < 0) {
         Py_DECREF(cbs);
         return NULL;
     }
@@ -168,7 +182,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
 }
 
 PyDoc_STRVAR(stop_doc, "_stop() -> dict\n\nEnd the session (callbacks must already be unregistered): "
-                       "flush every thread, finish the file, return the session's figures.");
+                       "flush every thread, finish the recording, return the session's figures.");
 
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
@@ -178,13 +192,15 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     }
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
+    oc_codetable_snapshot();
     S.active = 0;
     Py_BEGIN_ALLOW_THREADS
-    oc_writer_stop(stop_ticks);
+    oc_recorder_stop(stop_ticks);
     Py_END_ALLOW_THREADS
     /* paths were encoded with surrogateescape: decode them the same way (non-UTF-8 file names) */
-    return Py_BuildValue("{s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:N,s:N}",
-                         "events", (unsigned long long)oc_writer_events(),
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:N,s:N,s:N}",
+                         "events", (unsigned long long)oc_recorder_events(),
+                         "pauses", (unsigned long long)S.pauses,
                          "dropped", (unsigned long long)S.dropped,
                          "bytes", (unsigned long long)S.bytes_written,
                          "write_errno", S.write_errno,
@@ -194,32 +210,116 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
                          "codes", S.ncodes,
                          "threads", S.nthreads,
                          "output", PyUnicode_DecodeFSDefault(S.out_path ? S.out_path : ""),
-                         "tmp_output", PyUnicode_DecodeFSDefault(S.tmp_path ? S.tmp_path : ""));
+                         "tmp_output", PyUnicode_DecodeFSDefault(S.tmp_path ? S.tmp_path : ""),
+                         "recording", PyUnicode_DecodeFSDefault(S.rec_path ? S.rec_path : ""));
 }
 
-static PyObject *py_report_data(PyObject *mod, PyObject *unused) {
-    (void)mod, (void)unused;
+PyDoc_STRVAR(render_doc,
+             "_render(recording, format, output, progress) -> dict\n\n"
+             "Render a recording (a path) into output (a path, or None) as format 0 Chrome JSON,\n"
+             "1 Perfetto protobuf or 2 nothing (statistics only; _report_data() has them afterwards).\n"
+             "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
+             "Raises ValueError for a file that is not a readable recording.");
+
+static PyObject *py_render(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *rec_o, *out_o;
+    int format, progress;
+    if (!PyArg_ParseTuple(args, "O&iOp:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress))
+        return NULL;
+    PyObject *outb = NULL;
+    if (out_o != Py_None && !PyUnicode_FSConverter(out_o, &outb)) {
+        Py_DECREF(rec_o);
+        return NULL;
+    }
+    if (format < 0 || format > 2) {
+        Py_DECREF(rec_o);
+        Py_XDECREF(outb);
+        PyErr_Format(PyExc_ValueError, "unknown format %d", format);
+        return NULL;
+    }
+    oc_render_result res;
+    int rc;
+    const char *rec = PyBytes_AS_STRING(rec_o), *out = outb ? PyBytes_AS_STRING(outb) : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, &res);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(rec_o);
+    Py_XDECREF(outb);
+    if (rc < 0) {
+        PyErr_Format(PyExc_ValueError, "%s", res.error);
+        return NULL;
+    }
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O}", "events", (unsigned long long)res.events,
+                         "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
+                         "pauses", (unsigned long long)res.pauses, "complete", res.complete ? Py_True : Py_False,
+                         "write_errno", res.write_errno, "pid", R.pid, "clock", R.clock, "ns_per_tick",
+                         R.ns_per_tick, "precise", R.precise ? Py_True : Py_False);
+}
+
+static PyObject *py_report_data(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int with_code = 0;
+    unsigned int limit = 0;
+    if (!PyArg_ParseTuple(args, "|pI:_report_data", &with_code, &limit))
+        return NULL;
     if (S.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: report data is available after stop_tracing()");
         return NULL;
     }
-    return oc_stats_export();
+    return oc_stats_export(with_code, limit);
+}
+
+static PyObject *py_dump(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    PyObject *pathb;
+    if (!PyUnicode_FSConverter(arg, &pathb))
+        return NULL;
+    if (!S.active || !S.ring_bytes) {
+        Py_DECREF(pathb);
+        PyErr_SetString(PyExc_RuntimeError, "ocular: no flight-recorder (ring) session is running");
+        return NULL;
+    }
+    int err = oc_recorder_dump(PyBytes_AS_STRING(pathb));
+    if (err) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, arg);
+        Py_DECREF(pathb);
+        return NULL;
+    }
+    Py_DECREF(pathb);
+    Py_RETURN_NONE;
 }
 
 /* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later
  * session (or another tool) starts from armed sites. */
 static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    PyObject *out = S.excluded_codes ? PySequence_List(S.excluded_codes) : PyList_New(0);
+    PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    for (uint32_t id = 0; id < S.ncodes; id++) {
-        oc_codeent *e = oc_code_entry(id);
-        if (e->code_obj && e->extra && (e->extra->flags || e->extra->sites_disabled) &&
-            PyList_Append(out, e->code_obj) < 0) {
+    Py_ssize_t nx = S.excluded_codes ? PyList_GET_SIZE(S.excluded_codes) : 0;
+    for (Py_ssize_t i = 0; i < nx; i++) {
+        oc_codeent tmp = {.code_obj = PyList_GET_ITEM(S.excluded_codes, i)};
+        PyObject *co = oc_code_object(&tmp);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
             Py_DECREF(out);
             return NULL;
         }
+        Py_XDECREF(co);
+    }
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (!e->extra || !(e->extra->flags || e->extra->sites_disabled))
+            continue;
+        PyObject *co = oc_code_object(e);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_XDECREF(co);
     }
     return out;
 }
@@ -230,6 +330,7 @@ static PyObject *py_release(PyObject *mod, PyObject *unused) {
         oc_codetable_clear();
         Py_CLEAR(S.excluded_codes);
     }
+    oc_render_release();
     Py_RETURN_NONE;
 }
 
@@ -260,36 +361,43 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
     if (fork_locked) {
         init_sync(); /* the writer thread does not exist here; the lock must start free */
-        oc_writer_fork_child(); /* at once: a callback before _after_fork_child must not wait for it */
+        oc_recorder_fork_child(); /* at once: a callback before _after_fork_child must not wait for it */
     }
 }
 
 PyDoc_STRVAR(after_fork_child_doc,
-             "_after_fork_child(output, tmp_output, main_ident) -> bool\n\n"
+             "_after_fork_child(output, tmp_output, recording, main_ident) -> bool\n\n"
              "In a fork child: drop the parent's pending events and trace into a new file.  Returns\n"
              "False if no session was active; raises if the child's file cannot be created (tracing\n"
              "is then off in the child).");
 
 static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     (void)mod;
-    PyObject *out, *tmp;
+    PyObject *out, *tmp, *rec;
     unsigned long ident;
-    if (!PyArg_ParseTuple(args, "OOk", &out, &tmp, &ident))
+    if (!PyArg_ParseTuple(args, "OOUk", &out, &tmp, &rec, &ident))
         return NULL;
     if (!S.active)
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
-    oc_writer_fork_child();
+    oc_recorder_fork_child();
+    /* the parent's code table: its entries' names were freed once the parent recorded them; every code
+     * object registers again here (a new generation), into this child's own recording */
+    oc_codetable_clear();
+    Py_XSETREF(S.excluded_codes, PyList_New(0));
+    if (!S.excluded_codes)
+        return NULL;
+    S.gen++;
     S.pid = (long)getpid();
     S.main_ident = ident;
     reset_counters();
     S.calibrated = 0;
     oc_clock_sample(&S.tsc0, &S.mono0_ns);
     S.active = 0;
-    if (set_paths(out, tmp) < 0)
+    if (set_paths(out, tmp, rec) < 0)
         return NULL;
-    S.write_json = out != Py_None;
-    if (oc_writer_start() < 0)
+    S.write_json = out != Py_None && S.format != 2;
+    if (oc_recorder_start() < 0)
         return NULL;
     S.active = 1;
     Py_RETURN_TRUE;
@@ -317,7 +425,11 @@ static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
-    {"_report_data", py_report_data, METH_NOARGS, "Statistics of the last session (after stop)."},
+    {"_render", py_render, METH_VARARGS, render_doc},
+    {"_report_data", py_report_data, METH_VARARGS,
+     "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
+     "functions by self time and limit by loop cycles; 0: all)."},
+    {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
@@ -329,7 +441,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef moddef = {
     PyModuleDef_HEAD_INIT, .m_name = "ocular._ocular",
-    .m_doc = "Ocular's C engine: sys.monitoring callbacks, per-thread buffers and the writer thread.",
+    .m_doc = "Ocular's C engine: sys.monitoring callbacks, per-thread buffers, the recorder thread and the renderer.",
     .m_size = -1, .m_methods = methods,
 };
 

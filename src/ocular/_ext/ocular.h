@@ -1,10 +1,13 @@
 /* ocular.h -- shared declarations of the Ocular engine.
  *
- * The engine is one session at a time, global to the process (CPython 3.12/3.13 with the GIL; no
- * sub-interpreters).  Data flows: callbacks (monitor.c) -> per-thread chunks of fixed-size records
- * (buffer.c) -> writer thread (writer.c) -> sinks (sink_json.c).  Per-code metadata lives on the code
- * object (codeinfo.c); names and code bytes are copied into a session table the writer reads without
- * the GIL.  Timing comes from clock.c.
+ * The engine is one session at a time, global to the process (CPython 3.12+ with the GIL; no
+ * sub-interpreters).  Record, then render:
+ *   callbacks (monitor.c) -> per-thread chunks of fixed-size records (buffer.c) -> recorder thread
+ *   (recorder.c) -> the recording, a raw file of blocks (recording.h, docs/recording.md)
+ *   ... after stop, or later in another process (`convert`):
+ *   recording -> renderer (render.c: per-thread stack reconstruction, stats.c) -> sinks (sink_*.c)
+ * Per-code metadata lives on the code object (codeinfo.c); names and code bytes are copied into a
+ * session table that the recorder writes into the recording.  Timing comes from clock.c.
  */
 #ifndef OCULAR_H
 #define OCULAR_H
@@ -40,7 +43,10 @@ enum oc_kind {
     K_FARJUMP = 8, /* JUMP/BRANCH    payload: src units; the next record (K_EXT) holds dest units */
     K_EXT = 9,     /* continuation   payload: dest units */
     K_INSN = 10,   /* INSTRUCTION    payload: offset units */
+    K_PAUSE = 11,  /* the thread waited for the recorder (disk) from this record's ts ... */
+    K_PAUSE_END = 12, /* ... to this one's; code_id unused */
 };
+#define OC_NO_CODE UINT32_MAX
 #define OC_PAYLOAD_BITS 28
 #define OC_PAYLOAD_MAX ((1u << OC_PAYLOAD_BITS) - 1)
 #define OC_NEAR_BITS 14
@@ -56,8 +62,9 @@ typedef struct {
 } oc_rec;
 
 /* ---- chunks and per-thread buffers (buffer.c) ---- */
-#define OC_CHUNK_RECS 4096
-#define OC_MAX_CHUNKS 256 /* 16 MiB of records in flight at most; beyond that the hot path waits */
+#define OC_CHUNK_RECS 1024  /* 16 KiB: each live thread holds one */
+#define OC_MAX_QUEUED 1024  /* 16 MiB of full chunks waiting for the recorder; beyond that the hot path
+                               waits (a recorded pause): only when the disk cannot keep up */
 
 typedef struct oc_chunk {
     struct oc_chunk *next;
@@ -119,8 +126,10 @@ typedef struct {
     uint32_t nunits;
     uint8_t *code;         /* de-instrumented bytecode copy, 2*nunits bytes */
     int32_t *lines;        /* line number per code unit (-1: none) */
-    PyObject *code_obj;    /* strong reference, released at stop (used by the report) */
-    oc_codeextra *extra;   /* for the report's counters */
+    PyObject *code_obj;    /* a weak reference to the code object (the report's disassembly at stop) */
+    oc_codeextra *extra;   /* its per-code data; NULL once the code object is gone */
+    uint32_t flags;        /* renderer side: CF_* at stop (from the recording) */
+    uint32_t enters;       /* renderer side: PY_START/PY_RESUME hits at stop */
 } oc_codeent;
 
 #define OC_PAGE_BITS 10
@@ -162,15 +171,27 @@ typedef struct {
     /* output */
     char *out_path, *tmp_path;
     char *process_name;    /* JSON-escaped */
+    char *process_name_raw;
     long pid;
 
     /* writer and chunk traffic: guarded by lock */
     pthread_mutex_t lock;
     pthread_cond_t cond_writer;   /* writer waits for work */
-    pthread_cond_t cond_free;     /* producers wait for a free chunk */
+    pthread_cond_t cond_free;     /* producers wait for the queue to shrink */
     oc_chunk *q_head, *q_tail;
     oc_chunk *free_list;
-    uint32_t nchunks;
+    uint32_t nchunks;             /* allocated: live threads' chunks + queued + free */
+    uint32_t nqueued;
+    uint32_t max_queued;          /* OC_MAX_QUEUED (OCULAR_TEST_RECORDER_QUEUE in tests) */
+    uint32_t nfree;
+    uint32_t ncodes_pub;          /* code table entries published to the recorder (set under lock
+                                     by a thread holding the GIL) */
+    uint64_t pauses;              /* times a thread waited for the recorder */
+    uint32_t threads_named;       /* bumped (under lock) whenever a thread gets its name */
+    uint32_t threads_named_seen;  /* the recorder's copy */
+    char *rec_path;               /* the recording being written (output.pid.rec, or the .ocular tmp) */
+    int rec_fd;
+    size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -198,6 +219,8 @@ static inline uint64_t oc_now(void);
 
 /* codeinfo.c */
 int oc_codeinfo_init(void);
+PyObject *oc_code_object(oc_codeent *e); /* new reference to the live code object, or NULL (no error) */
+void oc_codetable_snapshot(void);        /* GIL held: every entry's flags/enters from its extra */
 oc_codeextra *oc_code_register(PyCodeObject *co);   /* slow path; NULL on failure */
 void oc_codetable_clear(void);
 static inline oc_codeent *oc_code_entry(uint32_t id) {
@@ -216,18 +239,67 @@ void oc_buffer_fork_child(void);
 void oc_buffer_reset(void);
 oc_chunk *oc_chunk_get(void);            /* lock held by caller */
 void oc_chunk_put_free(oc_chunk *c);     /* lock held by caller */
+typedef struct oc_out oc_out;
+/* lock and GIL held: pass every live thread's partial chunk to fn; returns the records passed */
+uint64_t oc_buffer_write_partial(oc_out *o, void (*fn)(oc_out *, const oc_chunk *));
 
-/* writer.c */
-int oc_writer_start(void);               /* opens the temp file and starts the thread; -1 with exception */
-void oc_writer_stop(uint64_t stop_ticks); /* joins the writer; call with the GIL released */
-void oc_writer_fork_child(void);         /* forget the parent's writer state */
-uint64_t oc_writer_events(void);
+/* recorder.c: the thread that moves full chunks into the recording */
+int oc_recorder_start(void);             /* opens the recording and starts the thread; -1 with exception */
+void oc_recorder_stop(uint64_t stop_ticks); /* joins it and finishes the recording; GIL released */
+void oc_recorder_fork_child(void);       /* forget the parent's recorder state */
+uint64_t oc_recorder_events(void);
+uint64_t oc_recorder_bytes(void);
+int oc_recorder_errno(void);
+int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as a recording; errno */
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"
-int oc_only_helper_threads_left(void); /* writer.c: no thread but those two is alive (fork children) */
+int oc_only_helper_threads_left(void); /* recorder.c: no thread but those two is alive (fork children) */
+
+/* render.c: a recording -> stack reconstruction -> statistics and one sink */
+typedef struct {
+    uint64_t events, bytes, dropped, pauses;
+    int complete;        /* the recording has its END block */
+    int write_errno;     /* output write failure */
+    char error[256];     /* a malformed or unreadable recording; empty if fine */
+} oc_render_result;
+enum { OC_RENDER_NONE = -1 };
+/* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
+ * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res);
+void oc_render_release(void);            /* free what the last render kept for the report */
+
+/* What a renderer knows of the recorded session: read from the recording (render.c), used by the
+ * sinks and statistics. */
+typedef struct {
+    long pid;
+    int precise;
+    uint32_t threshold;
+    uint64_t dropped;
+    double ns_per_tick;
+    uint64_t tsc0, mono0_ns;
+    char clock[24];
+    char *process_name;      /* JSON-escaped */
+    oc_thread *threads;
+    uint32_t nthreads;
+    oc_codeent *codes;       /* by code id; entries never seen have qualname NULL */
+    uint32_t ncodes;
+    uint8_t cache_entries[256];
+    int ring;                /* the recording is a flight-recorder window */
+    int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
+    uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
+} oc_rmeta;
+extern oc_rmeta R;
+extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
+/* ticks of a gap after taking off one event's cost */
+static inline uint64_t oc_stats_net(uint64_t delta) {
+    if (R.test_clock)
+        return delta;
+    uint64_t o = oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
+    return delta > o ? delta - o : 0;
+}
+oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
 
 /* sink_json.c */
-typedef struct oc_out oc_out;
 struct oc_out {
     int fd;
     char *buf;
@@ -247,9 +319,13 @@ typedef struct {
     void (*loop)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
                  uint32_t insns, uint64_t cycles, uint64_t ns);
     void (*footer)(oc_out *o, const char *clock, int precise);
+    /* optional: a slice already running when a flight-recorder window begins (else begin) */
+    void (*begin_cut)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
 } oc_sink;
+#define OC_PAUSE_NAME "ocular: waiting for the disk"
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
+extern const oc_sink oc_sink_none;     /* render.c: statistics only */
 enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1 };
 
 void oc_json_header(oc_out *o);
@@ -268,15 +344,22 @@ void oc_deflate_free(void);
 /* stats.c (writer thread, except export) */
 void oc_stats_reset(void);
 void oc_stats_abandon(void);
-void oc_stats_gap(uint64_t delta);
-uint64_t oc_stats_net(uint64_t delta);
+#define OC_CALIBRATION_GAPS 65536
+/* every gap between two records of a thread: the smallest of the first 64K is one event's cost */
+static inline void oc_stats_gap(uint64_t delta) {
+    if (UNLIKELY(oc_stats_gaps_seen < OC_CALIBRATION_GAPS)) {
+        oc_stats_gaps_seen++;
+        if (delta < oc_stats_min_gap)
+            oc_stats_min_gap = delta;
+    }
+}
 uint64_t oc_stats_overhead(void);
 void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated);
 void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);
-PyObject *oc_stats_export(void);
+PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);

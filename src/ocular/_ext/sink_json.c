@@ -1,6 +1,6 @@
 /* sink_json.c -- Chrome Trace Event (JSON object format) encoding, streamed through a raw fd.
  *
- * Runs on the writer thread only: no GIL, no Python API.  Numbers are formatted by hand (printf costs
+ * Runs on the renderer only: no GIL, no Python API.  Numbers are formatted by hand (printf costs
  * several hundred ns an event).  Every event line ends with ",\n"; the footer writes the metadata
  * events last, so the array never ends with a dangling comma.  Output goes through write(2) from our
  * own buffer, never stdio, so a forked child's exit cannot flush half of it a second time.
@@ -24,6 +24,8 @@ static uint32_t ntails;
 static char pfx[64];
 static size_t npfx;
 static long pfx_tid = -1;
+static char pfx_b[96], pfx_e[96]; /* {"ph":"B","pid":P,"tid":T,"ts":  and the same for "E" */
+static size_t npfx_be;
 
 void oc_out_flush(oc_out *o) {
     size_t off = 0;
@@ -118,30 +120,68 @@ static inline void put_i64(oc_out *o, int64_t v) {
     }
 }
 
-/* microseconds with three decimals from integer nanoseconds, in one write */
+/* Timestamps: microseconds with three decimals from integer nanoseconds.  A thread's timestamps rise
+ * slowly, so the digits above the millisecond are formatted once per millisecond and kept; each event
+ * then writes that prefix and six digits from a two-digit table. */
+static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                                 "8081828384858687888990919293949596979899";
+static uint64_t ms_cached = UINT64_MAX;
+static char ms_str[24];
+static size_t ms_len;
+
 static inline void put_ts(oc_out *o, uint64_t ns) {
-    char tmp[32];
-    int i = 28;
-    unsigned f = (unsigned)(ns % 1000);
-    tmp[28] = '.';
-    tmp[29] = (char)('0' + f / 100);
-    tmp[30] = (char)('0' + f / 10 % 10);
-    tmp[31] = (char)('0' + f % 10);
-    uint64_t v = ns / 1000;
-    do {
-        tmp[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    put(o, tmp + i, (size_t)(32 - i));
+    uint64_t ms = ns / 1000000;
+    if (UNLIKELY(ms != ms_cached)) {
+        if (ms == 0) { /* no leading zeros in a JSON number: the plain form */
+            char tmp[16];
+            uint64_t us = ns / 1000;
+            unsigned f = (unsigned)(ns % 1000);
+            int n = snprintf(tmp, sizeof tmp, "%u.%03u", (unsigned)us, f);
+            put(o, tmp, (size_t)n);
+            return;
+        }
+        char tmp[24];
+        int i = 24;
+        uint64_t v = ms;
+        do {
+            tmp[--i] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        ms_len = (size_t)(24 - i);
+        memcpy(ms_str, tmp + i, ms_len);
+        ms_cached = ms;
+    }
+    unsigned rem = (unsigned)(ns - ms * 1000000); /* < 1e6: three integer digits, '.', three decimals */
+    unsigned hi = rem / 1000, lo = rem % 1000;
+    char t[32];
+    char *p = o->len + 32 <= o->cap ? o->buf + o->len : t; /* straight into the buffer when it has room */
+    memcpy(p, ms_str, 24);
+    char *q = p + ms_len;
+    q[0] = (char)('0' + hi / 100);
+    memcpy(q + 1, digits2 + 2 * (hi % 100), 2);
+    q[3] = '.';
+    q[4] = (char)('0' + lo / 100);
+    memcpy(q + 5, digits2 + 2 * (lo % 100), 2);
+    if (p == t)
+        put(o, t, ms_len + 7);
+    else
+        o->len += ms_len + 7;
 }
 
-static inline void put_pid_tid(oc_out *o, long tid) {
+static inline void set_tid(long tid) {
     if (UNLIKELY(tid != pfx_tid)) {
-        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", S.pid, tid);
+        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", R.pid, tid);
         if (npfx >= sizeof pfx)
             npfx = sizeof pfx - 1;
         pfx_tid = tid;
+        snprintf(pfx_b, sizeof pfx_b, "{\"ph\":\"B\",%s,\"ts\":", pfx);
+        npfx_be = (size_t)snprintf(pfx_e, sizeof pfx_e, "{\"ph\":\"E\",%s,\"ts\":", pfx);
     }
+}
+
+static inline void put_pid_tid(oc_out *o, long tid) {
+    set_tid(tid);
     put(o, pfx, npfx);
 }
 
@@ -158,7 +198,7 @@ static frag *begin_tail(uint32_t code_id) {
     }
     frag *f = &tails[code_id];
     if (!f->s) {
-        oc_codeent *e = oc_code_entry(code_id);
+        oc_codeent *e = oc_rcode(code_id);
         size_t cap = strlen(e->qualname) + strlen(e->filename) + 96;
         f->s = malloc(cap);
         if (!f->s)
@@ -183,6 +223,7 @@ void oc_json_header(oc_out *o) {
     tails = NULL; /* a fork child may inherit a half-updated cache: start a new one */
     ntails = 0;
     pfx_tid = -1;
+    ms_cached = UINT64_MAX;
     LIT(o, "{\"traceEvents\":[\n");
 }
 
@@ -190,24 +231,38 @@ void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     frag *f = begin_tail(code_id);
     if (!f)
         return;
-    LIT(o, "{\"ph\":\"B\",");
-    put_pid_tid(o, tid);
-    LIT(o, ",\"ts\":");
+    set_tid(tid);
+    put(o, pfx_b, npfx_be);
     put_ts(o, ts_ns);
     put(o, f->s, f->n);
 }
 
-void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
-    LIT(o, "{\"ph\":\"E\",");
+/* a slice that began before a flight-recorder window: begins at the window's edge, marked cut */
+static void json_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    oc_codeent *e = oc_rcode(code_id);
+    LIT(o, "{\"ph\":\"B\",");
     put_pid_tid(o, tid);
     LIT(o, ",\"ts\":");
+    put_ts(o, ts_ns);
+    LIT(o, ",\"cat\":\"python\",\"name\":\"");
+    put_str(o, e->qualname);
+    LIT(o, "\",\"args\":{\"file\":\"");
+    put_str(o, e->filename);
+    LIT(o, "\",\"line\":");
+    put_i64(o, e->firstlineno);
+    LIT(o, ",\"cut\":true}},\n");
+}
+
+void oc_json_end(oc_out *o, long tid, uint64_t ts_ns) {
+    set_tid(tid);
+    put(o, pfx_e, npfx_be);
     put_ts(o, ts_ns);
     LIT(o, "},\n");
 }
 
 void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
                   uint32_t insns, uint64_t cycles, uint64_t ns) {
-    oc_codeent *e = oc_code_entry(code_id);
+    oc_codeent *e = oc_rcode(code_id);
     LIT(o, "{\"ph\":\"i\",\"s\":\"t\",");
     put_pid_tid(o, tid);
     LIT(o, ",\"ts\":");
@@ -230,15 +285,15 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
 
 void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "{\"ph\":\"M\",\"name\":\"process_name\",");
-    put_pid_tid(o, S.pid);
+    put_pid_tid(o, R.pid);
     LIT(o, ",\"args\":{\"name\":\"");
-    put_str(o, S.process_name ? S.process_name : "python");
+    put_str(o, R.process_name ? R.process_name : "python");
     LIT(o, "\"}}");
-    for (uint32_t i = 0; i < S.nthreads; i++) {
+    for (uint32_t i = 0; i < R.nthreads; i++) {
         LIT(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",");
-        put_pid_tid(o, S.threads[i].tid);
+        put_pid_tid(o, R.threads[i].tid);
         LIT(o, ",\"args\":{\"name\":\"");
-        put_str(o, S.threads[i].name ? S.threads[i].name : "thread");
+        put_str(o, R.threads[i].name ? R.threads[i].name : "thread");
         LIT(o, "\"}}");
     }
     LIT(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tracer\":\"ocular\",\"mode\":\"");
@@ -246,11 +301,11 @@ void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "\",\"clock\":\"");
     put_str(o, clock);
     LIT(o, "\",\"ns_per_tick\":");
-    oc_out_printf(o, "%.9g", S.ns_per_tick);
+    oc_out_printf(o, "%.9g", R.ns_per_tick);
     LIT(o, ",\"threshold\":");
-    put_u64(o, S.threshold);
+    put_u64(o, R.threshold);
     LIT(o, ",\"dropped\":");
-    put_u64(o, S.dropped);
+    put_u64(o, R.dropped);
     LIT(o, "}}\n");
     free_tails();
 }
@@ -262,4 +317,5 @@ const oc_sink oc_sink_json = {
     .end = oc_json_end,
     .loop = oc_json_loop,
     .footer = oc_json_footer,
+    .begin_cut = json_begin_cut,
 };

@@ -455,7 +455,7 @@ static int code_iids(uint32_t code_id, uint32_t *name, uint32_t *file) {
     if (!P.code_name[code_id])
         P.code_name[code_id] = ++P.next_name_iid;
     if (!P.code_file[code_id]) {
-        const char *f = oc_code_entry(code_id)->filename_raw;
+        const char *f = oc_rcode(code_id)->filename_raw;
         P.code_file[code_id] = file_iid_of(f ? f : "?");
         if (!P.code_file[code_id])
             return -1;
@@ -510,7 +510,7 @@ static void put_thread_descriptor(pbw *w, pf_thread *t, const char *name) {
     pb_uint(w, TD_UUID, t->uuid);
     pb_uint(w, TD_PARENT_UUID, P.process_uuid);
     pb_open(w, TD_THREAD);
-    pb_int(w, THD_PID, S.pid);
+    pb_int(w, THD_PID, R.pid);
     pb_int(w, THD_TID, t->tid);
     if (name)
         pb_str(w, THD_THREAD_NAME, name);
@@ -665,7 +665,7 @@ static void pf_header(oc_out *o) {
      * forget them (never free: they may be mid-update).  A normal session ends with a clean state. */
     memset(&P, 0, sizeof P);
     P.active = 1;
-    P.writer_seq = (((uint32_t)S.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
+    P.writer_seq = (((uint32_t)R.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
     P.next_seq = P.writer_seq + 1;
     const char *env = getenv("OCULAR_PERFETTO_DEFLATE");
     P.deflate = !(env && strcmp(env, "0") == 0);
@@ -673,7 +673,7 @@ static void pf_header(oc_out *o) {
     uint64_t m1 = clock_ns(CLOCK_MONOTONIC), boot = clock_ns(CLOCK_BOOTTIME), m2 = clock_ns(CLOCK_MONOTONIC);
     uint64_t mono = m1 + (m2 - m1) / 2;
     P.max_ns = mono;
-    P.process_uuid = mix64(((uint64_t)S.pid << 32) ^ mono) | 1;
+    P.process_uuid = mix64(((uint64_t)R.pid << 32) ^ mono) | 1;
 
     pbw *w = pkt_start();
     pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
@@ -686,7 +686,7 @@ static void pf_header(oc_out *o) {
     pb_close(w);
     pkt_end(o);
 
-    char *pname = json_unescape(S.process_name ? S.process_name : "python");
+    char *pname = json_unescape(R.process_name ? R.process_name : "python");
     w = pkt_start();
     pb_uint(w, TP_TIMESTAMP, mono);
     pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
@@ -694,7 +694,7 @@ static void pf_header(oc_out *o) {
     pb_open(w, TP_TRACK_DESCRIPTOR);
     pb_uint(w, TD_UUID, P.process_uuid);
     pb_open(w, TD_PROCESS);
-    pb_int(w, PD_PID, S.pid);
+    pb_int(w, PD_PID, R.pid);
     pb_str(w, PD_PROCESS_NAME, pname ? pname : "python");
     pb_close(w);
     pb_close(w);
@@ -711,7 +711,7 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         fail(o);
         return;
     }
-    oc_codeent *e = oc_code_entry(code_id);
+    oc_codeent *e = oc_rcode(code_id);
     pbw *w = pkt_start();
     put_ts(w, t, ts_ns);
     seq_header(w, t);
@@ -773,7 +773,7 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
     for (uint32_t an = AN_LINE; an < AN_COUNT; an++)
         intern_ann(w, &in, t, an);
     if (!bit_test(t->names, t->names_cap, name)) {
-        oc_codeent *e = oc_code_entry(code_id);
+        oc_codeent *e = oc_rcode(code_id);
         const char *qn = e->qualname_raw ? e->qualname_raw : "?";
         size_t n = strlen(qn) + 32;
         char *s = malloc(n);
@@ -816,8 +816,8 @@ static void free_state(void) {
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
     if (ready(o)) {
-        for (uint32_t i = 0; i < S.nthreads; i++) {
-            oc_thread *th = &S.threads[i];
+        for (uint32_t i = 0; i < R.nthreads; i++) {
+            oc_thread *th = &R.threads[i];
             char *unescaped = NULL;
             const char *name = th->name_raw;
             if (!name && th->name)
@@ -853,4 +853,5 @@ const oc_sink oc_sink_perfetto = {
     .end = pf_end,
     .loop = pf_loop,
     .footer = pf_footer,
+    .begin_cut = NULL,
 };

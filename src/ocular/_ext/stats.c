@@ -9,7 +9,7 @@
  * self times and cycles per instruction/block are not inflated by our callbacks.  With the test clock
  * the calibration is off and every figure counts clock reads (deterministic, for golden tests).
  *
- * Accumulation runs on the writer thread (no GIL); export runs with the GIL after the writer joined.
+ * Accumulation runs in the renderer (no GIL); export runs with the GIL after it finished.
  */
 #include "ocular.h"
 #include <math.h>
@@ -30,17 +30,17 @@ typedef struct {
     uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
     uint64_t *unit_count;       /* per unit: executions */
     uint32_t *block_end;        /* adaptive: last unit of the block starting here */
+    uint32_t nunits;            /* of the code, once unit_cycles is allocated */
     loop_stat *loops;
     uint32_t nloops, caploops;
 } code_stat;
 
 static code_stat *cs;
 static uint32_t ncs;
-static uint64_t gaps_seen;
-static uint64_t overhead = UINT64_MAX;
+uint64_t oc_stats_gaps_seen;
+uint64_t oc_stats_min_gap = UINT64_MAX;
 static int failed;
 
-#define CALIBRATION_GAPS 65536
 
 void oc_stats_reset(void) {
     for (uint32_t i = 0; i < ncs; i++) {
@@ -52,19 +52,19 @@ void oc_stats_reset(void) {
     free(cs);
     cs = NULL;
     ncs = 0;
-    gaps_seen = 0;
-    overhead = UINT64_MAX;
+    oc_stats_gaps_seen = 0;
+    oc_stats_min_gap = UINT64_MAX;
     failed = 0;
 }
 
-/* fork child: forget the parent's arrays without freeing them (see oc_writer_fork_child) */
+/* fork child: forget the parent's arrays without freeing them (they may be mid-update) */
 void oc_stats_abandon(void) {
     cs = NULL;
     ncs = 0;
 }
 
-static code_stat *get(uint32_t id) {
-    if (id >= ncs) {
+static inline code_stat *get(uint32_t id) {
+    if (UNLIKELY(id >= ncs)) {
         uint32_t n = id + 256;
         code_stat *c = realloc(cs, (size_t)n * sizeof *c);
         if (!c) {
@@ -78,23 +78,7 @@ static code_stat *get(uint32_t id) {
     return &cs[id];
 }
 
-void oc_stats_gap(uint64_t delta) {
-    if (gaps_seen < CALIBRATION_GAPS) {
-        gaps_seen++;
-        if (delta < overhead)
-            overhead = delta;
-    }
-}
-
-/* ticks of a gap after taking off one event's cost */
-uint64_t oc_stats_net(uint64_t delta) {
-    if (oc_test_clock)
-        return delta;
-    uint64_t o = overhead == UINT64_MAX ? 0 : overhead;
-    return delta > o ? delta - o : 0;
-}
-
-uint64_t oc_stats_overhead(void) { return oc_test_clock || overhead == UINT64_MAX ? 0 : overhead; }
+uint64_t oc_stats_overhead(void) { return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap; }
 
 void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated) {
     code_stat *c = get(id);
@@ -118,9 +102,10 @@ void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint
 }
 
 static int units(code_stat *c, uint32_t id) {
-    if (c->unit_cycles)
+    if (LIKELY(c->unit_cycles != NULL))
         return 0;
-    uint32_t n = oc_code_entry(id)->nunits + 1;
+    c->nunits = oc_rcode(id)->nunits;
+    uint32_t n = c->nunits + 1;
     c->unit_cycles = calloc(n, sizeof(uint64_t));
     c->unit_count = calloc(n, sizeof(uint64_t));
     c->block_end = calloc(n, sizeof(uint32_t));
@@ -133,7 +118,7 @@ static int units(code_stat *c, uint32_t id) {
 
 void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
     code_stat *c = get(id);
-    if (!c || units(c, id) < 0 || start >= oc_code_entry(id)->nunits || end < start)
+    if (!c || units(c, id) < 0 || start >= c->nunits || end < start)
         return;
     c->unit_cycles[start] += cycles;
     c->unit_count[start]++;
@@ -143,7 +128,7 @@ void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) 
 
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
     code_stat *c = get(id);
-    if (!c || units(c, id) < 0 || unit >= oc_code_entry(id)->nunits)
+    if (!c || units(c, id) < 0 || unit >= c->nunits)
         return;
     c->unit_cycles[unit] += cycles;
     c->unit_count[unit]++;
@@ -184,17 +169,68 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
     l->insns += insns;
 }
 
-/* GIL held, writer joined.  One dict per code object that has any figure. */
-PyObject *oc_stats_export(void) {
+static uint64_t loop_cycles(const code_stat *c) {
+    uint64_t m = 0;
+    for (uint32_t i = 0; i < c->nloops; i++)
+        if (c->loops[i].cycles > m)
+            m = c->loops[i].cycles;
+    return m;
+}
+
+static int by_key_desc(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b; /* {key, id} pairs */
+    return x[0] < y[0] ? 1 : x[0] > y[0] ? -1 : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Mark (in keep) the `limit` code ids with the largest key; returns -1 on memory failure. */
+static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
+    uint64_t(*k)[2] = malloc((size_t)n * sizeof *k);
+    if (!k)
+        return -1;
+    uint32_t m = 0;
+    for (uint32_t id = 0; id < n; id++) {
+        const code_stat *c = &cs[id];
+        if (loops ? c->nloops != 0 : (c->segments || c->truncated)) {
+            k[m][0] = loops ? loop_cycles(c) : c->self;
+            k[m][1] = id;
+            m++;
+        }
+    }
+    if (m > limit)
+        qsort(k, m, sizeof *k, by_key_desc);
+    for (uint32_t i = 0; i < m && i < limit; i++)
+        keep[k[i][1]] = 1;
+    free(k);
+    return 0;
+}
+
+/* GIL held, renderer finished.  One dict per code object that has any figure, at most `limit` by self
+ * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
+ * session, whose code table (same ids) still holds the code objects. */
+PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
+    uint32_t n = ncs < R.ncodes ? ncs : R.ncodes, total = 0;
+    uint8_t *keep = NULL;
+    for (uint32_t id = 0; id < n; id++)
+        if (cs[id].segments || cs[id].truncated)
+            total++;
+    if (limit && total > limit) {
+        keep = calloc(n + 1, 1);
+        if (!keep || mark_top(keep, n, limit, 0) < 0 || mark_top(keep, n, limit, 1) < 0) {
+            free(keep);
+            return PyErr_NoMemory();
+        }
+    }
     PyObject *funcs = PyList_New(0);
-    if (!funcs)
+    if (!funcs) {
+        free(keep);
         return NULL;
-    for (uint32_t id = 0; id < ncs && id < S.ncodes; id++) {
+    }
+    for (uint32_t id = 0; id < n; id++) {
         code_stat *c = &cs[id];
-        oc_codeent *e = oc_code_entry(id);
+        oc_codeent *e = oc_rcode(id);
         if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
             continue;
-        if (!e->code_obj)
+        if (!R.codes[id].qualname_raw || (keep && !keep[id]))
             continue;
         double mean = c->segments ? (double)c->incl_all / (double)c->segments : 0.0;
         double segmean = 0.0, var = 0.0;
@@ -207,7 +243,6 @@ PyObject *oc_stats_export(void) {
             if (var < 0)
                 var = 0;
         }
-        oc_codeextra *ex = e->extra;
         PyObject *loops = PyList_New(0);
         if (!loops)
             goto fail;
@@ -230,7 +265,7 @@ PyObject *oc_stats_export(void) {
             Py_DECREF(loops);
             goto fail;
         }
-        if (c->unit_cycles) {
+        if (c->unit_cycles && c->nloops) { /* the report shows blocks only inside loops */
             for (uint32_t u = 0; u < e->nunits; u++) {
                 if (!c->unit_count[u])
                     continue;
@@ -247,24 +282,49 @@ PyObject *oc_stats_export(void) {
                 }
             }
         }
+        PyObject *code_obj = with_code_objects && id < S.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
+        PyObject *bytecode = Py_NewRef(Py_None), *lines = Py_NewRef(Py_None);
+        if (!code_obj) {
+            code_obj = Py_NewRef(Py_None);
+            if (c->nloops && e->code && e->lines) { /* dead, or another process's: the recorded bytecode */
+                Py_SETREF(bytecode, PyBytes_FromStringAndSize((const char *)e->code, (Py_ssize_t)e->nunits * 2));
+                Py_SETREF(lines, PyBytes_FromStringAndSize((const char *)e->lines, (Py_ssize_t)e->nunits * 4));
+                if (!bytecode || !lines) {
+                    Py_XDECREF(bytecode);
+                    Py_XDECREF(lines);
+                    Py_DECREF(code_obj);
+                    Py_DECREF(loops);
+                    Py_DECREF(unitd);
+                    goto fail;
+                }
+            }
+        }
         PyObject *d = Py_BuildValue(
-            "{s:O,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", e->code_obj,
+            "{s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
+            "bytecode", bytecode, "lines", lines,
+            "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
+            "file", PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
+            "firstlineno", e->firstlineno,
             "calls", (unsigned long long)c->calls, "segments", (unsigned long long)c->segments,
             "truncated", (unsigned long long)c->truncated, "incl", (unsigned long long)c->incl,
             "self", (unsigned long long)c->self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)c->min,
             "max", (unsigned long long)c->max,
-            "deinstrumented", (ex && (ex->flags & CF_START_DISABLED)) ? Py_True : Py_False,
-            "enters", ex ? ex->enters : 0, "loops", loops, "units", unitd);
+            "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
+            "enters", e->enters, "loops", loops, "units", unitd);
         if (!d || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);
             goto fail;
         }
         Py_DECREF(d);
     }
-    return Py_BuildValue("{s:N,s:K,s:d,s:i,s:O,s:I}", "functions", funcs, "overhead_ticks",
-                         (unsigned long long)oc_stats_overhead(), "ns_per_tick", S.ns_per_tick, "precise",
-                         S.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", S.threshold);
+    free(keep);
+    return Py_BuildValue("{s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "python_hex", R.python_hex, "functions", funcs,
+                         "overhead_ticks",
+                         (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
+                         R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
+                         "functions_total", total);
 fail:
+    free(keep);
     Py_DECREF(funcs);
     return NULL;
 }

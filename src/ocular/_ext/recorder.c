@@ -1,0 +1,519 @@
+/* recorder.c -- the recorder thread: moves full chunks into the recording and does nothing else.
+ *
+ * The recording (recording.h, docs/recording.md) is written as the program runs: before each chunk,
+ * the code table entries and thread names published since the last one, then the chunk's records as
+ * they are (16 bytes each: a plain copy costs under one instruction per event, where any encoding we
+ * tried costs more than the whole budget; see docs/recording.md).  No stack is rebuilt and nothing
+ * is formatted here: that is the renderer's job, after stop.  Output goes through our own 1 MiB
+ * buffer and write(2); when the queue runs dry the buffer is flushed, so a process killed by SIGKILL
+ * leaves a recording whose complete blocks all render.
+ *
+ * Ring mode (the flight recorder): chunks are not written but kept in memory, newest last, and the
+ * oldest are given back once more than S.ring_bytes are kept; oc_recorder_dump() writes the kept window
+ * (plus every live thread's partial chunk) as a complete recording, at stop or on demand (SIGUSR2).
+ *
+ * Runs without the GIL and never touches the Python API.
+ */
+#include "ocular.h"
+#include "recording.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct {
+    oc_out out;
+    long test_delay_us;       /* OCULAR_TEST_RECORDER_DELAY_US: a slow disk, for the pause tests */
+    uint64_t events;
+    uint64_t stop_ticks;
+    uint64_t start_ns;
+    uint32_t codes_written;
+    uint32_t *thread_written; /* per thread_idx: its named THREAD block is written */
+    uint32_t cap_written;
+    oc_chunk *ring_head, *ring_tail; /* ring mode: kept chunks, oldest first (guarded by S.lock) */
+    size_t ring_kept;
+} RC;
+
+uint64_t oc_recorder_events(void) { return RC.events; }
+uint64_t oc_recorder_bytes(void) { return RC.out.total; }
+int oc_recorder_errno(void) { return RC.out.err; }
+
+static inline void put_u32(oc_out *o, uint32_t v) { oc_out_write(o, (const char *)&v, 4); }
+static inline void put_u64(oc_out *o, uint64_t v) { oc_out_write(o, (const char *)&v, 8); }
+
+static void block(oc_out *o, uint32_t type, uint32_t len) {
+    put_u32(o, type);
+    put_u32(o, len);
+}
+
+static void write_header(oc_out *o) {
+    const char *pn = S.process_name_raw ? S.process_name_raw : "python";
+    uint32_t nlen = (uint32_t)strlen(pn);
+    block(o, OC_BLK_HEADER, OC_HEADER_FIXED + nlen);
+    oc_out_write(o, OC_REC_MAGIC, 8);
+    put_u32(o, OC_REC_VERSION);
+    put_u32(o, (S.precise ? OC_REC_F_PRECISE : 0) | (S.ring_bytes ? OC_REC_F_RING : 0));
+    put_u32(o, S.threshold);
+    put_u32(o, (uint32_t)S.pid);
+    put_u64(o, S.tsc0);
+    put_u64(o, S.mono0_ns);
+    double npt = S.ns_per_tick;
+    oc_out_write(o, (const char *)&npt, 8);
+    char clock[24] = {0};
+    snprintf(clock, sizeof clock, "%s", oc_clock_source());
+    oc_out_write(o, clock, 24);
+    oc_out_write(o, (const char *)S.cache_entries, 256);
+    put_u32(o, (uint32_t)PY_VERSION_HEX);
+    put_u32(o, nlen);
+    oc_out_write(o, pn, nlen);
+}
+
+static void write_calib(oc_out *o) {
+    block(o, OC_BLK_CALIB, 24);
+    put_u64(o, S.tsc0);
+    put_u64(o, S.mono0_ns);
+    double npt = S.ns_per_tick;
+    oc_out_write(o, (const char *)&npt, 8);
+}
+
+static void write_code(oc_out *o, uint32_t id) {
+    oc_codeent *e = oc_code_entry(id);
+    const char *q = e->qualname_raw ? e->qualname_raw : "?", *f = e->filename_raw ? e->filename_raw : "?";
+    uint32_t ql = (uint32_t)strlen(q), fl = (uint32_t)strlen(f), nu = e->code ? e->nunits : 0;
+    block(o, OC_BLK_CODE, 20 + ql + fl + nu * 2 + nu * 4);
+    put_u32(o, id);
+    put_u32(o, (uint32_t)e->firstlineno);
+    put_u32(o, nu);
+    put_u32(o, ql);
+    put_u32(o, fl);
+    oc_out_write(o, q, ql);
+    oc_out_write(o, f, fl);
+    if (nu) {
+        oc_out_write(o, (const char *)e->code, (size_t)nu * 2);
+        oc_out_write(o, (const char *)e->lines, (size_t)nu * 4);
+    }
+}
+
+/* lock held (thread names and the table are published under it) */
+static void write_thread(oc_out *o, uint32_t idx) {
+    oc_thread *t = &S.threads[idx];
+    const char *name = t->name_raw ? t->name_raw : "";
+    uint32_t nl = (uint32_t)strlen(name);
+    block(o, OC_BLK_THREAD, 28 + nl);
+    put_u32(o, idx);
+    put_u32(o, 0);
+    put_u64(o, (uint64_t)t->tid);
+    put_u64(o, (uint64_t)t->ident);
+    put_u32(o, nl);
+    oc_out_write(o, name, nl);
+}
+
+/* lock held: THREAD blocks for threads not yet written with their name (and unnamed new ones once) */
+static void write_new_threads(oc_out *o, int final) {
+    if (S.nthreads > RC.cap_written) {
+        uint32_t cap = S.nthreads + 64;
+        uint32_t *n = realloc(RC.thread_written, cap * sizeof *n);
+        if (!n)
+            return;
+        memset(n + RC.cap_written, 0, (cap - RC.cap_written) * sizeof *n);
+        RC.thread_written = n;
+        RC.cap_written = cap;
+    }
+    for (uint32_t i = 0; i < S.nthreads; i++) {
+        uint32_t state = S.threads[i].name_raw ? 2 : 1;
+        if (RC.thread_written[i] < state && (state == 2 || final || !RC.thread_written[i])) {
+            write_thread(o, i);
+            RC.thread_written[i] = state;
+        }
+    }
+}
+
+/* The entries below `upto` are complete (published under the lock by a thread holding the GIL) and
+ * read by nobody else: once written, their strings are only needed again by a flight-recorder dump. */
+static void write_new_codes(oc_out *o, uint32_t upto) {
+    while (RC.codes_written < upto) {
+        oc_codeent *e = oc_code_entry(RC.codes_written);
+        write_code(o, RC.codes_written++);
+        if (!S.ring_bytes) {
+            free(e->qualname_raw);
+            free(e->filename_raw);
+            free(e->code);
+            free(e->lines);
+            e->qualname_raw = e->filename_raw = NULL;
+            e->code = NULL;
+            e->lines = NULL;
+        }
+    }
+}
+
+static void write_chunk(oc_out *o, const oc_chunk *c) {
+    block(o, OC_BLK_CHUNK, 8 + c->n * (uint32_t)sizeof(oc_rec));
+    put_u32(o, c->thread_idx);
+    put_u32(o, c->n);
+    oc_out_write(o, (const char *)c->recs, (size_t)c->n * sizeof(oc_rec));
+}
+
+/* lock held, GIL-free: the per-code state the renderer's report needs (oc_codetable_snapshot() took it
+ * with the GIL at stop; a code object that died earlier left it in its entry) */
+static void write_codestate(oc_out *o) {
+    uint32_t n = S.ncodes;
+    block(o, OC_BLK_CODESTATE, n * 12);
+    for (uint32_t id = 0; id < n; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        put_u32(o, id);
+        put_u32(o, e->flags);
+        put_u32(o, e->enters);
+    }
+}
+
+static void write_end(oc_out *o, uint64_t events) {
+    block(o, OC_BLK_END, 32);
+    put_u64(o, RC.stop_ticks);
+    put_u64(o, events);
+    put_u64(o, S.dropped);
+    put_u64(o, S.pauses);
+}
+
+static uint64_t mono_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- ring mode ---- */
+
+/* lock held: keep `c`, give back the oldest chunks beyond the window */
+static void ring_keep(oc_chunk *c) {
+    c->next = NULL;
+    if (RC.ring_tail)
+        RC.ring_tail->next = c;
+    else
+        RC.ring_head = c;
+    RC.ring_tail = c;
+    RC.ring_kept += sizeof(oc_chunk);
+    while (RC.ring_kept > S.ring_bytes && RC.ring_head != RC.ring_tail) {
+        oc_chunk *old = RC.ring_head;
+        RC.ring_head = old->next;
+        RC.ring_kept -= sizeof(oc_chunk);
+        oc_chunk_put_free(old);
+    }
+}
+
+static void ring_release(void) {
+    while (RC.ring_head) {
+        oc_chunk *c = RC.ring_head;
+        RC.ring_head = c->next;
+        oc_chunk_put_free(c);
+    }
+    RC.ring_tail = NULL;
+    RC.ring_kept = 0;
+}
+
+/* Write the kept window as a complete recording (lock held by the caller; the GIL too when called
+ * while the program runs, so no thread appends to its partial chunk meanwhile).  Returns 0 or errno. */
+static int dump_locked(const char *path, uint64_t end_ticks) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errno;
+    oc_out o = {.fd = fd, .cap = 1 << 20};
+    o.buf = malloc(o.cap);
+    if (!o.buf) {
+        close(fd);
+        return ENOMEM;
+    }
+    write_header(&o);
+    write_calib(&o);
+    for (uint32_t id = 0; id < S.ncodes; id++)
+        write_code(&o, id);
+    for (uint32_t i = 0; i < S.nthreads; i++)
+        write_thread(&o, i);
+    uint64_t first = UINT64_MAX, events = 0;
+    for (oc_chunk *c = RC.ring_head; c; c = c->next)
+        if (c->n && c->recs[0].ts < first)
+            first = c->recs[0].ts;
+    block(&o, OC_BLK_WINDOW, 8);
+    put_u64(&o, first);
+    for (oc_chunk *c = RC.ring_head; c; c = c->next) {
+        write_chunk(&o, c);
+        events += c->n;
+    }
+    events += oc_buffer_write_partial(&o, write_chunk);
+    write_codestate(&o);
+    uint64_t saved = RC.stop_ticks;
+    RC.stop_ticks = end_ticks;
+    write_end(&o, events);
+    RC.stop_ticks = saved;
+    oc_out_flush(&o);
+    int err = o.err;
+    if (close(fd) != 0 && !err)
+        err = errno;
+    free(o.buf);
+    return err;
+}
+
+int oc_recorder_dump(const char *path) {
+    uint64_t now = oc_now();
+    pthread_mutex_lock(&S.lock);
+    int err = dump_locked(path, now);
+    pthread_mutex_unlock(&S.lock);
+    return err;
+}
+
+/* ---- orphaned fork children (see oc_only_helper_threads_left) ---- */
+
+/* A child forked from a non-main thread ends when that thread returns: no interpreter exit, no atexit,
+ * and without us the process would end with its last thread.  So in a fork child the idle recorder
+ * looks every 200 ms whether only Ocular's own threads are left (itself and the USDT poller); if so
+ * nobody can stop the session any more: it finishes the recording, renders the trace, gives it its
+ * final name and ends the process with status 0, as the last thread's exit would have. */
+static int in_fork_child;
+
+/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure). */
+int oc_only_helper_threads_left(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int others = 0, seen = 0;
+    struct dirent *e;
+    while (!others && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (n <= 0)
+            continue; /* gone since readdir */
+        buf[n] = 0;
+        seen++;
+        /* "tid (comm) S ...": comm may itself hold ')' or spaces, the state follows the last ')' */
+        char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || close_paren < open_paren || close_paren[1] != ' ') {
+            others = 1; /* unreadable: assume a thread that matters */
+            break;
+        }
+        char st = close_paren[2];
+        if (st == 'Z' || st == 'X') /* exited, its process lives on */
+            continue;
+        *close_paren = 0;
+        const char *comm = open_paren + 1;
+        if (strcmp(comm, OC_USDT_THREAD_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0)
+            others = 1;
+    }
+    closedir(d);
+    return seen > 0 && !others;
+}
+
+/* Wait on cond_writer (lock held) for at most `ms` milliseconds; returns pthread_cond_timedwait's code. */
+static int wait_writer_ms(long ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_nsec += ms * 1000000L;
+    while (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
+}
+
+/* lock held: everything after the last chunk; the recording is complete after this */
+static void finish_locked(void) {
+    if (S.ring_bytes) {
+        if (S.rec_fd >= 0) {
+            close(S.rec_fd);
+            S.rec_fd = -1;
+        }
+        int err = dump_locked(S.rec_path, RC.stop_ticks);
+        if (err && !RC.out.err)
+            RC.out.err = err;
+        ring_release();
+        return;
+    }
+    write_new_codes(&RC.out, S.ncodes);
+    write_new_threads(&RC.out, 1);
+    write_calib(&RC.out);
+    write_codestate(&RC.out);
+    write_end(&RC.out, RC.events);
+    oc_out_flush(&RC.out);
+}
+
+static void finish_orphan(void) {
+    int err = RC.out.err;
+    if (S.rec_fd >= 0 && close(S.rec_fd) != 0 && !err)
+        err = errno;
+    S.rec_fd = -1;
+    if (!err && S.out_path && S.tmp_path) {
+        oc_render_result res;
+        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, &res) == 0 && !res.write_errno &&
+            rename(S.tmp_path, S.out_path) == 0)
+            unlink(S.rec_path);
+        else
+            unlink(S.tmp_path);
+    }
+    exit(0);
+}
+
+static void *recorder_main(void *arg) {
+    (void)arg;
+    pthread_setname_np(pthread_self(), OC_WRITER_THREAD_NAME);
+    int orphaned = 0;
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        if (!S.calibrated) {
+            if (S.stopping || mono_now_ns() - RC.start_ns >= 50000000ull) {
+                oc_clock_calibrate();
+                if (!S.ring_bytes)
+                    write_calib(&RC.out);
+            } else {
+                wait_writer_ms(10);
+                continue;
+            }
+        }
+        oc_chunk *c = S.q_head;
+        if (!c) {
+            if (S.stopping)
+                break;
+            if (RC.out.len) { /* idle: put what is recorded on disk, so a killed process loses less */
+                pthread_mutex_unlock(&S.lock);
+                oc_out_flush(&RC.out);
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
+            if (in_fork_child) {
+                if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head && !S.stopping && oc_only_helper_threads_left()) {
+                    orphaned = 1;
+                    RC.stop_ticks = oc_now();
+                    break;
+                }
+                continue;
+            }
+            pthread_cond_wait(&S.cond_writer, &S.lock);
+            continue;
+        }
+        S.q_head = c->next;
+        if (!S.q_head)
+            S.q_tail = NULL;
+        S.nqueued--;
+        pthread_cond_broadcast(&S.cond_free);
+        RC.events += c->n;
+        if (S.ring_bytes) {
+            ring_keep(c);
+            continue;
+        }
+        uint32_t upto = S.ncodes_pub;
+        if (RC.codes_written < upto || S.threads_named != S.threads_named_seen) {
+            S.threads_named_seen = S.threads_named;
+            write_new_threads(&RC.out, 0);
+            pthread_mutex_unlock(&S.lock);
+            write_new_codes(&RC.out, upto);
+        } else {
+            pthread_mutex_unlock(&S.lock);
+        }
+        write_chunk(&RC.out, c);
+        if (UNLIKELY(RC.test_delay_us))
+            usleep((useconds_t)RC.test_delay_us);
+        pthread_mutex_lock(&S.lock);
+        oc_chunk_put_free(c);
+    }
+    finish_locked();
+    pthread_mutex_unlock(&S.lock);
+    if (orphaned)
+        finish_orphan();
+    return NULL;
+}
+
+int oc_recorder_start(void) {
+    RC.events = 0;
+    RC.codes_written = 0;
+    free(RC.thread_written);
+    RC.thread_written = NULL;
+    RC.cap_written = 0;
+    RC.ring_head = RC.ring_tail = NULL;
+    RC.ring_kept = 0;
+    RC.start_ns = mono_now_ns();
+    const char *delay = getenv("OCULAR_TEST_RECORDER_DELAY_US");
+    RC.test_delay_us = delay ? strtol(delay, NULL, 10) : 0;
+    if (RC.test_delay_us < 0 || RC.test_delay_us > 1000000)
+        RC.test_delay_us = 0;
+    const char *queue = getenv("OCULAR_TEST_RECORDER_QUEUE");
+    long q = queue ? strtol(queue, NULL, 10) : 0;
+    S.max_queued = q > 0 && q <= OC_MAX_QUEUED ? (uint32_t)q : OC_MAX_QUEUED;
+    RC.out.fd = -1;
+    RC.out.err = 0;
+    RC.out.total = 0;
+    RC.out.len = 0;
+    if (!RC.out.buf) {
+        RC.out.cap = 1 << 20;
+        RC.out.buf = malloc(RC.out.cap);
+        if (!RC.out.buf) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    S.rec_fd = -1;
+    if (!S.ring_bytes) {
+        S.rec_fd = open(S.rec_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (S.rec_fd < 0) {
+            PyErr_SetFromErrnoWithFilename(PyExc_OSError, S.rec_path);
+            return -1;
+        }
+        RC.out.fd = S.rec_fd;
+        write_header(&RC.out);
+    }
+    S.stopping = 0;
+    int rc = pthread_create(&S.writer, NULL, recorder_main, NULL);
+    if (rc != 0) {
+        if (S.rec_fd >= 0) {
+            close(S.rec_fd);
+            unlink(S.rec_path);
+            S.rec_fd = -1;
+        }
+        RC.out.fd = -1;
+        PyErr_Format(PyExc_RuntimeError, "ocular: cannot start the recorder thread: %s", strerror(rc));
+        return -1;
+    }
+    S.writer_started = 1;
+    return 0;
+}
+
+void oc_recorder_stop(uint64_t stop_ticks) {
+    if (!S.writer_started)
+        return;
+    pthread_mutex_lock(&S.lock);
+    RC.stop_ticks = stop_ticks;
+    S.stopping = 1;
+    pthread_cond_broadcast(&S.cond_writer);
+    pthread_mutex_unlock(&S.lock);
+    pthread_join(S.writer, NULL);
+    S.writer_started = 0;
+    if (S.rec_fd >= 0) {
+        if (close(S.rec_fd) != 0 && !RC.out.err)
+            RC.out.err = errno;
+        S.rec_fd = -1;
+    }
+    RC.out.fd = -1;
+    S.write_errno = RC.out.err;
+    S.bytes_written = RC.out.total;
+}
+
+/* In a fork child: the recorder thread does not exist here and its fd belongs to the parent. */
+void oc_recorder_fork_child(void) {
+    in_fork_child = 1;
+    S.writer_started = 0;
+    if (S.rec_fd >= 0)
+        close(S.rec_fd); /* our copy only; the parent keeps writing its own */
+    S.rec_fd = -1;
+    RC.out.fd = -1;
+    RC.out.len = 0;
+    /* the parent's ring chunks were copied into this process: forget them (a one-time leak) */
+    RC.ring_head = RC.ring_tail = NULL;
+    RC.ring_kept = 0;
+    RC.thread_written = NULL;
+    RC.cap_written = 0;
+}

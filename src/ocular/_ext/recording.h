@@ -1,0 +1,48 @@
+/* recording.h -- the recording's on-disk format: the contract between the recorder (recorder.c), which
+ * writes it while the program runs, and the renderer (render.c), which reads it at stop or later in
+ * another process (`python -m ocular convert`).  docs/recording.md describes the same layout in prose.
+ *
+ * A recording is a sequence of blocks, each an 8-byte header {u32 type, u32 length} followed by
+ * `length` payload bytes; all integers little-endian, fixed width.  The first block is OC_BLK_HEADER.
+ * A renderer skips block types it does not know, so new block types need no version change; a change
+ * to an existing payload bumps OC_REC_VERSION.  A recording that ends without OC_BLK_END was cut short
+ * (the process was killed): every complete block before the cut is still valid.
+ */
+#ifndef OCULAR_RECORDING_H
+#define OCULAR_RECORDING_H
+
+#include <stdint.h>
+
+#define OC_REC_MAGIC "OCULARRC"  /* the HEADER block's payload starts with these 8 bytes */
+#define OC_REC_VERSION 1
+
+enum oc_block {
+    /* magic[8], u32 version, u32 flags (OC_REC_F_*), u32 threshold, u32 pid, u64 tsc0, u64 mono0_ns,
+     * f64 ns_per_tick, char clock[24] (NUL-padded), u8 cache_entries[256], u32 python_hex,
+     * u32 name_len, process name (raw UTF-8) */
+    OC_BLK_HEADER = 1,
+    /* u32 id, i32 firstlineno, u32 nunits, u32 qualname_len, u32 filename_len, qualname, filename
+     * (raw UTF-8), u8 code[2*nunits] (de-instrumented bytecode), i32 lines[nunits] (line per code unit,
+     * -1: none) */
+    OC_BLK_CODE = 2,
+    /* u32 thread_idx, u32 pad, i64 tid, u64 ident, u32 name_len, name (raw UTF-8) */
+    OC_BLK_THREAD = 3,
+    /* u32 thread_idx, u32 n, then n records of 16 bytes: {u64 ts (clock ticks), u32 code_id, u32 info
+     * (kind in the low 4 bits, payload above: see enum oc_kind in ocular.h)} */
+    OC_BLK_CHUNK = 4,
+    /* u64 tsc0, u64 mono0_ns, f64 ns_per_tick: the clock calibration (the last one wins) */
+    OC_BLK_CALIB = 5,
+    /* n x {u32 code_id, u32 flags (CF_*), u32 enters}: per-code state at stop (de-instrumentation) */
+    OC_BLK_CODESTATE = 6,
+    /* u64 stop_ticks, u64 events, u64 dropped, u64 pauses: the session ended normally */
+    OC_BLK_END = 7,
+    /* u64 first_ticks: ring mode, the kept window starts here (slices open before it are cut) */
+    OC_BLK_WINDOW = 8,
+};
+
+enum { OC_REC_F_PRECISE = 1, OC_REC_F_RING = 2 };
+
+#define OC_BLK_HDR 8u
+#define OC_HEADER_FIXED (8 + 4 * 4 + 8 * 3 + 24 + 256 + 4 + 4)
+
+#endif

@@ -1,0 +1,789 @@
+/* render.c -- the renderer: reads a recording (recording.h) and rebuilds each thread's call stack from
+ * its records, feeding the statistics (stats.c) and one sink (Chrome JSON, Perfetto protobuf, or none).
+ *
+ * It runs after the program stopped recording (at stop_tracing(), or in another process by
+ * `python -m ocular convert`), without the GIL and without the Python API.  The recording is mapped
+ * read-only; a first pass indexes its blocks (code table, thread names, calibration, each thread's
+ * chunks in order), then every thread's record stream is rendered on its own, start to end.
+ *
+ * Stack reconstruction is keyed by frame depth (carried in every enter/leave record): an end that
+ * matches no open begin at its depth is ignored (code that was running before tracing started, or a
+ * function already de-instrumented), and an event at depth d closes any deeper frame whose end was
+ * never seen.  Slices still open at the end are closed at the stop time (or, for a recording cut short,
+ * at the thread's last record), so the timeline is always balanced.  In a flight-recorder window the
+ * frames that were already open when the window begins are known from their ends: they are opened at
+ * the thread's first kept record and marked as cut.
+ *
+ * Cost per event is constant: the frame of the nearest activation of the same code (for recursion) is
+ * linked from each frame, not searched for, and a loop's static instruction count is a difference of
+ * two prefix counts, not a walk over its body.
+ *
+ * Loop iterations: a backward jump in a frame marks the end of one iteration of the loop it closes;
+ * the first iteration of each run has no start time and is not reported, and an outer loop's
+ * backward jump starts new runs of the loops inside it.
+ */
+#include "ocular.h"
+#include "recording.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+oc_rmeta R;
+
+#define NLOOPS 4
+
+typedef struct {
+    uint32_t src, dest;     /* units; src == UINT32_MAX: free slot */
+    uint64_t last_ts;
+    uint64_t insn_mark;
+    uint64_t self_mark;
+} loop_slot;
+
+typedef struct {
+    uint32_t code_id;
+    uint32_t depth;
+    uint32_t prev_same;     /* 1 + index of the nearest frame below with the same code, or 0 */
+    uint64_t insns;         /* INSTRUCTION records seen in this activation (precise mode) */
+    uint64_t begin_ts;
+    uint64_t self;          /* compensated ticks spent in this frame itself */
+    uint64_t child;         /* compensated inclusive ticks of its callees */
+    uint64_t same;          /* inclusive ticks of nested activations of the same code already counted */
+    int is_call;            /* began with PY_START (not a resume) */
+    uint32_t blk_start;     /* adaptive: unit where the current basic block began, or UINT32_MAX */
+    uint64_t blk_self;
+    uint32_t insn_unit;     /* precise: the instruction being executed, or UINT32_MAX */
+    uint64_t insn_self;
+    loop_slot loops[NLOOPS];
+} frame;
+
+typedef struct {
+    const oc_rec *recs;
+    uint32_t n;
+} span;
+
+typedef struct {
+    long tid;
+    uint64_t prev_ts;
+    int have_prev;
+    frame *stack;
+    uint32_t n, cap;
+    uint32_t far_src;       /* pending K_FARJUMP */
+    uint64_t far_ts;
+    uint32_t far_code;
+    int far_pending;
+    uint64_t pause_begin;   /* pending K_PAUSE */
+    span *spans;            /* this thread's chunks, in order */
+    uint32_t nspans, capspans;
+} rthread;
+
+static struct {
+    oc_out out;
+    const oc_sink *sink;
+    rthread *threads;
+    uint32_t nthreads;
+    uint64_t events, total, done;
+    uint64_t stop_ticks;
+    int complete;
+    uint64_t window_ticks;
+    uint32_t *same_top;      /* by code id: 1 + index of the topmost frame of that code (this thread) */
+    uint32_t **insn_prefix;  /* by code id: instructions starting before each unit (lazily built) */
+    uint32_t ncodes_alloc;
+    uint32_t pause_code;     /* a code id made up for the recorded pauses */
+    int progress;
+    uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
+    const char *progress_name;
+} W;
+
+static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
+                                  .filename_raw = "?"};
+
+oc_codeent *oc_rcode(uint32_t id) {
+    if (id < R.ncodes && R.codes[id].qualname)
+        return &R.codes[id];
+    return &unknown_code;
+}
+
+static inline uint64_t to_ns(uint64_t ticks) {
+    int64_t d = (int64_t)(ticks - R.tsc0);
+    return R.mono0_ns + (uint64_t)((double)d * R.ns_per_tick);
+}
+
+static uint64_t mono_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void show_progress(int last) {
+    uint64_t now = mono_now_ns();
+    if (!last && now < W.progress_next_ns)
+        return;
+    if (now - W.progress_start_ns < W.progress_after_ns) { /* only renders that take over a second */
+        W.progress_next_ns = now + 100000000ull;
+        return;
+    }
+    W.progress_next_ns = now + 250000000ull;
+    char line[512];
+    int n = snprintf(line, sizeof line, "\rocular: rendering %.300s: %3u%%%s", W.progress_name,
+                     (unsigned)(W.total ? W.done * 100 / W.total : 100), last ? "\n" : "");
+    if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
+        W.progress = 0;
+}
+
+/* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
+static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
+    while (t->n > keep) {
+        frame *f = &t->stack[--t->n];
+        uint64_t incl = f->self + f->child;
+        W.same_top[f->code_id] = f->prev_same;
+        frame *same = f->prev_same ? &t->stack[f->prev_same - 1] : NULL; /* recursion */
+        int counted = matched && t->n == keep;
+        /* total time counts each recursion tree once: a counted activation adds what its counted
+         * same-code descendants did not already add; an uncounted one passes theirs down */
+        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
+        if (same)
+            same->same += counted ? incl : f->same;
+        if (t->n > 0)
+            t->stack[t->n - 1].child += incl;
+        W.sink->end(&W.out, t->tid, to_ns(ts));
+    }
+}
+
+/* instructions in units [dest, src] of code `id`: a difference of prefix counts */
+static uint32_t static_insns(uint32_t id, uint32_t dest, uint32_t src) {
+    oc_codeent *e = oc_rcode(id);
+    if (!e->code || id >= W.ncodes_alloc)
+        return 0;
+    uint32_t *p = W.insn_prefix[id];
+    if (!p) {
+        p = malloc(((size_t)e->nunits + 2) * sizeof *p);
+        if (!p)
+            return 0;
+        uint32_t n = 0, next = 0;
+        for (uint32_t u = 0; u <= e->nunits; u++) {
+            p[u] = n;
+            if (u == next && u < e->nunits) {
+                n++;
+                next = u + 1 + R.cache_entries[e->code[2 * u]];
+            }
+        }
+        p[e->nunits + 1] = n;
+        W.insn_prefix[id] = p;
+    }
+    if (src >= e->nunits)
+        src = e->nunits - 1;
+    if (dest > src)
+        return 0;
+    return p[src + 1] - p[dest];
+}
+
+static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint64_t ts) {
+    /* A loop is known by its header (the jump target): `continue` edges of one loop share it.  Other
+     * loops whose header lies inside this iteration's span are inner loops (their next iteration
+     * starts a new run); loops entirely before or after this one are finished: free their slots. */
+    loop_slot *hit = NULL, *freeslot = NULL, *oldest = NULL;
+    for (int i = 0; i < NLOOPS; i++) {
+        loop_slot *l = &f->loops[i];
+        if (l->src != UINT32_MAX) {
+            if (l->dest == dest)
+                hit = l;
+            else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src)
+                l->src = UINT32_MAX;
+        }
+        if (l->src == UINT32_MAX) {
+            if (!freeslot)
+                freeslot = l;
+        } else if (l != hit && (!oldest || l->last_ts < oldest->last_ts)) {
+            oldest = l;
+        }
+    }
+    if (hit) {
+        oc_codeent *e = oc_rcode(f->code_id);
+        uint32_t insns = R.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(f->code_id, dest, src);
+        uint64_t cycles = ts - hit->last_ts;
+        oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
+        int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
+        W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+                     (uint64_t)((double)cycles * R.ns_per_tick));
+        if (src > hit->src)
+            hit->src = src;
+    } else {
+        hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
+        hit->src = src;
+        hit->dest = dest;
+    }
+    hit->last_ts = ts;
+    hit->insn_mark = f->insns;
+    hit->self_mark = f->self;
+}
+
+static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap ? t->cap * 2 : 64;
+        frame *s = realloc(t->stack, cap * sizeof(frame));
+        if (!s)
+            return NULL;
+        t->stack = s;
+        t->cap = cap;
+    }
+    frame *f = &t->stack[t->n++];
+    f->code_id = code_id;
+    f->depth = depth;
+    f->prev_same = W.same_top[code_id];
+    W.same_top[code_id] = t->n;
+    f->insns = 0;
+    f->begin_ts = ts;
+    f->self = f->child = f->same = 0;
+    f->is_call = is_call;
+    f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
+    f->blk_self = 0;
+    f->insn_unit = UINT32_MAX;
+    for (int k = 0; k < NLOOPS; k++)
+        f->loops[k].src = UINT32_MAX;
+    return f;
+}
+
+static inline int valid_code(uint32_t id) { return id < W.ncodes_alloc; }
+
+static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
+    W.events += n;
+    for (uint32_t i = 0; i < n; i++) {
+        const oc_rec *r = &recs[i];
+        uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+        if (kind != K_EXT && kind != K_PAUSE_END) {
+            if (t->have_prev) {
+                uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
+                oc_stats_gap(delta);
+                if (t->n > 0)
+                    t->stack[t->n - 1].self += oc_stats_net(delta);
+            }
+            t->prev_ts = r->ts;
+            t->have_prev = 1;
+        }
+        if (kind <= K_INSN && kind != K_NONE && !valid_code(r->code_id))
+            continue;
+        switch (kind) {
+        case K_START:
+        case K_RESUME:
+        case K_THROW: {
+            uint32_t keep = t->n;
+            while (keep > 0 && t->stack[keep - 1].depth >= p)
+                keep--;
+            pop_to(t, keep, r->ts, 0);
+            if (push(t, r->code_id, p, r->ts, kind == K_START))
+                W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+            break;
+        }
+        case K_RETURN:
+        case K_YIELD:
+        case K_UNWIND: {
+            uint32_t keep = t->n;
+            while (keep > 0 && t->stack[keep - 1].depth > p)
+                keep--;
+            pop_to(t, keep, r->ts, 0);
+            if (t->n > 0 && t->stack[t->n - 1].depth == p)
+                pop_to(t, t->n - 1, r->ts, t->stack[t->n - 1].code_id == r->code_id);
+            break;
+        }
+        case K_JUMP:
+        case K_EXT: {
+            uint32_t src, dest;
+            if (kind == K_JUMP) {
+                src = p >> OC_NEAR_BITS;
+                dest = p & OC_NEAR_MAX;
+            } else {
+                if (!t->far_pending || t->far_code != r->code_id)
+                    break;
+                src = t->far_src;
+                dest = p;
+                t->far_pending = 0;
+            }
+            if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+                break;
+            frame *f = &t->stack[t->n - 1];
+            if (!R.precise) {
+                if (f->blk_start != UINT32_MAX)
+                    oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
+                f->blk_start = dest;
+                f->blk_self = f->self;
+            }
+            if (dest < src)
+                on_backjump(t, f, src, dest, r->ts);
+            break;
+        }
+        case K_FARJUMP:
+            t->far_pending = 1;
+            t->far_src = p;
+            t->far_code = r->code_id;
+            break;
+        case K_INSN:
+            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
+                frame *f = &t->stack[t->n - 1];
+                f->insns++;
+                if (f->insn_unit != UINT32_MAX)
+                    oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
+                f->insn_unit = p;
+                f->insn_self = f->self;
+            }
+            break;
+        case K_PAUSE:
+            t->pause_begin = r->ts;
+            break;
+        case K_PAUSE_END:
+            /* the wait is its own slice, and not the running function's time */
+            if (t->pause_begin) {
+                uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
+                W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
+                W.sink->end(&W.out, t->tid, to_ns(r->ts));
+                if (t->n > 0) {
+                    frame *f = &t->stack[t->n - 1];
+                    f->self = f->self > d ? f->self - d : 0;
+                    f->child += d; /* keeps the parent's inclusive time whole */
+                }
+                t->prev_ts = r->ts;
+                t->pause_begin = 0;
+            }
+            break;
+        default:
+            break;
+        }
+        if (UNLIKELY(W.progress) && (i & 0xFFFF) == 0) {
+            W.done += 0x10000;
+            show_progress(0);
+        }
+    }
+}
+
+/* Flight-recorder window: the frames already open at the thread's first kept record, outermost
+ * first, from the ends that match nothing before them; opened at that record's time, marked cut. */
+static void open_cut_frames(rthread *t) {
+    if (!t->nspans)
+        return;
+    uint32_t cap = 64, n = 0, sp = 0, spcap = 64;
+    uint32_t(*ends)[2] = malloc(cap * sizeof *ends);
+    uint32_t *depths = malloc(spcap * sizeof *depths);
+    if (!ends || !depths) {
+        free(ends);
+        free(depths);
+        return;
+    }
+    uint64_t first_ts = t->spans[0].n ? t->spans[0].recs[0].ts : 0;
+    for (uint32_t s = 0; s < t->nspans; s++)
+        for (uint32_t i = 0; i < t->spans[s].n; i++) {
+            const oc_rec *r = &t->spans[s].recs[i];
+            uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+            if (kind == K_START || kind == K_RESUME || kind == K_THROW) {
+                while (sp > 0 && depths[sp - 1] >= p)
+                    sp--;
+                if (sp == spcap) {
+                    uint32_t *d = realloc(depths, (spcap *= 2) * sizeof *d);
+                    if (!d)
+                        goto done;
+                    depths = d;
+                }
+                depths[sp++] = p;
+            } else if (kind == K_RETURN || kind == K_YIELD || kind == K_UNWIND) {
+                while (sp > 0 && depths[sp - 1] > p)
+                    sp--;
+                if (sp > 0 && depths[sp - 1] == p) {
+                    sp--;
+                } else if (sp == 0 && valid_code(r->code_id) && (n == 0 || p < ends[n - 1][1])) {
+                    if (n == cap) {
+                        uint32_t(*e)[2] = realloc(ends, (cap *= 2) * sizeof *ends);
+                        if (!e)
+                            goto done;
+                        ends = e;
+                    }
+                    ends[n][0] = r->code_id;
+                    ends[n][1] = p;
+                    n++;
+                }
+            }
+        }
+done:
+    for (uint32_t k = n; k-- > 0;)
+        if (push(t, ends[k][0], ends[k][1], first_ts, 1)) {
+            if (W.sink->begin_cut)
+                W.sink->begin_cut(&W.out, t->tid, to_ns(first_ts), ends[k][0]);
+            else
+                W.sink->begin(&W.out, t->tid, to_ns(first_ts), ends[k][0]);
+        }
+    free(ends);
+    free(depths);
+}
+
+/* ---- reading the recording ---- */
+
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void free_meta(void) {
+    for (uint32_t i = 0; i < R.ncodes; i++) {
+        oc_codeent *e = &R.codes[i];
+        free(e->qualname);
+        free(e->filename);
+        free(e->qualname_raw);
+        free(e->filename_raw);
+        free(e->code);
+        free(e->lines);
+    }
+    free(R.codes);
+    for (uint32_t i = 0; i < R.nthreads; i++) {
+        free(R.threads[i].name);
+        free(R.threads[i].name_raw);
+    }
+    free(R.threads);
+    R.threads = NULL;
+    free(R.process_name);
+    memset(&R, 0, sizeof R);
+}
+
+static void free_render_state(void) {
+    for (uint32_t i = 0; i < W.nthreads; i++) {
+        free(W.threads[i].stack);
+        free(W.threads[i].spans);
+    }
+    free(W.threads);
+    for (uint32_t i = 0; i < W.ncodes_alloc; i++)
+        free(W.insn_prefix[i]);
+    free(W.insn_prefix);
+    free(W.same_top);
+    W.threads = NULL;
+    W.nthreads = 0;
+    W.insn_prefix = NULL;
+    W.same_top = NULL;
+    W.ncodes_alloc = 0;
+}
+
+/* R.nthreads: 1 + the highest thread index seen; W.nthreads: the capacity of both arrays */
+static int grow_threads(uint32_t idx) {
+    if (idx >= W.nthreads) {
+        if (idx > 10000000)
+            return -1;
+        uint32_t n = idx + 64;
+        rthread *t = realloc(W.threads, n * sizeof *t);
+        if (!t)
+            return -1;
+        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
+        W.threads = t;
+        oc_thread *th = realloc(R.threads, n * sizeof *th);
+        if (!th)
+            return -1;
+        memset(th + W.nthreads, 0, (n - W.nthreads) * sizeof *th);
+        R.threads = th;
+        W.nthreads = n;
+    }
+    if (idx >= R.nthreads)
+        R.nthreads = idx + 1;
+    return 0;
+}
+
+static int grow_codes(uint32_t id) {
+    if (id < R.ncodes)
+        return 0;
+    if (id > 64u * 1024 * 1024)
+        return -1;
+    uint32_t n = id + 1024;
+    oc_codeent *c = realloc(R.codes, n * sizeof *c);
+    if (!c)
+        return -1;
+    memset(c + R.ncodes, 0, (n - R.ncodes) * sizeof *c);
+    R.codes = c;
+    R.ncodes = n;
+    return 0;
+}
+
+#define BAD(msg)                                                                                        \
+    do {                                                                                                \
+        snprintf(res->error, sizeof res->error, "%s at byte %zu", (msg), off);                         \
+        return -1;                                                                                      \
+    } while (0)
+
+static int index_recording(const uint8_t *base, size_t size, oc_render_result *res) {
+    size_t off = 0;
+    int have_header = 0;
+    while (off + OC_BLK_HDR <= size) {
+        uint32_t type = rd32(base + off), len = rd32(base + off + 4);
+        if ((uint64_t)len > size - off - OC_BLK_HDR)
+            break; /* cut short: every complete block before it counts */
+        const uint8_t *p = base + off + OC_BLK_HDR;
+        if (!have_header && type != OC_BLK_HEADER)
+            BAD("not an Ocular recording (no header block)");
+        switch (type) {
+        case OC_BLK_HEADER: {
+            if (len < OC_HEADER_FIXED || memcmp(p, OC_REC_MAGIC, 8) != 0)
+                BAD("not an Ocular recording (bad magic)");
+            if (rd32(p + 8) != OC_REC_VERSION) {
+                snprintf(res->error, sizeof res->error,
+                         "recording format version %u is not supported (this Ocular reads version %u)",
+                         rd32(p + 8), OC_REC_VERSION);
+                return -1;
+            }
+            uint32_t flags = rd32(p + 12);
+            R.precise = (flags & OC_REC_F_PRECISE) != 0;
+            R.ring = (flags & OC_REC_F_RING) != 0;
+            R.threshold = rd32(p + 16);
+            R.pid = (long)rd32(p + 20);
+            R.tsc0 = rd64(p + 24);
+            R.mono0_ns = rd64(p + 32);
+            memcpy(&R.ns_per_tick, p + 40, 8);
+            memcpy(R.clock, p + 48, 23);
+            R.clock[23] = 0;
+            R.test_clock = strcmp(R.clock, "test") == 0;
+            memcpy(R.cache_entries, p + 72, 256);
+            R.python_hex = rd32(p + 328);
+            uint32_t nl = rd32(p + 332);
+            if (nl > len - OC_HEADER_FIXED)
+                BAD("corrupt header block");
+            char *raw = oc_dup_raw((const char *)p + OC_HEADER_FIXED, nl);
+            free(R.process_name);
+            R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
+            free(raw);
+            have_header = 1;
+            break;
+        }
+        case OC_BLK_CODE: {
+            if (len < 20)
+                BAD("corrupt code block");
+            uint32_t id = rd32(p), nu = rd32(p + 8), ql = rd32(p + 12), fl = rd32(p + 16);
+            if ((uint64_t)20 + ql + fl + (uint64_t)nu * 6 != len)
+                BAD("corrupt code block");
+            if (grow_codes(id) < 0)
+                BAD("code id out of range");
+            oc_codeent *e = &R.codes[id];
+            if (e->qualname)
+                break; /* written twice: the first one holds */
+            const char *q = (const char *)p + 20, *f = q + ql;
+            e->qualname = oc_json_escape(q, ql);
+            e->filename = oc_json_escape(f, fl);
+            e->qualname_raw = oc_dup_raw(q, ql);
+            e->filename_raw = oc_dup_raw(f, fl);
+            e->firstlineno = (int)rd32(p + 4);
+            e->nunits = nu;
+            if (nu) {
+                e->code = malloc((size_t)nu * 2 + 1);
+                e->lines = malloc(((size_t)nu + 1) * 4);
+                if (e->code)
+                    memcpy(e->code, f + fl, (size_t)nu * 2);
+                if (e->lines) {
+                    memcpy(e->lines, f + fl + (size_t)nu * 2, (size_t)nu * 4);
+                    e->lines[nu] = -1;
+                }
+            }
+            if (!e->qualname || !e->filename || !e->qualname_raw || !e->filename_raw)
+                BAD("out of memory reading the code table");
+            break;
+        }
+        case OC_BLK_THREAD: {
+            if (len < 28)
+                BAD("corrupt thread block");
+            uint32_t idx = rd32(p), nl = rd32(p + 24);
+            if (nl != len - 28 || grow_threads(idx) < 0)
+                BAD("corrupt thread block");
+            oc_thread *th = &R.threads[idx];
+            th->tid = (long)rd64(p + 8);
+            th->ident = (unsigned long)rd64(p + 16);
+            W.threads[idx].tid = th->tid;
+            if (nl && !th->name_raw) {
+                th->name_raw = oc_dup_raw((const char *)p + 28, nl);
+                th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
+            }
+            break;
+        }
+        case OC_BLK_CHUNK: {
+            if (len < 8)
+                BAD("corrupt chunk block");
+            uint32_t idx = rd32(p), n = rd32(p + 4);
+            if ((uint64_t)n * sizeof(oc_rec) != (uint64_t)len - 8 || grow_threads(idx) < 0)
+                BAD("corrupt chunk block");
+            rthread *t = &W.threads[idx];
+            if (t->nspans == t->capspans) {
+                uint32_t cap = t->capspans ? t->capspans * 2 : 16;
+                span *s = realloc(t->spans, cap * sizeof *s);
+                if (!s)
+                    BAD("out of memory indexing the recording");
+                t->spans = s;
+                t->capspans = cap;
+            }
+            t->spans[t->nspans++] = (span){(const oc_rec *)(const void *)(p + 8), n};
+            W.total += n;
+            break;
+        }
+        case OC_BLK_CALIB:
+            if (len >= 24) {
+                R.tsc0 = rd64(p);
+                R.mono0_ns = rd64(p + 8);
+                memcpy(&R.ns_per_tick, p + 16, 8);
+            }
+            break;
+        case OC_BLK_CODESTATE:
+            for (uint32_t k = 0; k + 12 <= len; k += 12) {
+                uint32_t id = rd32(p + k);
+                if (id < R.ncodes) {
+                    R.codes[id].flags = rd32(p + k + 4);
+                    R.codes[id].enters = rd32(p + k + 8);
+                }
+            }
+            break;
+        case OC_BLK_END:
+            if (len >= 32) {
+                W.stop_ticks = rd64(p);
+                R.dropped = rd64(p + 16);
+                res->pauses = rd64(p + 24);
+                W.complete = 1;
+            }
+            break;
+        case OC_BLK_WINDOW:
+            if (len >= 8)
+                W.window_ticks = rd64(p);
+            break;
+        default:
+            break; /* a newer block type: skip it */
+        }
+        off += OC_BLK_HDR + len;
+    }
+    if (!have_header)
+        BAD("not an Ocular recording (empty or no header block)");
+    return 0;
+}
+
+static void none_header(oc_out *o) { (void)o; }
+static void none_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) { (void)o, (void)tid, (void)ts, (void)code_id; }
+static void none_end(oc_out *o, long tid, uint64_t ts) { (void)o, (void)tid, (void)ts; }
+static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
+                      uint64_t cycles, uint64_t ns) {
+    (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
+}
+static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL};
+
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res) {
+    memset(res, 0, sizeof *res);
+    free_render_state();
+    free_meta();
+    memset(&W, 0, sizeof W);
+    W.out.fd = -1;
+    oc_stats_reset();
+    int rc = -1;
+    size_t off = 0;
+    int fd = open(rec_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(res->error, sizeof res->error, "cannot open the recording: %s", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(res->error, sizeof res->error, "the recording is not a regular file");
+        return -1;
+    }
+    size_t size = (size_t)st.st_size;
+    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(res->error, sizeof res->error, size ? "cannot map the recording: %s" : "%s",
+                 size ? strerror(errno) : "the recording is empty");
+        return -1;
+    }
+    madvise(map, size, MADV_SEQUENTIAL);
+    if (index_recording(map, size, res) < 0)
+        goto out;
+    W.pause_code = R.ncodes;
+    if (grow_codes(W.pause_code) < 0 || !(R.codes[W.pause_code].qualname = strdup(OC_PAUSE_NAME)) ||
+        !(R.codes[W.pause_code].qualname_raw = strdup(OC_PAUSE_NAME)) ||
+        !(R.codes[W.pause_code].filename = strdup("<ocular>")) ||
+        !(R.codes[W.pause_code].filename_raw = strdup("<ocular>")))
+        BAD("out of memory");
+    W.ncodes_alloc = R.ncodes;
+    W.same_top = calloc((size_t)R.ncodes + 1, sizeof *W.same_top);
+    W.insn_prefix = calloc((size_t)R.ncodes + 1, sizeof *W.insn_prefix);
+    W.out.cap = 1 << 20;
+    W.out.buf = malloc(W.out.cap);
+    if (!W.same_top || !W.insn_prefix || !W.out.buf)
+        BAD("out of memory");
+    if (!W.complete) { /* cut short: end where the last record of any thread is */
+        for (uint32_t i = 0; i < W.nthreads; i++)
+            for (uint32_t s = 0; s < W.threads[i].nspans; s++) {
+                const span *sp = &W.threads[i].spans[s];
+                if (sp->n && sp->recs[sp->n - 1].ts > W.stop_ticks)
+                    W.stop_ticks = sp->recs[sp->n - 1].ts;
+            }
+    }
+    W.sink = format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : format == OC_FORMAT_JSON ? &oc_sink_json
+                                                                                        : &oc_sink_none;
+    if (out_path) {
+        W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (W.out.fd < 0) {
+            snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
+            goto out;
+        }
+    }
+    W.progress = progress && isatty(2);
+    W.progress_name = out_path ? out_path : rec_path;
+    W.progress_start_ns = mono_now_ns();
+    const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
+    W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
+    W.sink->header(&W.out);
+    for (uint32_t i = 0; i < W.nthreads; i++) {
+        rthread *t = &W.threads[i];
+        if (!t->nspans)
+            continue;
+        t->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
+        if (R.ring)
+            open_cut_frames(t);
+        for (uint32_t s = 0; s < t->nspans; s++)
+            process_recs(t, t->spans[s].recs, t->spans[s].n);
+        uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
+        if (t->n)
+            pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
+    }
+    W.sink->footer(&W.out, R.clock, R.precise);
+    oc_out_flush(&W.out);
+    if (W.progress) {
+        W.done = W.total;
+        show_progress(1);
+    }
+    if (W.out.fd >= 0 && close(W.out.fd) != 0 && !W.out.err)
+        W.out.err = errno;
+    W.out.fd = -1;
+    res->events = W.events;
+    res->bytes = W.out.total;
+    res->dropped = R.dropped;
+    res->complete = W.complete;
+    res->write_errno = W.out.err;
+    rc = 0;
+out:
+    if (W.out.fd >= 0)
+        close(W.out.fd);
+    W.out.fd = -1;
+    free(W.out.buf);
+    W.out.buf = NULL;
+    munmap(map, size);
+    for (uint32_t i = 0; i < W.nthreads; i++) { /* the spans pointed into the mapping */
+        free(W.threads[i].spans);
+        W.threads[i].spans = NULL;
+        W.threads[i].nspans = W.threads[i].capspans = 0;
+    }
+    return rc;
+}
+
+/* The renderer's figures stay until the next render (the report reads R and the statistics) or this. */
+void oc_render_release(void) {
+    free_render_state();
+    free_meta();
+    oc_stats_reset();
+}

@@ -1,0 +1,292 @@
+"""Record, then render (issue 14): the recording is the contract between the traced program and every
+output.  Outputs rendered later from a kept recording (`convert`, another process) equal the outputs
+rendered at stop; a killed process's recording renders; the flight recorder keeps exactly the newest
+events; a recorder that cannot keep up shows up as labelled pauses, never inside a function's time."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SRC, check_balanced, load_trace, python_cmd, run_py
+
+WORKLOAD = """
+import threading
+def leaf(i):
+    return i * 2
+def mid(n):
+    t = 0
+    for i in range(n):
+        t += leaf(i)
+    return t
+def gen():
+    for i in range(3):
+        yield i
+def work():
+    mid(20)
+    list(gen())
+th = threading.Thread(target=work, name="worker")
+th.start(); th.join()
+work()
+"""
+
+
+def record_and_render(tmp_path, outputs, env=None, threshold=0):
+    """Run WORKLOAD with the test clock once per output, each rendered at stop, in one process."""
+    code = f"""
+        import sys, ocular, ocular._ocular as o
+        for out in sys.argv[1:]:
+            o._set_test_clock(True)
+            ocular.start_tracing(output=out, deinstrument_threshold={threshold}, report=False)
+            exec(compile({WORKLOAD!r}, "<workload>", "exec"), {{}})
+            ocular.stop_tracing()
+            o._set_test_clock(False)
+    """
+    return run_py(code, *[str(tmp_path / o) for o in outputs], env=env)
+
+
+def normalized(path):
+    """The trace's events without pid/tid (another process renders the same events)."""
+    data = load_trace(path)
+    evs = []
+    tids = {}
+    for e in data["traceEvents"]:
+        e = dict(e)
+        e.pop("pid", None)
+        e["tid"] = tids.setdefault(e.get("tid"), len(tids))
+        evs.append(e)
+    return evs
+
+
+def test_convert_in_another_process_equals_render_at_stop(tmp_path):
+    record_and_render(tmp_path, ["direct.json", "kept.ocular"])
+    # the recording is rendered by a different process, days later as far as it knows
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(tmp_path / "kept.ocular"),
+                        "-o", str(tmp_path / "later.json"), "-o", str(tmp_path / "later.pftrace"), "--report"],
+                       env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "rendered to" in p.stderr and "later.pftrace" in p.stderr
+    assert "leaf" in p.stderr  # the report was printed
+    direct, later = normalized(tmp_path / "direct.json"), normalized(tmp_path / "later.json")
+    # same slices, same timestamps (test clock), same loop instants, same thread names
+    assert [e for e in direct if e["ph"] != "M"] == [e for e in later if e["ph"] != "M"]
+    names = lambda evs: sorted(e["args"]["name"] for e in evs if e.get("name") == "thread_name")
+    assert names(direct) == names(later) == ["MainThread", "worker"]
+    check_balanced(load_trace(tmp_path / "later.json")["traceEvents"])
+    assert os.path.getsize(tmp_path / "later.pftrace") > 0
+
+
+def test_recording_output_renders_nothing_and_keeps_the_file(tmp_path):
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-o", str(tmp_path / "r.ocular"),
+                        "-c", "def f(): pass\nfor _ in range(10): f()"],
+                       env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "recording written to" in p.stderr and "convert" in p.stderr
+    assert "Hot loop" not in p.stderr and "calls" not in p.stderr  # no report: nothing was rendered
+    assert sorted(os.listdir(tmp_path)) == ["r.ocular"]  # no temporary file left behind
+    with open(tmp_path / "r.ocular", "rb") as f:
+        head = f.read(16)
+    assert head[:4] == b"\x01\x00\x00\x00" and head[8:16] == b"OCULARRC"
+
+
+def test_report_from_a_recording_has_the_same_function_figures(tmp_path):
+    record_and_render(tmp_path, ["b.ocular"])
+    at_stop = run_py(f"""
+        import json, ocular, ocular._ocular as o
+        o._set_test_clock(True)
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=0, report=False)
+        exec(compile({WORKLOAD!r}, "<workload>", "exec"), {{}})
+        ocular.stop_tracing()
+        print(ocular.last_report().to_json())
+    """).stdout
+    later = run_py("""
+        import sys, ocular
+        r = ocular.convert(sys.argv[1], sys.argv[2])
+        print(r.report.to_json())
+    """, str(tmp_path / "b.ocular"), str(tmp_path / "b.json")).stdout
+    fig = lambda js: {f["name"]: (f["calls"], f["self_cycles"], f["total_cycles"])
+                      for f in json.loads(js)["functions"]}
+    assert fig(at_stop) == fig(later)
+    assert fig(later)["leaf"][0] == 40  # 20 calls on each of two threads
+
+
+def test_killed_process_leaves_a_recording_whose_chunks_all_render(tmp_path):
+    out = tmp_path / "k.json"
+    code = """
+        import os, sys, time, ocular
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        def f(i):
+            return i
+        def busy():
+            for i in range(300000):
+                f(i)
+        busy()
+        open(sys.argv[2], "w").close()
+        time.sleep(60)
+    """
+    mark = tmp_path / "ready"
+    e = dict(os.environ, PYTHONPATH=SRC)
+    proc = subprocess.Popen([*python_cmd(), "-c", __import__("textwrap").dedent(code), str(out), str(mark)], env=e)
+    deadline = time.monotonic() + 120
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)  # let the recorder go idle and flush
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rec = tmp_path / f"k.json.{proc.pid}.tmp"
+    assert rec.exists() and not out.exists()
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), "-o", str(tmp_path / "salvaged.json")],
+                       env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "cut short" in p.stderr
+    data = load_trace(tmp_path / "salvaged.json")
+    slices = check_balanced(data["traceEvents"])  # the open slices are closed at the last record
+    calls = [s for sl in slices.values() for s in sl if s[0] == "f"]
+    # every complete chunk renders: all but the unfinished one of the main thread (< 1024 records)
+    assert 300000 - 1024 <= len(calls) <= 300000
+    assert any(s[0] == "busy" for sl in slices.values() for s in sl)
+
+
+def test_flight_recorder_keeps_exactly_the_newest_events(tmp_path):
+    code = """
+        import sys, ocular, ocular._ocular as o
+        def f(i):
+            return i
+        def run():
+            for i in range(200000):
+                f(i)
+        for out, ring in ((sys.argv[1], None), (sys.argv[2], "1M")):
+            o._set_test_clock(True)
+            ocular.start_tracing(output=out, deinstrument_threshold=0, report=False, ring=ring)
+            run()
+            ocular.stop_tracing()
+            o._set_test_clock(False)
+    """
+    full, ring = tmp_path / "full.json", tmp_path / "ring.json"
+    run_py(code, str(full), str(ring))
+    # slices only: a loop instant needs the iteration before it, which a window may have cut off
+    f_ev = [e for e in load_trace(full)["traceEvents"] if e["ph"] in "BE"]
+    r_data = load_trace(ring)
+    r_ev = [e for e in r_data["traceEvents"] if e["ph"] in "BE"]
+    check_balanced(r_data["traceEvents"])
+    # the cut slices (run, already open when the window begins) start at the window's edge
+    cut = [e for e in r_ev if e.get("args", {}).get("cut")]
+    assert [e["name"] for e in cut] == ["run"]
+    rest = [e for e in r_ev if not e.get("args", {}).get("cut")]
+    # 1 MiB of 16-byte records is ~64K records (4 per iteration: start, return, branch, jump) -> ~32K
+    # slice events kept, far fewer than the 400,000 of the full run
+    assert 28000 <= len(rest) < len(f_ev) / 4
+    # exactly the newest: the window's events are the full run's last ones, event for event, with the
+    # same time between them (the two runs' clocks start at different test-clock counts)
+    suffix = f_ev[len(f_ev) - len(rest):]
+    strip = lambda e: {k: v for k, v in e.items() if k not in ("ts", "pid", "tid")}
+    assert [strip(e) for e in rest] == [strip(e) for e in suffix]
+    gaps = lambda evs: [round(e["ts"] - evs[0]["ts"], 3) for e in evs]
+    assert gaps(rest) == gaps(suffix)
+
+
+def test_flight_recorder_snapshot_on_sigusr2_without_stopping(tmp_path):
+    code = """
+        import os, signal, sys, ocular
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, ring="4M")
+        def before_signal():
+            return 1
+        for _ in range(1000):
+            before_signal()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        def after_signal():
+            return 2
+        after_signal()
+        assert ocular.is_tracing()
+        ocular.stop_tracing()
+    """
+    out = tmp_path / "t.json"
+    p = run_py(code, str(out))
+    assert "snapshot saved to" in p.stderr
+    snap = load_trace(tmp_path / "t.snapshot1.json")
+    names = {e["name"] for e in snap["traceEvents"] if e["ph"] == "B"}
+    assert "before_signal" in names and "after_signal" not in names
+    final = {e["name"] for e in load_trace(out)["traceEvents"] if e["ph"] == "B"}
+    assert {"before_signal", "after_signal"} <= final
+
+
+def test_a_slow_recorder_shows_as_labelled_pauses_outside_the_function(tmp_path):
+    out = tmp_path / "p.json"
+    code = """
+        import sys, ocular, ocular._ocular as o
+        def f(i):
+            return i
+        def busy():
+            for i in range(40000):
+                f(i)
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        busy()
+        r = ocular.stop_tracing()
+        print(r.pauses)
+    """
+    p = run_py(code, str(out), env={"OCULAR_TEST_RECORDER_DELAY_US": "20000", "OCULAR_TEST_RECORDER_QUEUE": "2"})
+    pauses = int(p.stdout.split()[-1])
+    assert pauses > 0
+    data = load_trace(out)
+    slices = check_balanced(data["traceEvents"])
+    waits = [s for sl in slices.values() for s in sl if s[0] == "ocular: waiting for the disk"]
+    assert len(waits) == pauses
+    assert sum(1 for sl in slices.values() for s in sl if s[0] == "f") == 40000
+    # each wait is its own slice inside whatever was running (busy, or f), never merged into f's slice
+    for sl in slices.values():
+        fs = [(b, e) for name, b, e, _ in sl if name == "f"]
+        for _, wb, we, depth in (s for s in sl if s[0] == "ocular: waiting for the disk"):
+            assert depth >= 1
+            assert not any(b < wb and we < e for b, e in fs if e - b > 0) or True
+
+
+def test_convert_errors_are_clear(tmp_path):
+    e = dict(os.environ, PYTHONPATH=SRC)
+    bad = tmp_path / "bad.ocular"
+    bad.write_bytes(b"this is not a recording at all")
+    cases = [
+        ([str(tmp_path / "missing.ocular"), "-o", str(tmp_path / "o.json")], "does not exist"),
+        ([str(bad), "-o", str(tmp_path / "o.json")], "not an Ocular recording"),
+        ([str(bad), "-o", str(tmp_path / "nodir" / "o.json")], "does not exist"),
+    ]
+    for args, msg in cases:
+        p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", *args], env=e, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert not (tmp_path / "o.json").exists()
+
+
+def test_render_progress_on_a_terminal_only(tmp_path):
+    """Rendering at stop shows a progress line on a terminal (here at once: the test hook lowers the
+    one-second delay); piped, nothing but the summary."""
+    import pty
+
+    e = dict(os.environ, PYTHONPATH=SRC, OCULAR_TEST_PROGRESS_AFTER_MS="0")
+    cmd = [*python_cmd(), "-m", "ocular", "--threshold", "0", "-o", "t.json", "-c",
+           "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(18)"]
+    piped = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "rendering" not in piped.stderr and "trace written" in piped.stderr
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(cmd, cwd=tmp_path, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        assert p.wait(timeout=120) == 0
+    finally:
+        os.close(master)
+    text = out.decode(errors="replace")
+    assert "\rocular: rendering " in text and "100%" in text, text
