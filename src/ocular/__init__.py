@@ -123,7 +123,7 @@ def _regular_output(output, path):
     trace replaces the file the link points to; the link stays), and an existing file that is not a
     regular file (a device such as /dev/null, a FIFO, a socket) is refused with ValueError, since the
     trace is renamed over the output at the end and would replace it."""
-    real = os.path.realpath(path)
+    real = os.path.realpath(path) if os.path.islink(path) else path  # only the last component is renamed over
     try:
         st = os.stat(real)
     except FileNotFoundError:
