@@ -1,6 +1,21 @@
-"""Shared test helpers: run Python snippets in a subprocess with Ocular importable, load and check traces."""
+"""Shared test helpers: run Python snippets in a subprocess with Ocular importable, load and check traces,
+and the watchdog that turns a hung test program into native backtraces in the log.
+
+Which Ocular the tests use: the source tree (``src/``, with the extension built in place: ``make test``),
+a copy of it (``OCULAR_TEST_SRC``: ``make test-asan``), or the package installed from the wheel
+(``OCULAR_TEST_INSTALLED=1``: ``make test-installed``; nothing from ``src/`` is put on any path then,
+and the session refuses to start if ``import ocular`` finds the source tree).
+
+Watchdog: every wait for a child process (``subprocess.run``/``Popen.communicate``/``Popen.wait``, in any
+test) has a timeout -- the one the test gives, else ``OCULAR_TEST_TIMEOUT`` seconds (default 600) -- and
+when it expires, before the test kills the child and fails, gdb prints the native backtraces of every
+thread of the child and of all its descendants (``gdb -p PID -batch -ex "thread apply all bt"``).  A test
+that runs traced code in its own process is watched too: after ``OCULAR_TEST_TIMEOUT_TEST`` seconds
+(default 1800) the backtraces of the pytest process (and its children) are printed and it exits.
+"""
 
 import collections
+import contextlib
 import json
 import os
 import shlex
@@ -10,10 +25,98 @@ import textwrap
 
 import pytest
 
+from watchdog import native_backtraces
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INSTALLED = os.environ.get("OCULAR_TEST_INSTALLED") == "1"
+
+
+def _installed_root():
+    """The directory that holds the installed `ocular` package (site-packages), checked not to be src/."""
+    import ocular
+
+    pkg = os.path.dirname(os.path.abspath(ocular.__file__))
+    if os.path.commonpath([pkg, ROOT]) == ROOT and not os.path.relpath(pkg, ROOT).startswith(("build", ".venv")):
+        raise RuntimeError(f"OCULAR_TEST_INSTALLED=1 but `import ocular` found the source tree: {pkg}")
+    return os.path.dirname(pkg)
+
+
 # the directory holding the `ocular` package the subprocesses import; `make test-asan` points it at a copy
-# of the package built with the sanitizers
-SRC = os.environ.get("OCULAR_TEST_SRC") or os.path.join(ROOT, "src")
+# of the package built with the sanitizers; `make test-installed` at the installed package's site-packages
+SRC = os.environ.get("OCULAR_TEST_SRC") or (_installed_root() if INSTALLED else os.path.join(ROOT, "src"))
+
+# ---------------------------------------------------------------- watchdog ----
+TIMEOUT = float(os.environ.get("OCULAR_TEST_TIMEOUT") or 600)
+TEST_TIMEOUT = float(os.environ.get("OCULAR_TEST_TIMEOUT_TEST") or 1800)
+_real_wait = subprocess.Popen.wait
+_real_communicate = subprocess.Popen.communicate
+
+
+def _dump_once(proc, timeout):
+    if not getattr(proc, "_ocular_dumped", False) and proc.poll() is None:
+        proc._ocular_dumped = True
+        native_backtraces(proc.pid, f"{proc.args!r:.300} still running after {timeout:g} s")
+
+
+def _watched_wait(self, timeout=None):
+    t = TIMEOUT if timeout is None else timeout
+    try:
+        return _real_wait(self, timeout=t)
+    except subprocess.TimeoutExpired:
+        if t >= 1 and not getattr(self, "_ocular_communicating", False):  # a short poll is not a hang
+            _dump_once(self, t)
+        raise
+
+
+def _watched_communicate(self, input=None, timeout=None):
+    t = TIMEOUT if timeout is None else timeout
+    self._ocular_communicating = True
+    try:
+        return _real_communicate(self, input=input, timeout=t)
+    except subprocess.TimeoutExpired:
+        if t >= 1:
+            _dump_once(self, t)
+        raise
+    finally:
+        self._ocular_communicating = False
+
+
+def pytest_configure(config):
+    subprocess.Popen.wait = _watched_wait
+    subprocess.Popen.communicate = _watched_communicate
+
+
+def pytest_unconfigure(config):
+    subprocess.Popen.wait = _real_wait
+    subprocess.Popen.communicate = _real_communicate
+
+
+_watcher = None  # the watchdog process of this pytest process (tests/watchdog.py)
+
+
+@pytest.fixture(autouse=True)
+def _test_watchdog(request):
+    """A test running longer than TEST_TIMEOUT (e.g. traced code hung in this process): the watchdog
+    process prints the native backtraces of this process and its children, then aborts it."""
+    global _watcher
+    if _watcher is None or _watcher.poll() is not None:
+        # started with pytest's capture off: its output goes to the real stderr (the log), not into
+        # the output captured for one test
+        capman = request.config.pluginmanager.getplugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            _watcher = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "watchdog.py"),
+                                         str(os.getpid())], stdin=subprocess.PIPE, close_fds=True)
+    try:
+        _watcher.stdin.write(f"{TEST_TIMEOUT} {request.node.nodeid}\n".encode())
+        _watcher.stdin.flush()
+    except OSError:
+        pass
+    yield
+    try:
+        _watcher.stdin.write(b"0\n")
+        _watcher.stdin.flush()
+    except OSError:
+        pass
 
 
 def python_cmd():

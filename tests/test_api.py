@@ -601,3 +601,38 @@ def test_cli_help():
     assert p.returncode == 0
     assert "--threshold" in p.stdout
     assert "--mode" in p.stdout
+
+
+THREADS_AFTER_MAIN = """\
+import threading, time
+
+go = threading.Event()
+def late_call(i):
+    return i
+
+def worker():
+    go.wait()
+    for i in range(200):
+        late_call(i)
+    open("worker.out", "w").write("done")
+
+for _ in range(2):
+    threading.Thread(target=worker).start()  # non-daemon: the interpreter waits for them at exit
+threading.Timer(0.2, go.set).start()
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "-c", "-m"])
+def test_cli_waits_for_non_daemon_threads_before_stopping(tmp_path, how):
+    """The main module returns while two non-daemon threads still have 200 calls each to make: the CLI
+    joins them as the interpreter does at exit (threading._shutdown) before stopping, so all 400 calls
+    are in the trace, as they are with the API (whose atexit stop runs after that join)."""
+    (tmp_path / "late.py").write_text(THREADS_AFTER_MAIN)
+    out = tmp_path / "t.json"
+    prog = {"script": ["late.py"], "-c": ["-c", THREADS_AFTER_MAIN], "-m": ["-m", "late"]}[how]
+    p = run_cli("--threshold", "0", "--no-report", "-o", str(out), *prog, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "worker.out").read_text() == "done"
+    ev = load_trace(str(out))["traceEvents"]
+    check_balanced(ev)
+    assert names(ev).count("late_call") == 400, names(ev).count("late_call")

@@ -537,3 +537,94 @@ print(json.dumps({{"events": res["events"], "dropped": res["dropped"]}}))
     assert count["f"] == 3 * 56000 and count["main"] == 1
     assert len([e for e in events if e["ph"] == "i"]) == 56000 - 1
     assert leftovers(str(tmp_path)) == []
+
+
+SIGTERM_IN_C = """
+import itertools, signal, time
+def warm(n):
+    return n
+for i in range(3000):  # enough events that the writer gets whole chunks before the child is killed
+    warm(i)
+start()
+for i in range(3000):
+    warm(i)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    for i in range(6000):
+        warm(i)
+    tmp = ocular._tmp_name(ocular._child_output(OUT, os.getpid()))
+    while b"warm" not in open(tmp, "rb").read():  # until the writer has written what it was handed
+        time.sleep(0.01)
+    os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else b"0")
+    sum(itertools.repeat(1, 10 ** 15))  # busy in C: no Python code runs until the process ends
+    os._exit(0)
+os.close(w)
+print("child SIGTERM disposition default:", os.read(r, 1) == b"1", flush=True)
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)  # blocks until the child is gone (the test's timeout catches a hang)
+print("child died of SIGTERM:", os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, flush=True)
+stop()
+print("CHILD", pid)
+"""
+
+
+def test_fork_child_busy_in_c_dies_of_sigterm_and_its_trace_is_salvaged(tmp_path, trace_path):
+    """Ocular installs no signal handler in a forked child: the child keeps SIGTERM's default action and
+    dies of it at once even while busy in C code (a Python-level handler would wait for the C call to
+    return, forever here).  Its unfinished trace is left as a .tmp that merge salvages."""
+    out, err = run_ok(SIGTERM_IN_C, trace_path)
+    assert "child SIGTERM disposition default: True" in out, out + err
+    assert "child died of SIGTERM: True" in out, out + err
+    child = int(out.split("CHILD")[1])
+    check_balanced(load_trace(trace_path)["traceEvents"])
+    left = glob.glob(str(tmp_path / f"trace.{child}.json.{child}.tmp"))
+    assert left, os.listdir(tmp_path)
+    merged = str(tmp_path / "merged.json")
+    p = subprocess.run([sys.executable, "-m", "ocular", "merge", left[0], "-o", merged],
+                       env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "incomplete" in p.stderr, p.stderr
+    ev = load_trace(merged)["traceEvents"]
+    check_balanced(ev)
+    assert "warm" in names(ev), "the child's events handed to the writer before SIGTERM are salvaged"
+
+
+POOL_TERMINATE = """
+import itertools, multiprocessing, sys
+def busy(_):
+    sum(itertools.repeat(1, 10 ** 15))  # busy in C
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as m:
+        pass
+    pool = ctx.Pool(2)
+    started = ctx.Event()
+    res = pool.map_async(busy, range(2))
+    import time
+    while not all(p.pid for p in pool._pool):
+        time.sleep(0.01)
+    time.sleep(0.2)
+    pool.terminate()  # SIGTERM to each worker, then joins them
+    print("workers exit codes:", sorted(p.exitcode for p in pool._pool), flush=True)
+"""
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
+    """multiprocessing.Pool.terminate() kills fork workers busy in C code with SIGTERM and joins them:
+    it returns, traced as untraced (it hung for good when Ocular caught SIGTERM in the workers)."""
+    prog = tmp_path / "pool.py"
+    prog.write_text(POOL_TERMINATE)
+    cmd = [sys.executable] + (["-m", "ocular", "--no-report", "-q", "-o", str(tmp_path / "t.json")] if traced else [])
+    p = subprocess.Popen(cmd + [str(prog)], env=dict(os.environ, PYTHONPATH=SRC), cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 0, err
+    assert f"workers exit codes: [{-signal.SIGTERM}, {-signal.SIGTERM}]" in out, out + err

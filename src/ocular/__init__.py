@@ -18,15 +18,19 @@ Fork: a child process forked while tracing keeps tracing into its own file, name
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
 not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
-wraps ``os._exit`` in the child so the child's trace is saved first, and, if the child's SIGTERM does the
-default, saves the trace on SIGTERM before dying of it (``multiprocessing.Pool`` ends its workers so).
+wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular installs no signal handler
+in the child: killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) it dies exactly as it
+would untraced, and leaves its recording as ``<output>.<pid>.tmp``, which ``python -m ocular convert``
+renders and ``merge`` salvages.
 """
 
 import atexit
 import contextlib
 import dis
+import errno
 import opcode
 import os
+import stat
 import sys
 import threading
 import warnings
@@ -46,6 +50,10 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # tool_id= gets 0-2.  (5 is named OPTIMIZER_ID but no CPython tool uses it.)
 _TOOL_PREFERENCE = (3, 4, 5)
 _TOOL_NAME = "ocular"
+
+# The real sys.monitoring, captured at import: a program may replace the attribute (``sys.monitoring =
+# something``) or delete it, and Ocular must still be able to stop, save and start again.
+_mon = sys.monitoring
 
 _session = None  # the running session's settings, or None
 _last_report = None
@@ -68,7 +76,7 @@ class TraceResult(dict):
 
 
 def _events_for(mode):
-    ev = sys.monitoring.events
+    ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
     names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
     if mode == "precise":
@@ -110,6 +118,48 @@ def _check_patterns(name, value):
     return tuple(value)
 
 
+def _file_kind(mode):
+    for test, kind in ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISLNK, "symbolic link"), (stat.S_ISDIR, "directory")):
+        if test(mode):
+            return kind
+    return "special file"
+
+
+def _regular_output(output, path):
+    """The file a trace (or merge) written to ``path`` really lands in: symbolic links are followed (the
+    trace replaces the file the link points to; the link stays), and an existing file that is not a
+    regular file (a device such as /dev/null, a FIFO, a socket) is refused with ValueError, since the
+    trace is renamed over the output at the end and would replace it."""
+    real = os.path.realpath(path) if os.path.islink(path) else path  # only the last component is renamed over
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        return real
+    except OSError as exc:  # a symlink loop, a component that is not a directory, ...
+        raise OSError(exc.errno, f"ocular: cannot use the output {output!r}: {exc.strerror}", output) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"output {output!r} is a directory; give a file name such as {output}/trace.json")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"output {output!r} is a {_file_kind(st.st_mode)}, not a regular file: Ocular writes "
+                         f"the trace to a temporary file and renames it over the output, which would replace "
+                         f"it (to record without writing a trace: perfetto=False, or --no-trace-file)")
+    return real
+
+
+def _install(tmp, out):
+    """Rename the finished trace ``tmp`` over ``out`` unless ``out`` has become something other than a
+    regular file meanwhile (then the trace stays in ``tmp`` and OSError says so)."""
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EEXIST, f"ocular: {out!r} became a {_file_kind(mode)} while tracing and was not "
+                                    f"replaced; the trace is in {tmp!r}", out)
+    os.replace(tmp, out)
+
+
 def _check_output(output):
     if isinstance(output, os.PathLike):
         output = os.fspath(output)
@@ -117,9 +167,7 @@ def _check_output(output):
         raise TypeError(f"output must be a path (str or os.PathLike), not {type(output).__name__}")
     if not output:
         raise ValueError("output must not be empty")
-    path = os.path.abspath(output)
-    if os.path.isdir(path):
-        raise ValueError(f"output {output!r} is a directory; give a file name such as {output}/trace.json")
+    path = _regular_output(output, os.path.abspath(output))
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
@@ -156,14 +204,14 @@ def _child_output(path, pid):
 def _tool_holders():
     out = []
     for i in range(6):
-        name = sys.monitoring.get_tool(i)
+        name = _mon.get_tool(i)
         if name is not None:
             out.append(f"{i}={name!r}")
     return ", ".join(out)
 
 
 def _acquire_tool(tool_id):
-    mon = sys.monitoring
+    mon = _mon
     if tool_id is not None:
         holder = mon.get_tool(tool_id)
         if holder is not None:
@@ -186,23 +234,46 @@ def _acquire_tool(tool_id):
     )
 
 
+def _callback_events(callbacks):
+    """The sys.monitoring events our callbacks are registered for (3.14: BRANCH is BRANCH_LEFT/RIGHT)."""
+    out = []
+    for name in callbacks:
+        if name == "BRANCH" and hasattr(_mon.events, "BRANCH_LEFT"):
+            out += [_mon.events.BRANCH_LEFT, _mon.events.BRANCH_RIGHT]
+        else:
+            out.append(getattr(_mon.events, name))
+    return out
+
+
 def _release_tool(tool_id, callbacks):
-    mon = sys.monitoring
-    if mon.get_tool(tool_id) != _TOOL_NAME:
-        return  # not ours any more: never free an id we do not hold
+    """Clear our events and callbacks and free our id.  Another tool may have freed our id meanwhile
+    (3.12/3.13's free_tool_id leaves the events and callbacks in place, so ours would go on firing):
+    the id is taken back for a moment to clear them.  If another tool holds the id now, only our own
+    callbacks are taken out (its events and callbacks are left alone) and the id stays its own."""
+    mon = _mon
+    holder = mon.get_tool(tool_id)
+    if holder is not None and holder != _TOOL_NAME:
+        ours = {id(cb) for cb in callbacks.values()}
+        for ev in _callback_events(callbacks):
+            old = mon.register_callback(tool_id, ev, None)
+            if old is not None and id(old) not in ours:
+                mon.register_callback(tool_id, ev, old)  # not ours: put it back
+        return
+    if holder is None:
+        mon.use_tool_id(tool_id, _TOOL_NAME)
     if hasattr(mon, "clear_tool_id"):
         # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
         # our id) and unregisters every callback
         mon.clear_tool_id(tool_id)
     else:  # 3.12/3.13: free_tool_id leaves events and callbacks in place
         mon.set_events(tool_id, 0)
-        for name in callbacks:
-            mon.register_callback(tool_id, getattr(mon.events, name), None)
+        for ev in _callback_events(callbacks):
+            mon.register_callback(tool_id, ev, None)
     mon.free_tool_id(tool_id)
 
 
 def _register(tool_id, mode, callbacks):
-    mon = sys.monitoring
+    mon = _mon
     mask = 0
     for name in _events_for(mode):
         cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
@@ -296,7 +367,9 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     exclude / include_only: list or tuple of file-name patterns; a pattern with ``*?[`` is matched with
         fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
         excluded.
-    output: path of the trace file (its directory must exist and be writable).
+    output: path of the trace file (its directory must exist and be writable); a symbolic link is
+        followed (the file it points to is replaced, the link stays); a device, FIFO or socket is
+        refused with ValueError.
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
@@ -360,7 +433,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         rec = _recording_name(path)
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
-            _PACKAGE_DIR, _cache_entries(), _process_name(), sys.monitoring.DISABLE, threading.main_thread().ident,
+            _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
             _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code,
         )
     except BaseException:
@@ -400,30 +473,19 @@ def stop_tracing():
     partial file is removed, never left under the final name).  Internal failures of the engine (for
     instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
-    global _session, _stopping
     if _session is None:
         raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
-    _stopping += 1
-    try:
-        return _stop()
-    finally:
-        _stopping -= 1
-        if _term_pending and not _stopping:  # a SIGTERM came while we were saving: die of it now
-            import signal
-
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-_stopping = 0        # stop_tracing() calls in progress
-_term_pending = False  # a SIGTERM (default action) arrived during one of them
+    return _stop()
 
 
 def _stop():
     global _session, _last_report
     s = _session
     _session = None
-    _release_tool(s["tool_id"], s["callbacks"])
+    try:
+        _release_tool(s["tool_id"], s["callbacks"])
+    except Exception as exc:  # stop the engine and save the trace whatever happened to sys.monitoring
+        print(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}", file=sys.stderr)
     figures = _ocular._stop()
     try:
         from ._report import _settle
@@ -450,7 +512,7 @@ def _stop():
                           f"ocular: writing the recording {rec!r} failed ({os.strerror(figures['write_errno'])})",
                           out or rec)
         if fmt == "recording":
-            os.replace(rec, out)
+            _install(rec, out)
             rec = None
             result["bytes"] = os.path.getsize(out)
         else:
@@ -472,7 +534,7 @@ def _stop():
                     raise OSError(rendered["write_errno"],
                                   f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
                                   f"nothing was left under {out!r}", out)
-                os.replace(tmp, out)
+                _install(tmp, out)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
         if figures["internal_error"]:
@@ -687,8 +749,7 @@ def _after_fork_child():
         return
     if ok:
         _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
-        _wrap_os_exit()
-        _save_on_sigterm()
+        _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
 
 
 _real_os_exit = os._exit
@@ -721,36 +782,6 @@ def _quiet_fork_warning():
     fork.__doc__ = _real_os_fork.__doc__
     fork._ocular = True
     os.fork = fork
-
-
-def _save_on_sigterm():
-    """In a forked child whose SIGTERM does the default (die), save the trace first and then die the
-    same way (multiprocessing.Pool terminates its fork workers with SIGTERM)."""
-    import signal
-
-    try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-    except ValueError:  # not the main thread
-        return
-
-    def _on_term(signum, frame):
-        global _term_pending
-        if _stopping:  # the trace is being saved (os._exit's wrapper): finish that, then die
-            _term_pending = True
-            return
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if _session is not None and _session["pid"] == os.getpid():
-            try:
-                stop_tracing()
-            except Exception as exc:
-                print(f"ocular: {exc}", file=sys.stderr)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    try:
-        signal.signal(signal.SIGTERM, _on_term)
-    except ValueError:
-        pass
 
 
 def _wrap_os_exit():

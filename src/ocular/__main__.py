@@ -72,7 +72,8 @@ def build_parser():
                    help="do not trace files matching PATTERN; repeatable")
     p.add_argument("-o", "--output", action="append", default=None, metavar="PATH",
                    help="output file, its format from its suffix (see below); repeatable: the program is "
-                        "recorded once and rendered into each (default: ocular_trace.json)")
+                        "recorded once and rendered into each; a regular file or a new name (a symlink is "
+                        "followed; a device, FIFO or socket is refused) (default: ocular_trace.json)")
     p.add_argument("--thread-roots", action="store_true",
                    help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
@@ -311,6 +312,21 @@ def attach_main(argv):
         parser.exit(2, f"ocular: {exc}\n")
 
 
+def _join_threads():
+    """Wait for the program's non-daemon threads as the interpreter does at exit, before atexit handlers
+    (``threading._shutdown``: threading's own atexit calls, then a join of every non-daemon thread), so
+    the calls those threads make after the main module returned are traced.  The interpreter's own call
+    at exit then finds the work done.  ^C during the wait is reported and ignored, as Python does."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        threading._shutdown()
+    except BaseException as exc:  # KeyboardInterrupt: Python prints it as ignored and goes on exiting
+        print(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def main(argv=None):
     import ocular
 
@@ -424,6 +440,7 @@ def main(argv=None):
         traceback.print_exc()
         status = 1
     finally:
+        _join_threads()
         program.restore()
         if ocular.is_tracing():
             try:

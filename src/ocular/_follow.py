@@ -62,10 +62,9 @@ def boot():
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False)
-    # as in forked children: save before os._exit, and on a SIGTERM that would kill the process
-    # (multiprocessing ends spawn workers so; ocular passes its own SIGTERM to the program)
+    # as in forked children: save before os._exit.  No signal handler: a process killed by a signal dies
+    # as it would untraced and leaves its unfinished part (a .tmp), which the merge salvages.
     ocular._wrap_os_exit()
-    ocular._save_on_sigterm()
     if cfg.get("usdt"):
         import ocular.usdt
 

@@ -14,7 +14,8 @@ other tools (object or array form) are accepted too.
 
 Native Perfetto protobuf: a trace is a sequence of ``TracePacket``s (field 1 of ``Trace``), and Ocular
 gives every process its own range of packet-sequence ids, so the merged trace is the concatenation of
-the inputs' packets; a torn last packet is dropped.  Inputs and output must be of the same format.
+the inputs' packets; a torn last packet is dropped and the slices left open by an unfinished trace are
+closed (an end at the last time stamp of each thread's sequence).  Inputs and output must be of the same format.
 
 The output is written under a temporary name and renamed when complete.  On a terminal, merging more
 than a few megabytes shows its progress.
@@ -330,9 +331,101 @@ def _varint(buf, pos, end):
     return None, pos
 
 
+def zlib_error():
+    import zlib
+
+    return zlib.error
+
+
+def _fields(buf, pos, end):
+    """(field number, wire type, value) of a protobuf message: value is an int for varints, a
+    (start, end) range for length-delimited fields, None for fixed-size ones (skipped)."""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        if key is None:
+            raise ValueError("truncated key")
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+            if value is None:
+                raise ValueError("truncated varint")
+        elif wire == 2:
+            n, pos = _varint(buf, pos, end)
+            if n is None or pos + n > end:
+                raise ValueError("truncated field")
+            value = (pos, pos + n)
+            pos += n
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            value = None
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield field, wire, value
+
+
+_TP_SEQUENCE_ID, _TP_TRACK_EVENT, _TP_COMPRESSED = 10, 11, 50
+_TE_TYPE, _SLICE_BEGIN, _SLICE_END = 9, 1, 2
+
+
+def _count_slices(buf, start, end, depth):
+    """Follow one TracePacket (buf[start:end]) into depth {sequence id: open slices}; compressed
+    batches (zlib, as Ocular writes them) are expanded and followed packet by packet."""
+    seq = kind = None
+    for field, wire, value in _fields(buf, start, end):
+        if field == _TP_SEQUENCE_ID and wire == 0:
+            seq = value
+        elif field == _TP_TRACK_EVENT and wire == 2:
+            for f2, w2, v2 in _fields(buf, *value):
+                if f2 == _TE_TYPE and w2 == 0:
+                    kind = v2
+        elif field == _TP_COMPRESSED and wire == 2:
+            import zlib
+
+            inner = zlib.decompress(bytes(buf[value[0]:value[1]]))
+            for f2, w2, v2 in _fields(inner, 0, len(inner)):
+                if f2 == 1 and w2 == 2:
+                    _count_slices(inner, v2[0], v2[1], depth)
+    if seq is not None and kind in (_SLICE_BEGIN, _SLICE_END):
+        d = depth.get(seq, 0) + (1 if kind == _SLICE_BEGIN else -1)
+        depth[seq] = max(d, 0)
+
+
+def _pb_varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _pb_bytes(field, data):
+    return _pb_varint(field << 3 | 2) + _pb_varint(len(data)) + data
+
+
+def _slice_closers(depth):
+    """TracePackets ending every slice left open, on its own sequence, at the sequence's last time stamp:
+    Ocular's thread sequences default to the incremental clock and their track, so a timestamp delta
+    of 0 is the time of the sequence's last event."""
+    event = _pb_bytes(_TP_TRACK_EVENT, _pb_varint(_TE_TYPE << 3) + _pb_varint(_SLICE_END))
+    out = []
+    for seq, d in sorted(depth.items()):
+        packet = (_pb_varint(8 << 3) + b"\x00"                                  # timestamp: delta 0
+                  + _pb_varint(_TP_SEQUENCE_ID << 3) + _pb_varint(seq)
+                  + _pb_varint(13 << 3) + _pb_varint(2)                        # SEQ_NEEDS_INCREMENTAL_STATE
+                  + event)
+        out += [_pb_bytes(1, packet)] * d
+    return b"".join(out)
+
+
 def _merge_perfetto_input(f, path, part, outf, progress):
-    """Copy whole packets; a torn last packet of an incomplete trace is dropped."""
+    """Copy whole packets; a torn last packet of an incomplete trace is dropped, and the slices its
+    threads left open are closed where each thread's sequence stopped."""
     f.seek(0)
+    depth = {} if not part["complete"] else None
     if True:
         carry = b""
         offset = 0
@@ -353,6 +446,11 @@ def _merge_perfetto_input(f, path, part, outf, progress):
                     raise MergeError(f"{path!r}: byte {offset + pos}: corrupt packet length") from None
                 if n is None or p2 + n > end:
                     break  # the packet continues in the next block
+                if depth is not None:
+                    try:
+                        _count_slices(data, p2, p2 + n, depth)
+                    except (ValueError, zlib_error()) as exc:
+                        raise MergeError(f"{path!r}: byte {offset + pos}: corrupt packet ({exc})") from None
                 pos = p2 + n
                 part["packets"] += 1
             outf.write(data[:pos])
@@ -366,6 +464,10 @@ def _merge_perfetto_input(f, path, part, outf, progress):
                 raise MergeError(f"{path!r}: ends inside a packet ({len(carry)} bytes at byte {offset}): "
                                  "the trace is truncated")
             progress.add(len(carry))  # the torn tail of a process that died while writing
+        if depth:
+            closers = _slice_closers(depth)
+            outf.write(closers)
+            part["packets"] += sum(depth.values())
 
 
 # --------------------------------------------------------------- merge ----
@@ -505,8 +607,10 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         raise MergeError(f"cannot merge into {format} ({output!r}): {', '.join(map(repr, wrong))} "
                          f"{'is' if len(wrong) == 1 else 'are'} in the other format; inputs and output "
                          "must share one format")
-    out_abs = os.path.abspath(output)
-    if any(os.path.abspath(p["path"]) == out_abs for p in items):
+    from . import _regular_output
+
+    out_abs = _regular_output(output, os.path.abspath(output))  # follows a symlink; refuses devices, FIFOs
+    if any(os.path.realpath(p["path"]) == out_abs for p in items):
         raise MergeError(f"the output {output!r} is also an input; write the merge to another file")
     directory = os.path.dirname(out_abs)
     if not os.path.isdir(directory):

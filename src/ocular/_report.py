@@ -46,7 +46,8 @@ def _settle(codes):
     bytecode still holds INSTRUMENTED_* opcodes.  set_local_events() instruments a code object
     immediately, so setting no local events under a temporary tool id settles it without running it.
     """
-    mon = sys.monitoring
+    from . import _mon as mon  # the real sys.monitoring, even if the program replaced the attribute
+
     tool = next((i for i in (5, 4, 3) if mon.get_tool(i) is None), None)  # never 0-2 (pdb, coverage, cProfile)
     if tool is None:
         return

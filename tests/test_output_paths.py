@@ -1,0 +1,122 @@
+"""What the output may be: a regular file (created or replaced), or a symbolic link, which is followed (the
+trace replaces the file it points to and the link stays).  A device (/dev/null), a FIFO or a socket is
+refused before the program runs -- the trace is renamed over the output at the end, which would replace
+it -- and an output that becomes one while tracing is left alone."""
+
+import os
+import socket
+import stat
+
+import pytest
+
+import ocular
+from conftest import check_balanced, load_trace, names, run_py
+from test_api import run_cli
+
+PROG = "def traced_here(): pass\ntraced_here()\nopen('ran.out', 'w').close()\n"
+
+
+def null_device(tmp_path):
+    """A character device like /dev/null (1, 3) inside tmp_path: the real one must not be put at risk."""
+    dev = tmp_path / "null"
+    try:
+        os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except OSError as exc:
+        pytest.skip(f"cannot create a device node to test with (needs root): {exc}")
+    return dev
+
+
+def special_files(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sock = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    s.close()
+    return {"FIFO": fifo, "socket": sock}
+
+
+def test_cli_refuses_a_fifo_a_socket_and_a_device(tmp_path):
+    files = special_files(tmp_path)
+    for kind, path in files.items():
+        p = run_cli("-o", str(path), "-c", PROG, cwd=tmp_path)
+        assert p.returncode == 2, p.stderr
+        assert f"is a {kind}, not a regular file" in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert not (tmp_path / "ran.out").exists(), "the program must not run"
+    assert stat.S_ISFIFO(os.lstat(files["FIFO"]).st_mode) and stat.S_ISSOCK(os.lstat(files["socket"]).st_mode)
+    dev = null_device(tmp_path)
+    p = run_cli("-o", str(dev), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 2 and "is a character device, not a regular file" in p.stderr, p.stderr
+    assert "--no-trace-file" in p.stderr
+    assert stat.S_ISCHR(os.lstat(dev).st_mode), "the device was replaced"
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
+
+
+def test_dev_null_is_refused():
+    """Checked without starting anything: a regression here must not put the real /dev/null at risk."""
+    with pytest.raises(ValueError, match="character device, not a regular file"):
+        ocular._check_output("/dev/null")
+
+
+def test_api_refuses_a_fifo_and_merge_too(tmp_path):
+    fifo = special_files(tmp_path)["FIFO"]
+    with pytest.raises(ValueError, match="is a FIFO, not a regular file"):
+        ocular.start_tracing(output=str(fifo))
+    assert not ocular.is_tracing()
+    src = tmp_path / "a.json"
+    run_cli("-q", "--no-report", "-o", str(src), "-c", PROG, cwd=tmp_path)
+    p = run_cli("merge", str(src), "-o", str(fifo), cwd=tmp_path)
+    assert p.returncode == 1 and "is a FIFO, not a regular file" in p.stderr, p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("dangling", [False, True], ids=["existing", "dangling"])
+def test_symlink_is_followed(tmp_path, dangling):
+    """`-o latest.json` where latest.json -> runs/1.json: the trace lands in runs/1.json (created if the
+    link dangles), the link stays a link, and no temporary file is left in either directory."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    target = runs / "1.json"
+    if not dangling:
+        target.write_text("old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(os.path.join("runs", "1.json"))
+    p = run_cli("--no-report", "-o", str(link), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert os.path.islink(link) and os.readlink(link) == os.path.join("runs", "1.json")
+    ev = load_trace(str(target))["traceEvents"]
+    check_balanced(ev)
+    assert "traced_here" in names(ev)
+    assert str(target) in p.stderr  # "trace written to" names the file that holds it
+    assert not [n for d in (tmp_path, runs) for n in os.listdir(d) if n.endswith(".tmp")]
+
+
+def test_symlink_to_a_fifo_or_a_loop_is_refused(tmp_path):
+    fifo = special_files(tmp_path)["FIFO"]
+    (tmp_path / "to_fifo").symlink_to(fifo)
+    p = run_cli("-o", str(tmp_path / "to_fifo"), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 2 and "is a FIFO" in p.stderr, p.stderr
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    p = run_cli("-o", str(tmp_path / "loop"), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 2 and "python -m ocular: error:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "ran.out").exists()
+
+
+def test_output_that_becomes_a_fifo_while_tracing_is_left_alone(tmp_path):
+    """The program turns the output into a FIFO while it is traced: stop_tracing() raises OSError naming
+    the temporary file that holds the trace, and the FIFO is still a FIFO."""
+    out = tmp_path / "t.json"
+    p = run_py(f"""
+        import os, ocular
+        ocular.start_tracing(output={str(out)!r}, report=False)
+        os.mkfifo({str(out)!r})
+        try:
+            ocular.stop_tracing()
+        except OSError as exc:
+            print("refused:", exc)
+        """)
+    assert "became a FIFO while tracing" in p.stdout, p.stdout + p.stderr
+    assert stat.S_ISFIFO(os.lstat(out).st_mode)
+    kept = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    assert len(kept) == 1 and kept[0] in p.stdout
+    check_balanced(load_trace(str(tmp_path / kept[0]))["traceEvents"])
