@@ -1,16 +1,17 @@
-/* deflate.c -- a small zlib-format (RFC 1950/1951) compressor for the Perfetto sink's
- * TracePacket.compressed_packets.
+/* deflate.c -- a zlib-format (RFC 1950/1951) encoder for the Perfetto sink's compressed_packets batches.
  *
- * One call compresses one buffer into one complete zlib stream: a 2-byte header, a single deflate
- * block with dynamic Huffman codes, and the Adler-32 of the input.  Matching is LZ77 over a 32 KiB
- * window with hash chains (bounded depth) and one step of lazy evaluation; code lengths are limited
- * to 15 (7 for the code-length alphabet) by halving the frequencies until the Huffman tree fits.
- * Trace packets repeat almost byte for byte, so this reaches a few bytes per event.
+ * One batch is one complete zlib stream: a 2-byte header, a single deflate block with dynamic Huffman
+ * codes, and the Adler-32 of the input.  The LZ77 tokens (literals and matches, deflate.h) come from
+ * two places: the caller, which knows where the packet it just wrote repeats an earlier one (a slice
+ * end differs from the thread's previous one only in its timestamp) and says so without any search;
+ * and, for everything else, oc_z_scan's matcher over a region of the batch -- hash chains over a
+ * 32 KiB window (bounded depth, one step of lazy evaluation).  Code lengths are limited to 15 (7 for
+ * the code-length alphabet) by halving the frequencies until the Huffman tree fits.
  *
- * Written from the RFCs for Ocular; runs on the writer thread (no Python API).  Not thread-safe: the
- * state is one static context, used by one writer at a time.
+ * Written from the RFCs for Ocular; no Python API.  Not thread-safe: one static context, used by one
+ * renderer at a time.
  */
-#include "ocular.h"
+#include "deflate.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,8 +33,6 @@
 #define MAX_INSERT 8
 #endif
 
-/* token: bit 31 set = match (length in bits 16..24, distance in bits 0..15); else a literal byte */
-#define TOK_MATCH 0x80000000u
 
 static const uint16_t len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
                                       31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
@@ -46,11 +45,12 @@ static const uint8_t dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
                                        6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
 static const uint8_t cl_order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
 
+oc_ztokens oc_zt;
+
 static struct {
     int32_t head[HSIZE];
     int32_t prev[WSIZE];
-    uint32_t *tok;
-    size_t ntok, cap_tok;
+    int heads_clear;                /* head[] has no position of the current batch */
     uint8_t len_sym[MAX_MATCH + 1]; /* match length -> index into len_base */
     uint8_t dist_sym_lo[256];       /* distance-1 < 256 -> distance symbol */
     uint8_t dist_sym_hi[256];       /* (distance-1) >> 7 -> distance symbol */
@@ -189,18 +189,32 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
     return best >= MIN_MATCH ? best : 0;
 }
 
-static int tokenize(const uint8_t *in, size_t n) {
-    if (Z.cap_tok < n + 1) {
-        uint32_t *t = realloc(Z.tok, (n + 1) * sizeof(uint32_t));
-        if (!t)
-            return -1;
-        Z.tok = t;
-        Z.cap_tok = n + 1;
+int oc_z_reserve(size_t n) {
+    if (oc_zt.ntok + n <= oc_zt.cap)
+        return 0;
+    size_t cap = oc_zt.cap ? oc_zt.cap : 65536;
+    while (cap < oc_zt.ntok + n)
+        cap *= 2;
+    uint32_t *t = realloc(oc_zt.tok, cap * sizeof(uint32_t));
+    if (!t)
+        return -1;
+    oc_zt.tok = t;
+    oc_zt.cap = cap;
+    return 0;
+}
+
+/* LZ77 over in[start..end): matches may reach back into any earlier region that was scanned too. */
+int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
+    if (oc_z_reserve(end - start + 1) < 0)
+        return -1;
+    if (!Z.heads_clear) {
+        for (uint32_t h = 0; h < HSIZE; h++)
+            Z.head[h] = -1;
+        Z.heads_clear = 1;
     }
-    Z.ntok = 0;
-    for (uint32_t h = 0; h < HSIZE; h++)
-        Z.head[h] = -1;
-    size_t i = 0;
+    size_t n = end, i = start;
+    uint32_t *tok = oc_zt.tok;
+    size_t ntok = oc_zt.ntok;
     uint32_t pend_len = 0, pend_dist = 0; /* a match found at i-1, held for one step (lazy) */
     while (i < n) {
         uint32_t dist = 0, len = 0;
@@ -210,25 +224,25 @@ static int tokenize(const uint8_t *in, size_t n) {
         }
         if (pend_len) {
             if (len > pend_len) { /* better match one byte later: emit the byte as a literal */
-                Z.tok[Z.ntok++] = in[i - 1];
+                tok[ntok++] = in[i - 1];
                 pend_len = len;
                 pend_dist = dist;
                 i++;
                 continue;
             }
-            Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
-            size_t end = i - 1 + pend_len; /* the match covered i-1 .. end-1; i is already inserted */
+            tok[ntok++] = OC_TOK_MATCH | pend_len << 16 | pend_dist;
+            size_t e = i - 1 + pend_len; /* the match covered i-1 .. e-1; i is already inserted */
             if (pend_len <= MAX_INSERT)
-                for (size_t k = i + 1; k < end; k++)
+                for (size_t k = i + 1; k < e; k++)
                     if (k + MIN_MATCH <= n)
                         insert(in, k);
-            i = end;
+            i = e;
             pend_len = 0;
             continue;
         }
         if (len) {
             if (len >= NICE_MATCH) { /* long enough: no lazy look */
-                Z.tok[Z.ntok++] = TOK_MATCH | len << 16 | dist;
+                tok[ntok++] = OC_TOK_MATCH | len << 16 | dist;
                 i += len;
             } else {
                 pend_len = len;
@@ -236,11 +250,12 @@ static int tokenize(const uint8_t *in, size_t n) {
                 i++;
             }
         } else {
-            Z.tok[Z.ntok++] = in[i++];
+            tok[ntok++] = in[i++];
         }
     }
     if (pend_len)
-        Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
+        tok[ntok++] = OC_TOK_MATCH | pend_len << 16 | pend_dist;
+    oc_zt.ntok = ntok;
     return 0;
 }
 
@@ -326,11 +341,27 @@ static void canonical(const uint8_t *len, int n, uint16_t *code) {
     }
 }
 
+/* Adler-32 with 64-bit sums, reduced once per 4 MiB (a < 2^31, b < 2^53 in between); on little-endian
+ * machines 8 bytes at a time: the byte sum and the weighted sum (8*x0 + 7*x1 + ... + 1*x7) of a word
+ * come from its even and odd bytes spread into 16-bit lanes, each dotted with a weight vector by one
+ * multiplication whose top lane collects the products. */
 static uint32_t adler32(const uint8_t *p, size_t n) {
-    uint32_t a = 1, b = 0;
+    uint64_t a = 1, b = 0;
     while (n) {
-        size_t k = n < 5552 ? n : 5552; /* largest run before b can overflow 32 bits */
+        size_t k = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;
         n -= k;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        const uint64_t M = 0x00ff00ff00ff00ffull;
+        for (; k >= 8; k -= 8, p += 8) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            uint64_t ev = x & M, od = (x >> 8) & M; /* lanes: x0 x2 x4 x6, x1 x3 x5 x7 */
+            uint64_t sum = ((ev + od) * 0x0001000100010001ull) >> 48;
+            uint64_t wsum = ((ev * 0x0008000600040002ull) >> 48) + ((od * 0x0007000500030001ull) >> 48);
+            b += 8 * a + wsum;
+            a += sum;
+        }
+#endif
         while (k--) {
             a += *p++;
             b += a;
@@ -338,20 +369,23 @@ static uint32_t adler32(const uint8_t *p, size_t n) {
         a %= 65521;
         b %= 65521;
     }
-    return b << 16 | a;
+    return (uint32_t)(b << 16 | a);
 }
 
-/* Compress in[0..n) into one zlib stream written at the start of *out (malloc'd, grown as needed;
- * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure. */
-size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+/* The batch's tokens, which describe in[0..n), as one zlib stream written at the start of *out
+ * (malloc'd, grown as needed; *out_cap its capacity).  Returns the compressed size, or 0 on memory
+ * failure.  The tokens are consumed: the next batch starts empty. */
+size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     if (!Z.tables)
         init_tables();
-    if (tokenize(in, n) < 0)
-        return 0;
+    const uint32_t *tok = oc_zt.tok;
+    size_t ntok = oc_zt.ntok;
+    oc_zt.ntok = 0;
+    Z.heads_clear = 0;
     uint32_t lf[286] = {0}, df[30] = {0};
-    for (size_t k = 0; k < Z.ntok; k++) {
-        uint32_t t = Z.tok[k];
-        if (t & TOK_MATCH) {
+    for (size_t k = 0; k < ntok; k++) {
+        uint32_t t = tok[k];
+        if (t & OC_TOK_MATCH) {
             lf[257 + Z.len_sym[(t >> 16) & 0x1ff]]++;
             df[dist_sym(t & 0xffff)]++;
         } else {
@@ -448,9 +482,9 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
         else if (s == 18)
             bw_put(&w, (uint32_t)x, 7);
     }
-    for (size_t k = 0; k < Z.ntok && !w.oom; k++) {
-        uint32_t t = Z.tok[k];
-        if (t & TOK_MATCH) {
+    for (size_t k = 0; k < ntok && !w.oom; k++) {
+        uint32_t t = tok[k];
+        if (t & OC_TOK_MATCH) {
             uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff;
             int ls = Z.len_sym[l], ds = dist_sym(d);
             bw_put(&w, lc[257 + ls], ll[257 + ls]);
@@ -475,9 +509,17 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     return w.oom ? 0 : w.n;
 }
 
-/* Release the matcher's token buffer (the tables are static). */
-void oc_deflate_free(void) {
-    free(Z.tok);
-    Z.tok = NULL;
-    Z.cap_tok = 0;
+size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+    oc_zt.ntok = 0;
+    Z.heads_clear = 0;
+    if (oc_z_scan(in, 0, n) < 0)
+        return 0;
+    return oc_z_finish(in, n, out, out_cap);
+}
+
+/* Release the token buffer (the tables are static). */
+void oc_z_free(void) {
+    free(oc_zt.tok);
+    memset(&oc_zt, 0, sizeof oc_zt);
+    Z.heads_clear = 0;
 }
