@@ -16,7 +16,6 @@ setup(
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
                                 "-fvisibility=hidden"],
             extra_link_args=["-pthread"],
-            libraries=["z"],  # zlib: the Perfetto sink's compressed_packets (Debian: zlib1g-dev)
         )
     ]
 )

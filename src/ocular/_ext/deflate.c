@@ -14,6 +14,9 @@
 #include "deflate.h"
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define WSIZE 32768u
 #define HBITS 15
@@ -341,27 +344,39 @@ static void canonical(const uint8_t *len, int n, uint16_t *code) {
     }
 }
 
-/* Adler-32 with 64-bit sums, reduced once per 4 MiB (a < 2^31, b < 2^53 in between); on little-endian
- * machines 8 bytes at a time: the byte sum and the weighted sum (8*x0 + 7*x1 + ... + 1*x7) of a word
- * come from its even and odd bytes spread into 16-bit lanes, each dotted with a weight vector by one
- * multiplication whose top lane collects the products. */
+/* Adler-32 (RFC 1950).  With SSE2, 16 bytes at a time: the byte sums by _mm_sad_epu8, the sums
+ * weighted 16..1 by _mm_madd_epi16, and the running sum before each block, which every byte of later
+ * blocks adds to b once per byte, gathered in s1acc; 32-bit lanes hold at most NMAX bytes' worth. */
+#define NMAX 5552 /* the most bytes before b can overflow 32 bits (zlib's bound) */
 static uint32_t adler32(const uint8_t *p, size_t n) {
     uint64_t a = 1, b = 0;
-    while (n) {
-        size_t k = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;
-        n -= k;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        const uint64_t M = 0x00ff00ff00ff00ffull;
-        for (; k >= 8; k -= 8, p += 8) {
-            uint64_t x;
-            memcpy(&x, p, 8);
-            uint64_t ev = x & M, od = (x >> 8) & M; /* lanes: x0 x2 x4 x6, x1 x3 x5 x7 */
-            uint64_t sum = ((ev + od) * 0x0001000100010001ull) >> 48;
-            uint64_t wsum = ((ev * 0x0008000600040002ull) >> 48) + ((od * 0x0007000500030001ull) >> 48);
-            b += 8 * a + wsum;
-            a += sum;
+#ifdef __SSE2__
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i w_lo = _mm_setr_epi16(16, 15, 14, 13, 12, 11, 10, 9), w_hi = _mm_setr_epi16(8, 7, 6, 5, 4, 3, 2, 1);
+    while (n >= 16) {
+        size_t blocks = n / 16 < NMAX / 16 ? n / 16 : NMAX / 16;
+        n -= blocks * 16;
+        __m128i s1 = zero, s1acc = zero, s2 = zero;
+        for (size_t k = 0; k < blocks; k++, p += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+            s1acc = _mm_add_epi32(s1acc, s1);
+            s1 = _mm_add_epi32(s1, _mm_sad_epu8(x, zero));
+            s2 = _mm_add_epi32(s2, _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(x, zero), w_lo),
+                                                 _mm_madd_epi16(_mm_unpackhi_epi8(x, zero), w_hi)));
         }
+        uint32_t v1[4], va[4], v2[4];
+        _mm_storeu_si128((__m128i *)(void *)v1, s1);
+        _mm_storeu_si128((__m128i *)(void *)va, s1acc);
+        _mm_storeu_si128((__m128i *)(void *)v2, s2);
+        b += 16 * blocks * a + 16 * ((uint64_t)va[0] + va[1] + va[2] + va[3]) + v2[0] + v2[1] + v2[2] + v2[3];
+        a += (uint64_t)v1[0] + v1[1] + v1[2] + v1[3];
+        a %= 65521;
+        b %= 65521;
+    }
 #endif
+    while (n) {
+        size_t k = n < NMAX ? n : NMAX;
+        n -= k;
         while (k--) {
             a += *p++;
             b += a;
@@ -372,16 +387,21 @@ static uint32_t adler32(const uint8_t *p, size_t n) {
     return (uint32_t)(b << 16 | a);
 }
 
-/* The batch's tokens, which describe in[0..n), as one zlib stream written at the start of *out
- * (malloc'd, grown as needed; *out_cap its capacity).  Returns the compressed size, or 0 on memory
- * failure.  The tokens are consumed: the next batch starts empty. */
+void oc_z_start(void) {
+    oc_zt.ntok = 0;
+    Z.heads_clear = 0;
+}
+
+/* The batch's tokens as one zlib stream written at the start of *out (malloc'd, grown as needed;
+ * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure.  The tokens are
+ * consumed: the next batch starts empty. */
 size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     if (!Z.tables)
         init_tables();
     const uint32_t *tok = oc_zt.tok;
     size_t ntok = oc_zt.ntok;
-    oc_zt.ntok = 0;
-    Z.heads_clear = 0;
+    uint32_t ad = adler32(in, n);
+    oc_z_start();
     uint32_t lf[286] = {0}, df[30] = {0};
     for (size_t k = 0; k < ntok; k++) {
         uint32_t t = tok[k];
@@ -462,7 +482,9 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         hclen--;
 
     bitw w = {.p = *out, .cap = *out_cap};
-    bw_room(&w, n / 4 + 1024);
+    bw_room(&w, ntok * 7 + 1024); /* a token takes at most 48 bits; the tables and trailer < 1 KiB */
+    if (w.oom)
+        return 0;
     bw_byte(&w, 0x78); /* CM 8 (deflate), 32 KiB window */
     bw_byte(&w, 0x01); /* no dictionary, check bits: 0x7801 % 31 == 0 */
     bw_put(&w, 1, 1);  /* BFINAL */
@@ -482,24 +504,47 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         else if (s == 18)
             bw_put(&w, (uint32_t)x, 7);
     }
-    for (size_t k = 0; k < ntok && !w.oom; k++) {
+    /* every match length with its extra bits, as one code (at most 15 + 5 bits) */
+    uint32_t lenc[MAX_MATCH + 1];
+    uint8_t lenn[MAX_MATCH + 1];
+    for (uint32_t l = MIN_MATCH; l <= MAX_MATCH; l++) {
+        int ls = Z.len_sym[l];
+        lenc[l] = lc[257 + ls] | (l - len_base[ls]) << ll[257 + ls];
+        lenn[l] = (uint8_t)(ll[257 + ls] + len_extra[ls]);
+    }
+    /* the room is there: the tokens go out through a local accumulator, 32 bits at a time */
+    uint8_t *o = w.p + w.n;
+    uint64_t acc = w.acc;
+    int bits = w.bits;
+#define PUT(v, nb)                                                                                                    \
+    do {                                                                                                               \
+        acc |= (uint64_t)(v) << bits;                                                                                  \
+        bits += (nb);                                                                                                  \
+        if (bits >= 32) {                                                                                              \
+            uint32_t lo = (uint32_t)acc;                                                                               \
+            memcpy(o, &lo, 4);                                                                                         \
+            o += 4;                                                                                                    \
+            acc >>= 32;                                                                                                \
+            bits -= 32;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+    for (size_t k = 0; k < ntok; k++) {
         uint32_t t = tok[k];
         if (t & OC_TOK_MATCH) {
             uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff;
-            int ls = Z.len_sym[l], ds = dist_sym(d);
-            bw_put(&w, lc[257 + ls], ll[257 + ls]);
-            if (len_extra[ls])
-                bw_put(&w, l - len_base[ls], len_extra[ls]);
-            bw_put(&w, dc[ds], dl[ds]);
-            if (dist_extra[ds])
-                bw_put(&w, d - dist_base[ds], dist_extra[ds]);
+            int ds = dist_sym(d);
+            PUT(lenc[l], lenn[l]);
+            PUT(dc[ds] | (d - dist_base[ds]) << dl[ds], dl[ds] + dist_extra[ds]);
         } else {
-            bw_put(&w, lc[t], ll[t]);
+            PUT(lc[t], ll[t]);
         }
     }
-    bw_put(&w, lc[256], ll[256]);
+    PUT(lc[256], ll[256]);
+#undef PUT
+    w.n = (size_t)(o - w.p);
+    w.acc = acc;
+    w.bits = bits;
     bw_align(&w);
-    uint32_t ad = adler32(in, n);
     bw_byte(&w, (uint8_t)(ad >> 24));
     bw_byte(&w, (uint8_t)(ad >> 16));
     bw_byte(&w, (uint8_t)(ad >> 8));
@@ -510,8 +555,7 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
 }
 
 size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
-    oc_zt.ntok = 0;
-    Z.heads_clear = 0;
+    oc_z_start();
     if (oc_z_scan(in, 0, n) < 0)
         return 0;
     return oc_z_finish(in, n, out, out_cap);
@@ -521,5 +565,5 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
 void oc_z_free(void) {
     free(oc_zt.tok);
     memset(&oc_zt, 0, sizeof oc_zt);
-    Z.heads_clear = 0;
+    oc_z_start();
 }

@@ -22,25 +22,29 @@ extern oc_ztokens oc_zt;
 /* room for n more tokens (0, or -1 on memory failure); the inline adders below never check */
 int oc_z_reserve(size_t n);
 
-static inline void oc_z_lit(uint8_t b) { oc_zt.tok[oc_zt.ntok++] = b; }
+/* The adders work on a copy of oc_zt that the caller keeps in locals (oc_ztokens z = oc_zt; ...;
+ * oc_zt = z;): the batch's byte stores would otherwise make the compiler reload oc_zt after each. */
+static inline void oc_z_lit(oc_ztokens *z, uint8_t b) { z->tok[z->ntok++] = b; }
 
-/* A match of len (>= 3) bytes at distance dist (<= OC_Z_WINDOW); it joins the previous token when that
- * is a match at the same distance ending here. */
-static inline void oc_z_match(uint32_t len, uint32_t dist) {
-    uint32_t *last = oc_zt.tok + oc_zt.ntok - 1;
-    if (oc_zt.ntok && (*last & (OC_TOK_MATCH | 0xffffu)) == (OC_TOK_MATCH | dist) &&
+/* A match of len (>= 3) bytes at distance dist (<= OC_Z_WINDOW); it joins the previous token when
+ * that is a match at the same distance ending here. */
+static inline void oc_z_match(oc_ztokens *z, uint32_t len, uint32_t dist) {
+    uint32_t *last = z->tok + z->ntok - 1;
+    if (z->ntok && (*last & (OC_TOK_MATCH | 0xffffu)) == (OC_TOK_MATCH | dist) &&
         ((*last >> 16) & 0x1ffu) + len <= OC_Z_MAX_MATCH) {
         *last += len << 16;
         return;
     }
-    oc_zt.tok[oc_zt.ntok++] = OC_TOK_MATCH | len << 16 | dist;
+    z->tok[z->ntok++] = OC_TOK_MATCH | len << 16 | dist;
 }
 
-/* Tokens for in[start..end) by searching earlier scanned bytes (hash chains, 32 KiB window). */
+/* Tokens for in[start..end) by searching earlier scanned bytes (hash chains, 32 KiB window).  The
+ * bytes of one batch must be described in order: by oc_z_lit/oc_z_match, or by this. */
 int oc_z_scan(const uint8_t *in, size_t start, size_t end);
 /* The batch in[0..n) that the tokens describe, as one zlib stream at the start of *out (grown with
  * realloc; *out_cap its capacity); returns its size, or 0 on memory failure.  Starts the next batch. */
 size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap);
+void oc_z_start(void); /* forget the tokens so far: a new batch */
 /* oc_z_scan over all of in[0..n), then oc_z_finish: a general-purpose compressor (bench/zcompare.c) */
 size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap);
 void oc_z_free(void);

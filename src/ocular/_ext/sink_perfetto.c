@@ -275,6 +275,13 @@ typedef struct {
     uint32_t iid;
 } loop_slot;
 
+/* Where the last packet of a kind (slice end, or a code's begin; thread) with a given timestamp delta
+ * was written: a packet with the same key is the same bytes.  Direct-mapped by a hash of the key. */
+#define REP_BITS 12
+typedef struct {
+    uint64_t kind, delta, at;
+} rep_slot;
+
 static struct {
     int active;
     pbw w;
@@ -293,6 +300,7 @@ static struct {
     uint8_t *raw, *z;          /* the batch being collected, its compressed form */
     size_t raw_n, raw_cap, z_cap;
     uint64_t base;             /* stream offset of raw[0]: all bytes of earlier batches, plus 1 */
+    rep_slot reps[1u << REP_BITS];
 } P;
 
 static void fail(oc_out *o) {
@@ -378,9 +386,13 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
 /* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
 static inline int near(uint64_t pos, uint64_t cur) { return pos >= P.base && cur - pos <= OC_Z_WINDOW; }
 
-static inline void lits(const uint8_t *p, size_t n) {
+static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
     for (size_t k = 0; k < n; k++)
-        oc_z_lit(p[k]);
+        oc_z_lit(z, p[k]);
+}
+
+static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
+    return &P.reps[((kind ^ delta * 0xff51afd7ed558ccdull) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
 }
 
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
@@ -476,6 +488,7 @@ static code_te *code_entry(uint32_t code_id) {
         c->te[0] = TAG_LEN(TP_TRACK_EVENT);
         c->te[1] = (uint8_t)(p - c->te - 2);
         c->len = (uint8_t)(p - c->te);
+
     }
     return c;
 }
@@ -689,7 +702,7 @@ static void pf_header(oc_out *o) {
     P.deflate = !(env && strcmp(env, "0") == 0);
     P.raw_cap = BATCH + 4096;
     P.base = 1;
-    oc_zt.ntok = 0; /* (a forked child's copy of the parent's tokens, if any, is simply reused) */
+    oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
     if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
         fail(o);
         return;
@@ -774,29 +787,42 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         b += c->len;
         *b++ = TAG_VARINT(TP_TIMESTAMP);
         uint8_t *ts = b;
-        b = put_varint(b, ts_ns - t->last_ns);
+        uint64_t last = t->last_ns;
+        b = put_varint(b, ts_ns - last);
         t->last_ns = ts_ns;
         p[0] = TAG_LEN(TRACE_PACKET);
         p[1] = (uint8_t)(b - p - 2);
-        if (P.deflate) { /* as LZ77 tokens: the code's last begin on this thread, or failing that the
-                          * thread's last packet (sequence header) and the code's last begin (TrackEvent) */
-            uint64_t cur = P.base + P.raw_n;
+        if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same code, thread and
+                          * timestamp delta), or else of the code's last begin on the thread and the
+                          * timestamp as literals, or else piecewise */
+            oc_ztokens z = oc_zt;
+            uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
             uint32_t tsl = (uint32_t)(b - ts), th = (uint32_t)(t - P.th) + 1;
-            size_t pre = (size_t)(ts - p), te = 2u + t->hdr_len;
-            if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
-                oc_z_match((uint32_t)pre, (uint32_t)(cur - c->at));
+            uint32_t pre = (uint32_t)(ts - p), te = 2u + t->hdr_len;
+            uint64_t kind = (uint64_t)c->iid << 32 | th;
+            rep_slot *r = rep_slot_of(kind, delta);
+            if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+                oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
             } else {
-                lits(p, 2);
-                if (near(t->last_at, cur))
-                    oc_z_match(t->hdr_len, (uint32_t)(cur - t->last_at));
-                else
-                    lits(p + 2, t->hdr_len);
-                if (near(c->te_at, cur + te))
-                    oc_z_match((uint32_t)(pre - te), (uint32_t)(cur + te - c->te_at));
-                else
-                    lits(p + te, pre - te);
+                if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
+                    oc_z_match(&z, pre, (uint32_t)(cur - c->at));
+                } else {
+                    lits(&z, p, 2);
+                    if (near(t->last_at, cur))
+                        oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+                    else
+                        lits(&z, p + 2, t->hdr_len);
+                    if (near(c->te_at, cur + te))
+                        oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
+                    else
+                        lits(&z, p + te, pre - te);
+                }
+                lits(&z, ts, tsl);
+                r->kind = kind;
+                r->delta = delta;
             }
-            lits(ts, tsl);
+            r->at = cur;
+            oc_zt = z;
             c->at = cur;
             c->te_at = cur + te;
             c->th = th;
@@ -831,26 +857,38 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     memcpy(b, t->end, sizeof t->end);
     b += t->end_len;
     uint8_t *ts = b;
-    b = put_varint(b, ts_ns - t->last_ns);
+    uint64_t delta = ts_ns - t->last_ns;
+    b = put_varint(b, delta);
     t->last_ns = ts_ns;
     p[0] = TAG_LEN(TRACE_PACKET);
     p[1] = (uint8_t)(b - p - 2);
-    if (P.deflate) { /* as LZ77 tokens: the thread's last end with as long a timestamp is the same */
-        uint64_t cur = P.base + P.raw_n;
+    if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same thread and timestamp
+                      * delta), or else of the thread's last end and the timestamp as literals */
+        oc_ztokens z = oc_zt;
+        uint64_t cur = P.base + P.raw_n, kind = (uint32_t)(t - P.th) + 1;
         uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
-        if (near(t->end_at[tsl], cur)) {
-            oc_z_match(pre, (uint32_t)(cur - t->end_at[tsl]));
-        } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
-            lits(p, 2);
-            oc_z_match(pre - 2, (uint32_t)(cur - t->end_at[0]));
-        } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
-            lits(p, 2);
-            oc_z_match(t->hdr_len, (uint32_t)(cur - t->last_at));
-            lits(p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
+        rep_slot *r = rep_slot_of(kind, delta);
+        if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+            oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
         } else {
-            lits(p, pre);
+            if (near(t->end_at[tsl], cur)) {
+                oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
+            } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
+                lits(&z, p, 2);
+                oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
+            } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
+                lits(&z, p, 2);
+                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+                lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
+            } else {
+                lits(&z, p, pre);
+            }
+            lits(&z, ts, tsl);
+            r->kind = kind;
+            r->delta = delta;
         }
-        lits(ts, tsl);
+        r->at = cur;
+        oc_zt = z;
         t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
     }
     P.raw_n = (size_t)(b - P.raw);
