@@ -206,6 +206,18 @@ int oc_z_reserve(size_t n) {
     return 0;
 }
 
+/* A match token, joined to the previous one when that is a match at the same distance (a region
+ * that continues the copy the previous region ended with). */
+static inline size_t put_match(uint32_t *tok, size_t ntok, uint32_t len, uint32_t dist) {
+    if (ntok && (tok[ntok - 1] & (OC_TOK_MATCH | 0xffffu)) == (OC_TOK_MATCH | dist) &&
+        ((tok[ntok - 1] >> 16) & 0x1ffu) + len <= MAX_MATCH) {
+        tok[ntok - 1] += len << 16;
+        return ntok;
+    }
+    tok[ntok] = OC_TOK_MATCH | len << 16 | dist;
+    return ntok + 1;
+}
+
 /* LZ77 over in[start..end): matches may reach back into any earlier region that was scanned too. */
 int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
     if (oc_z_reserve(end - start + 1) < 0)
@@ -233,7 +245,7 @@ int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
                 i++;
                 continue;
             }
-            tok[ntok++] = OC_TOK_MATCH | pend_len << 16 | pend_dist;
+            ntok = put_match(tok, ntok, pend_len, pend_dist);
             size_t e = i - 1 + pend_len; /* the match covered i-1 .. e-1; i is already inserted */
             if (pend_len <= MAX_INSERT)
                 for (size_t k = i + 1; k < e; k++)
@@ -245,7 +257,7 @@ int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
         }
         if (len) {
             if (len >= NICE_MATCH) { /* long enough: no lazy look */
-                tok[ntok++] = OC_TOK_MATCH | len << 16 | dist;
+                ntok = put_match(tok, ntok, len, dist);
                 i += len;
             } else {
                 pend_len = len;
@@ -257,7 +269,7 @@ int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
         }
     }
     if (pend_len)
-        tok[ntok++] = OC_TOK_MATCH | pend_len << 16 | pend_dist;
+        ntok = put_match(tok, ntok, pend_len, pend_dist);
     oc_zt.ntok = ntok;
     return 0;
 }

@@ -300,6 +300,7 @@ static struct {
     uint8_t *raw, *z;          /* the batch being collected, its compressed form */
     size_t raw_n, raw_cap, z_cap;
     uint64_t base;             /* stream offset of raw[0]: all bytes of earlier batches, plus 1 */
+    size_t unscanned;          /* raw[unscanned..raw_n): packets with no tokens yet (see scan_pending) */
     rep_slot reps[1u << REP_BITS];
 } P;
 
@@ -355,9 +356,22 @@ static char *json_unescape(const char *s) {
 }
 
 /* ---- batches ---- */
+/* Packets built by the protobuf writer get their tokens from deflate.c's matcher, a run of them at a
+ * time (so that a match can span several loop instants): before a template packet adds its own
+ * tokens, and before a batch is compressed. */
+static int scan_pending(void) {
+    int rc = 0;
+    if (P.unscanned < P.raw_n)
+        rc = oc_z_scan(P.raw, P.unscanned, P.raw_n);
+    P.unscanned = SIZE_MAX;
+    return rc;
+}
+
 /* Compress the collected packets into one TracePacket { compressed_packets = 50 } and write it (or,
  * uncompressed, write the packets themselves). */
 static __attribute__((noinline)) void flush_batch(oc_out *o) {
+    if (P.deflate ? scan_pending() < 0 : (P.unscanned = SIZE_MAX, 0))
+        fail(o);
     size_t n = P.raw_n;
     P.raw_n = 0;
     P.base += n;
@@ -431,8 +445,8 @@ static void pkt_end(oc_out *o) {
         P.raw_cap = cap;
     }
     memcpy(P.raw + P.raw_n, w->b, w->n);
-    if (P.deflate && oc_z_scan(P.raw, P.raw_n, P.raw_n + w->n) < 0)
-        fail(o);
+    if (P.unscanned == SIZE_MAX)
+        P.unscanned = P.raw_n;
     P.raw_n += w->n;
     batch_done(o);
 }
@@ -702,6 +716,7 @@ static void pf_header(oc_out *o) {
     P.deflate = !(env && strcmp(env, "0") == 0);
     P.raw_cap = BATCH + 4096;
     P.base = 1;
+    P.unscanned = SIZE_MAX;
     oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
     if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
         fail(o);
@@ -795,6 +810,8 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same code, thread and
                           * timestamp delta), or else of the code's last begin on the thread and the
                           * timestamp as literals, or else piecewise */
+            if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+                fail(o);
             oc_ztokens z = oc_zt;
             uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
             uint32_t tsl = (uint32_t)(b - ts), th = (uint32_t)(t - P.th) + 1;
@@ -864,6 +881,8 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     p[1] = (uint8_t)(b - p - 2);
     if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same thread and timestamp
                       * delta), or else of the thread's last end and the timestamp as literals */
+        if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+            fail(o);
         oc_ztokens z = oc_zt;
         uint64_t cur = P.base + P.raw_n, kind = (uint32_t)(t - P.th) + 1;
         uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
