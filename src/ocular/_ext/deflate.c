@@ -410,7 +410,7 @@ void oc_z_start(void) {
 size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     if (!Z.tables)
         init_tables();
-    const uint32_t *tok = oc_zt.tok;
+    uint32_t *tok = oc_zt.tok;
     size_t ntok = oc_zt.ntok;
     uint32_t ad = adler32(in, n);
     oc_z_start();
@@ -418,8 +418,10 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
     for (size_t k = 0; k < ntok; k++) {
         uint32_t t = tok[k];
         if (t & OC_TOK_MATCH) {
+            uint32_t ds = (uint32_t)dist_sym(t & 0xffff);
             lf[257 + Z.len_sym[(t >> 16) & 0x1ff]]++;
-            df[dist_sym(t & 0xffff)]++;
+            df[ds]++;
+            tok[k] = t | ds << 25; /* for the second pass (bits 25..29 are free) */
         } else {
             lf[t]++;
         }
@@ -543,8 +545,7 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
     for (size_t k = 0; k < ntok; k++) {
         uint32_t t = tok[k];
         if (t & OC_TOK_MATCH) {
-            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff;
-            int ds = dist_sym(d);
+            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff, ds = (t >> 25) & 31;
             PUT(lenc[l], lenn[l]);
             PUT(dc[ds] | (d - dist_base[ds]) << dl[ds], dl[ds] + dist_extra[ds]);
         } else {

@@ -307,6 +307,7 @@ static struct {
 static void fail(oc_out *o) {
     if (!o->err)
         o->err = ENOMEM;
+    P.active = 0;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
@@ -379,6 +380,8 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
         return;
     if (!P.deflate) {
         oc_out_write(o, (const char *)P.raw, n);
+        if (o->err)
+            P.active = 0;
         return;
     }
     size_t zn = oc_z_finish(P.raw, n, &P.z, &P.z_cap);
@@ -395,6 +398,8 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     h = put_varint(h, zn);
     oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
     oc_out_write(o, (const char *)P.z, zn);
+    if (o->err)
+        P.active = 0;
 }
 
 /* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
@@ -650,7 +655,12 @@ static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
     return thread_slow(o, tid, ts);
 }
 
-static inline int ready(oc_out *o) { return P.active && !o->err && o->fd >= 0; }
+/* The sink is writing: it has an output, and no write has failed (flush_batch and fail() clear
+ * P.active on an error, so the common path tests one flag). */
+static inline int ready(oc_out *o) {
+    (void)o;
+    return P.active;
+}
 
 /* ---- interned data of one packet ---- */
 typedef struct {
@@ -722,7 +732,7 @@ static void pf_header(oc_out *o) {
         fail(o);
         return;
     }
-    P.active = 1;
+    P.active = o->fd >= 0 && !o->err;
     /* MONOTONIC read on both sides of BOOTTIME: the midpoint is the best estimate of the pair */
     uint64_t m1 = clock_ns(CLOCK_MONOTONIC), boot = clock_ns(CLOCK_BOOTTIME), m2 = clock_ns(CLOCK_MONOTONIC);
     uint64_t mono = m1 + (m2 - m1) / 2;
@@ -1028,7 +1038,7 @@ static void free_state(void) {
 /* The thread names are final: re-emit each thread's descriptor, named. */
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
-    if (ready(o)) {
+    if (P.active && !o->err) {
         uint64_t max_ns = P.mono0; /* the latest timestamp written */
         for (uint32_t k = 0; k < P.nth; k++)
             if (P.th[k].last_ns > max_ns)
