@@ -4,11 +4,11 @@
  * semantics come from Perfetto's published protos (protos/perfetto/trace/...); the names below follow
  * them.
  *
- * Output: the packets are collected into batches of about 256 KiB, each compressed by zlib (deflate,
- * zlib format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's trace
- * processor expands in place, as it does for traces the tracing service compresses -- and written
- * through oc_out_write; the footer flushes the last batch.  OCULAR_PERFETTO_DEFLATE=0 in the
- * environment writes the batches' packets uncompressed.  Either way memory stays bounded.
+ * Output: the packets are collected into batches of about 256 KiB, each compressed (deflate.c, zlib
+ * format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's trace processor
+ * expands in place, as it does for traces the tracing service compresses -- and written through
+ * oc_out_write; the footer flushes the last batch.  OCULAR_PERFETTO_DEFLATE=0 in the environment
+ * writes the batches' packets uncompressed.  Either way memory stays bounded.
  *
  * Layout:
  * - The renderer's own sequence (id B+1, B derived from the pid, below): a ClockSnapshot tying
@@ -29,7 +29,7 @@
  * - A slice begin names its function by TrackEvent.name_iid and its place by source_location_iid: an
  *   interned SourceLocation (file_name, function_name = the qualname, line_number = the first line),
  *   which the trace processor shows as the slice's args source.file_name/function_name/line_number.
- *   A loop instant carries its figures as debug annotations (instructions, cycles, ns, line, offset).
+ *   A loop instant carries its figures as debug annotations (line, offset, instructions, cycles, ns).
  * - Interning per sequence: event names (function qualnames, "loop qualname:line"), source locations,
  *   the categories "python" and "loop" and the debug annotation names, each emitted in the
  *   InternedData of the first packet that uses it on that sequence.  Interning ids are global (a code
@@ -37,10 +37,14 @@
  *   each sequence keeps a bitmap of the ids it has emitted.
  *
  * Cost: the common packets are written straight into the batch from per-thread and per-code templates
- * (a slice end differs from the last only in its timestamp delta; a slice begin whose name is already
- * interned on its sequence is the code's cached TrackEvent bytes plus the delta).  Every packet puts
- * its timestamp last, so that between two timestamps the bytes repeat whole and the compressor sees
- * one long match per packet.  Everything else goes through the small protobuf writer below.
+ * (a slice end differs from the thread's last one only in its timestamp delta; a slice begin whose
+ * name is already interned on its sequence is the code's cached TrackEvent bytes plus the delta; a
+ * loop instant once its names are interned), with the timestamp last.  Everything else goes through
+ * the small protobuf writer below.  Compression needs no search for the slice packets: the sink knows
+ * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
+ * same thread, code and timestamp delta (rep_slot), else of the last one of its kind followed by the
+ * timestamp bytes as literals.  Loop instants and the protobuf writer's packets get theirs from
+ * deflate.c's matcher, a run at a time.
  *
  * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
  * (ENOMEM), which is reported like a failed write.
