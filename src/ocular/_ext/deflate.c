@@ -535,8 +535,10 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         acc |= (uint64_t)(v) << bits;                                                                                  \
         bits += (nb);                                                                                                  \
         if (bits >= 32) {                                                                                              \
-            uint32_t lo = (uint32_t)acc;                                                                               \
-            memcpy(o, &lo, 4);                                                                                         \
+            o[0] = (uint8_t)acc; /* little-endian order on any machine (one store where it is) */                   \
+            o[1] = (uint8_t)(acc >> 8);                                                                                \
+            o[2] = (uint8_t)(acc >> 16);                                                                               \
+            o[3] = (uint8_t)(acc >> 24);                                                                               \
             o += 4;                                                                                                    \
             acc >>= 32;                                                                                                \
             bits -= 32;                                                                                                \
