@@ -275,6 +275,33 @@ int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
 }
 
 /* ---- Huffman codes ---- */
+static void sift_down(uint64_t *a, int i, int n) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && a[c + 1] > a[c])
+            c++;
+        if (a[i] >= a[c])
+            return;
+        uint64_t t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+        i = c;
+    }
+}
+
+static void heapsort_u64(uint64_t *a, int n) {
+    for (int i = n / 2 - 1; i >= 0; i--)
+        sift_down(a, i, n);
+    for (int end = n - 1; end > 0; end--) {
+        uint64_t t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
+}
+
 /* Optimal code lengths for `n` symbols with frequencies f (0 = unused), all lengths <= maxbits.
  * At least two symbols must be used. */
 static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
@@ -282,24 +309,18 @@ static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
     int sym[288], parent[2 * 288], depth[2 * 288];
     uint32_t scale = 0;
     for (;;) {
+        /* the leaves sorted by weight: keys weight << 9 | symbol, heapsorted (n <= 288) */
+        uint64_t key[288];
         int m = 0;
         for (int s = 0; s < n; s++)
             if (f[s]) {
                 uint32_t v = f[s] >> scale;
-                w[m] = v ? v : 1;
-                sym[m++] = s;
+                key[m++] = (uint64_t)(v ? v : 1) << 9 | (uint64_t)s;
             }
-        /* sort leaves by weight (insertion sort: n <= 288, called a few times per block) */
-        for (int a = 1; a < m; a++) {
-            uint32_t wv = w[a];
-            int sv = sym[a], b = a - 1;
-            while (b >= 0 && w[b] > wv) {
-                w[b + 1] = w[b];
-                sym[b + 1] = sym[b];
-                b--;
-            }
-            w[b + 1] = wv;
-            sym[b + 1] = sv;
+        heapsort_u64(key, m);
+        for (int k = 0; k < m; k++) {
+            w[k] = (uint32_t)(key[k] >> 9);
+            sym[k] = (int)(key[k] & 511);
         }
         /* two-queue construction: leaves 0..m-1, internal nodes m.. in non-decreasing weight */
         int li = 0, ii = m, next = m;
