@@ -348,11 +348,6 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
                   uint32_t insns, uint64_t cycles, uint64_t ns);
 void oc_json_footer(oc_out *o, const char *clock, int precise);
 
-/* deflate.c: zlib-format compression of the Perfetto sink's packet batches (writer thread only).
- * Writes one zlib stream for in[0..n) at the start of *out (grown with realloc as needed; *out_cap is
- * its capacity) and returns its size, or 0 on memory failure. */
-size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap);
-void oc_deflate_free(void);
 
 /* stats.c (writer thread, except export) */
 void oc_stats_reset(void);
