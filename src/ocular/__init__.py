@@ -75,12 +75,14 @@ class TraceResult(dict):
             raise AttributeError(name) from None
 
 
-def _events_for(mode):
+def _events_for(mode, c_functions=False):
     ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
     names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
     if mode == "precise":
         names.append("INSTRUCTION")
+    if c_functions:
+        names += ["CALL", "C_RETURN", "C_RAISE"]
     return names
 
 
@@ -275,7 +277,7 @@ def _release_tool(tool_id, callbacks):
 def _register(tool_id, mode, callbacks):
     mon = _mon
     mask = 0
-    for name in _events_for(mode):
+    for name in _events_for(mode, "CALL" in callbacks):
         cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
         ev = getattr(mon.events, name)
         mon.register_callback(tool_id, ev, cb)
@@ -354,7 +356,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None, loops=None, thread_roots=False):
+                  ring=None, loops=None, thread_roots=False, c_functions=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -381,6 +383,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
         stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
         window start at its edge, marked as cut.  None (default): everything is recorded to disk.
+    c_functions: record calls of C functions (builtins such as ``len`` or ``time.sleep``, methods of
+        built-in types, extension functions) as their own slices and report rows, named as cProfile
+        names them, the way cProfile counts them; each call site is de-instrumented after
+        ``deinstrument_threshold`` calls like a jump, and a site that calls Python code is left alone at
+        once.  None (default): the OCULAR_C_FUNCTIONS setting, else on.
     loops: what the trace shows of loops: "iterations" (an instant per iteration, with its instructions
         and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only) or
         "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
@@ -423,6 +430,10 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
     loops_code = _loops_code(loops, fmt)
+    if c_functions is None:
+        c_functions = _env.c_functions()
+    if not isinstance(c_functions, bool):
+        raise TypeError(f"c_functions must be True, False or None, not {type(c_functions).__name__}")
     _env.check(perfetto_file=path is not None and fmt == "perfetto")
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
@@ -434,7 +445,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
             _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-            _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code,
+            _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions,
         )
     except BaseException:
         _release_tool(tid, ())

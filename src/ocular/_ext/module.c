@@ -113,11 +113,11 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     unsigned long main_ident;
     int format = OC_FORMAT_JSON;
     unsigned long long ring = 0;
-    int loops = OC_LOOPS_ITERATIONS;
+    int loops = OC_LOOPS_ITERATIONS, c_functions = 0;
     PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|i:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|ip:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format, &rec, &ring, &loops))
+                          &main_ident, &format, &rec, &ring, &loops, &c_functions))
         return NULL;
     if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
@@ -170,7 +170,8 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.nthreads = 0;
     S.gen++;
     oc_buffer_reset();
-    PyObject *cbs = oc_make_callbacks(precise);
+    S.c_functions = c_functions;
+    PyObject *cbs = oc_make_callbacks(precise, c_functions);
     if (!cbs)
         return NULL;
     oc_clock_init();

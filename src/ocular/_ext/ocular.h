@@ -45,6 +45,8 @@ enum oc_kind {
     K_INSN = 10,   /* INSTRUCTION    payload: offset units */
     K_PAUSE = 11,  /* the thread waited for the recorder (disk) from this record's ts ... */
     K_PAUSE_END = 12, /* ... to this one's; code_id unused */
+    K_CCALL = 13,  /* CALL of a C function      payload: frame depth of the caller; code_id: the C function */
+    K_CRETURN = 14, /* C_RETURN or C_RAISE       payload: frame depth of the caller; code_id: the C function */
 };
 #define OC_NO_CODE UINT32_MAX
 #define OC_PAYLOAD_BITS 28
@@ -114,6 +116,7 @@ typedef struct {
     uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
+    uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
 } oc_codeextra;
 
 /* session table entry: everything the writer needs about a code object, immutable once published */
@@ -193,6 +196,7 @@ typedef struct {
     int rec_fd;
     size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
     int loops;                    /* OC_LOOPS_*: what an orphaned fork child's render shows of loops */
+    int c_functions;              /* CALL/C_RETURN/C_RAISE are monitored */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -230,7 +234,12 @@ static inline oc_codeent *oc_code_entry(uint32_t id) {
 char *oc_json_escape(const char *s, Py_ssize_t n);
 char *oc_dup_raw(const char *s, Py_ssize_t n);     /* NUL-terminated copy of n bytes */
 void oc_internal_error(const char *msg);           /* first failure wins; reported at stop */
-uint32_t *oc_code_counters(oc_codeextra *ex, int insn);  /* lazily allocated; NULL on failure */
+uint32_t *oc_code_counters(oc_codeextra *ex, int which); /* 0 edges, 1 instructions, 2 calls; lazily
+                                                            allocated; NULL on failure */
+/* C functions (builtins, extension functions) get code table entries of their own, one per PyMethodDef,
+ * named as cProfile names them, file "~", line 0 */
+uint32_t oc_cfunc_id(PyObject *callable);   /* UINT32_MAX: not a C function we record (or no memory) */
+void oc_cfunc_reset(void);
 
 /* buffer.c */
 oc_tbuf *oc_buffer_slow(void);           /* returns a buffer with room for at least 2 records, or NULL */
@@ -371,7 +380,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);
-PyObject *oc_make_callbacks(int precise);
+PyObject *oc_make_callbacks(int precise, int c_functions);
 
 /* usdt.c: USDT probes (provider "ocular") with their own sys.monitoring tool; adds _usdt_* functions */
 int oc_usdt_init(PyObject *module);

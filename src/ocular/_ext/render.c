@@ -284,6 +284,12 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
 
 static inline int valid_code(uint32_t id) { return id < W.ncodes_alloc; }
 
+/* Depths in the renderer: 2d for a Python frame at frame depth d, 2d+1 for a C function called from it
+ * (so it nests inside its caller, and the Python functions it calls back, at 2d+2, nest inside it). */
+static inline int is_enter(uint32_t k) { return k == K_START || k == K_RESUME || k == K_THROW || k == K_CCALL; }
+static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD || k == K_UNWIND || k == K_CRETURN; }
+static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
+
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
     for (uint32_t i = 0; i < n; i++) {
@@ -303,23 +309,27 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
             t->prev_code = r->code_id;
             t->have_prev = 1;
         }
-        if (kind <= K_INSN && kind != K_NONE && !valid_code(r->code_id))
+        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && !valid_code(r->code_id))
             continue;
         switch (kind) {
         case K_START:
         case K_RESUME:
-        case K_THROW: {
+        case K_THROW:
+        case K_CCALL: {
+            p = rdepth(kind, p);
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (push(t, r->code_id, p, r->ts, kind == K_START))
+            if (push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL))
                 W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
             break;
         }
         case K_RETURN:
         case K_YIELD:
-        case K_UNWIND: {
+        case K_UNWIND:
+        case K_CRETURN: {
+            p = rdepth(kind, p);
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
@@ -414,8 +424,8 @@ static void open_cut_frames(rthread *t) {
     for (uint32_t s = 0; s < t->nspans; s++)
         for (uint32_t i = 0; i < t->spans[s].n; i++) {
             const oc_rec *r = &t->spans[s].recs[i];
-            uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-            if (kind == K_START || kind == K_RESUME || kind == K_THROW) {
+            uint32_t kind = OC_KIND(r->info), p = rdepth(OC_KIND(r->info), OC_PAYLOAD(r->info));
+            if (is_enter(kind)) {
                 while (sp > 0 && depths[sp - 1] >= p)
                     sp--;
                 if (sp == spcap) {
@@ -425,7 +435,7 @@ static void open_cut_frames(rthread *t) {
                     depths = d;
                 }
                 depths[sp++] = p;
-            } else if (kind == K_RETURN || kind == K_YIELD || kind == K_UNWIND) {
+            } else if (is_leave(kind)) {
                 while (sp > 0 && depths[sp - 1] > p)
                     sp--;
                 if (sp > 0 && depths[sp - 1] == p) {
