@@ -6,7 +6,8 @@ CONFIG is a name from bench.configs.CONFIGS, or "count" (count the events
 the workload produces with _ocular_floor counters), or "probe" (WORKLOAD and
 SIZE ignored: report which optional imports work).
 
-Only the workload call is timed (time.perf_counter around it); starting the
+Only the workload call is timed (time.perf_counter around it, and
+time.thread_time: this thread's CPU time); starting the
 tracer happens before, stopping it and writing its output after, each timed
 separately.  With --callgrind the workload is called through
 _ocular_floor.measured_call, the region bench/callgrind.py collects.  With --no-save the tracer's output is not written (the runner
@@ -102,8 +103,14 @@ def _start(cfg_name, outdir):
         import ocular
 
         ocular.start_tracing(output=os.path.join(outdir, "ocular_trace.json"), **cfg.params)
-        # Ocular writes its trace when tracing stops: stop and save are one.
-        return ocular.stop_tracing, None, None
+        figures = {}
+
+        def stop():
+            # Ocular renders and writes its trace when tracing stops: stop and save are one.
+            res = ocular.stop_tracing()
+            figures.update(events=res.get("events"), pauses=res.get("pauses"))
+
+        return stop, None, figures
     if kind == "viztracer":
         from viztracer import VizTracer
 
@@ -177,7 +184,9 @@ def main(argv):
     t0 = time.perf_counter()
     stop, save, extra = _start(cfg_name, outdir)
     t1 = time.perf_counter()
+    c1 = time.thread_time()
     result = func(size)
+    c2 = time.thread_time()
     t2 = time.perf_counter()
     if stop is not None:
         stop()
@@ -191,12 +200,15 @@ def main(argv):
     out = {
         "start_s": t1 - t0,
         "work_s": t2 - t1,
+        "work_cpu_s": c2 - c1,  # this thread's CPU time over the workload call
         "stop_s": t3 - t2,
         "save_s": None if save is None else t4 - t3,
         "result": repr(result),
     }
     if cfg_name == "count":
         out["counts"] = {name: c.count for name, c in extra.items()}
+    elif extra:
+        out["tracer"] = extra  # Ocular: events and pauses from stop_tracing()
     _write(result_path, out)
     return 0
 

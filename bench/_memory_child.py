@@ -1,6 +1,10 @@
 """One memory/throughput measurement in a fresh interpreter (bench/memory.py).
 
-usage: python -m bench._memory_child RESULT_FILE (untraced|traced) REPS OUTPUT [FORMAT]
+usage: python -m bench._memory_child RESULT_FILE (untraced|traced|ring) REPS OUTPUT [FORMAT [RING]]
+
+traced: the whole recording goes to a file, rendered into OUTPUT at stop;
+ring: the flight recorder, ``start_tracing(ring=RING)`` (default "64M"): only
+the newest part of the recording is kept, in memory, and rendered at stop.
 
 The workload, repeated REPS times: recursive fib(20) (21,891 calls: PY_START,
 PY_RETURN and one BRANCH each) and a 10,000-iteration loop (a JUMP and a
@@ -17,7 +21,7 @@ for both modes.  The worker also reads its own ``VmHWM`` from
 /proc/self/status at the end, as a cross-check.
 
 Traced, the worker also reports what stop_tracing() returns (events, bytes,
-dropped) and the writer thread's CPU time, measured as process CPU minus
+dropped, pauses) and the recorder thread's CPU time, measured as process CPU minus
 main-thread CPU over the session (as in bench/_encode_child.py).
 """
 
@@ -56,21 +60,22 @@ def vm_hwm_bytes():
     return None
 
 
-def worker(mode, reps, output, fmt):
+def worker(mode, reps, output, fmt, ring):
     out = {"mode": mode, "reps": reps}
-    if mode == "traced":
+    if mode in ("traced", "ring"):
         import ocular
 
         p0, m0 = time.process_time(), time.thread_time()
         w0 = time.perf_counter()
         ocular.start_tracing(output=output, deinstrument_threshold=0, report=False,
-                             format=fmt)
+                             format=fmt, ring=ring if mode == "ring" else None)
         out["result"] = workload(reps)
         w1 = time.perf_counter()
         res = ocular.stop_tracing()
         w2 = time.perf_counter()
         p1, m1 = time.process_time(), time.thread_time()
         out.update(events=res["events"], bytes=res["bytes"], dropped=res["dropped"],
+                   pauses=res.get("pauses"), recording_bytes=res.get("recording_bytes"),
                    threads=res["threads"], work_s=w1 - w0, stop_s=w2 - w1,
                    writer_cpu_s=(p1 - p0) - (m1 - m0), main_cpu_s=m1 - m0,
                    file_bytes=os.path.getsize(output))
@@ -83,12 +88,13 @@ def worker(mode, reps, output, fmt):
 
 
 def main(argv):
-    if len(argv) not in (4, 5):
+    if len(argv) not in (4, 5, 6):
         raise SystemExit(__doc__)
     result_path, mode, reps, output = argv[0], argv[1], int(argv[2]), argv[3]
-    fmt = argv[4] if len(argv) == 5 else "perfetto"
-    if mode not in ("untraced", "traced"):
-        raise SystemExit("mode must be untraced or traced")
+    fmt = argv[4] if len(argv) >= 5 else "perfetto"
+    ring = argv[5] if len(argv) == 6 else "64M"
+    if mode not in ("untraced", "traced", "ring"):
+        raise SystemExit("mode must be untraced, traced or ring")
     part = result_path + ".worker"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -97,7 +103,7 @@ def main(argv):
         status = 1
         try:
             with open(part, "w") as f:
-                f.write(repr(worker(mode, reps, output, fmt)))
+                f.write(repr(worker(mode, reps, output, fmt, ring)))
             status = 0
         except BaseException:
             import traceback
