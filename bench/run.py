@@ -115,9 +115,6 @@ def main(argv=None) -> int:
                     help="overhead plot (PNG, gnuplot) path (default bench/results.png; '-' for none)")
     ap.add_argument("--list", action="store_true",
                     help="list workloads, configurations and pyperformance benchmarks")
-    ap.add_argument("--callgrind", action="store_true",
-                    help="run the callgrind instruction-count measurement instead; "
-                         "other options then go to it (python -m bench --callgrind --help)")
     args = ap.parse_args(argv)
 
     if args.list:
