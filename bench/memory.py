@@ -111,14 +111,14 @@ def run(ctx, events=None, fmt="pftrace", repeats=None) -> Section:
     if samples["untraced"] and traced:
         u_rss, u_work = med("untraced", "ru_maxrss"), med("untraced", "work_s")
 
-        def col(mode, fn):
+        def col(fn):
             return [fn(mode) for mode in traced]
 
         def opt(x, f):
             return f(x) if x is not None else "—"
 
         rows = [
-            ["events traced"] + col(lambda m: fmt_count(int(med(m, "events")))),
+            ["events rendered (ring: the kept window)"] + col(lambda m: fmt_count(int(med(m, "events")))),
             ["pauses (program waited for the recorder)"] + col(lambda m: opt(med(m, "pauses"), int)),
             ["dropped events"] + col(lambda m: max(s["dropped"] for s in samples[m])),
             ["peak RSS (untraced: {})".format(fmt_bytes(int(u_rss)))]
@@ -126,7 +126,7 @@ def run(ctx, events=None, fmt="pftrace", repeats=None) -> Section:
             ["**peak RSS − untraced**"]
             + col(lambda m: "**{}**".format(fmt_bytes(int(med(m, "ru_maxrss") - u_rss)))),
             ["VmHWM (worker's own)"] + col(lambda m: opt(med(m, "vm_hwm"), lambda x: fmt_bytes(int(x)))),
-            ["recording (file: on disk; ring: kept)"]
+            ["recording written to disk"]
             + col(lambda m: opt(med(m, "recording_bytes"), lambda x: fmt_bytes(int(x)))),
             ["trace file"] + col(lambda m: fmt_bytes(int(med(m, "file_bytes")))),
             ["workload wall (untraced: {} s)".format(fmt_s(u_work))]
