@@ -18,7 +18,10 @@ mark across fork and exec: a child spawned by the runner (a bigger Python
 process) reports at least the runner's own RSS as its ru_maxrss.  A worker
 forked from this small process starts from this process's RSS, the same
 for both modes.  The worker also reads its own ``VmHWM`` from
-/proc/self/status at the end, as a cross-check.
+/proc/self/status at the end, as a cross-check, and this process samples
+the worker's RssAnon and RssFile every 10 ms while it runs (their peaks):
+the renderer maps the recording file, whose pages count in RSS as
+file-backed page cache, not as memory the process allocated.
 
 Traced, the worker also reports what stop_tracing() returns (events, bytes,
 dropped, pauses) and the recorder thread's CPU time, measured as process CPU minus
@@ -113,7 +116,24 @@ def main(argv):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)
-    _, status, rusage = os.wait4(pid, 0)
+    # While the worker runs, sample its resident memory by kind from /proc (this process is
+    # another process: the worker's GIL and its C code holding it do not stop the sampling).
+    # File-backed pages (RssFile) are the mapped recording the renderer reads at stop: page cache
+    # the kernel can reclaim; anonymous pages (RssAnon) are what the process itself allocated.
+    peak = {"RssAnon": 0, "RssFile": 0}
+    while True:
+        done, status, rusage = os.wait4(pid, os.WNOHANG)
+        if done:
+            break
+        try:
+            with open("/proc/{}/status".format(pid)) as f:
+                for line in f:
+                    key = line.split(":", 1)[0]
+                    if key in peak:
+                        peak[key] = max(peak[key], int(line.split()[1]) * 1024)
+        except (OSError, ValueError, IndexError):
+            pass
+        time.sleep(0.01)
     code = os.waitstatus_to_exitcode(status)
     if code != 0 or not os.path.exists(part):
         print("worker failed with status {}".format(code), file=sys.stderr)
@@ -124,6 +144,7 @@ def main(argv):
         out = ast.literal_eval(f.read())
     os.unlink(part)
     out["ru_maxrss"] = rusage.ru_maxrss * 1024  # KiB on Linux
+    out["peak_anon"], out["peak_file"] = peak["RssAnon"], peak["RssFile"]  # sampled every 10 ms
     out["parent_hwm"] = vm_hwm_bytes()
     with open(result_path, "w") as f:
         f.write(repr(out))
