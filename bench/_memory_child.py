@@ -72,7 +72,9 @@ def worker(mode, reps, output, fmt, ring):
         w0 = time.perf_counter()
         ocular.start_tracing(output=output, deinstrument_threshold=0, report=False,
                              format=fmt, ring=ring if mode == "ring" else None)
+        c0 = time.thread_time()
         out["result"] = workload(reps)
+        out["work_cpu_s"] = time.thread_time() - c0
         w1 = time.perf_counter()
         res = ocular.stop_tracing()
         w2 = time.perf_counter()
@@ -84,7 +86,9 @@ def worker(mode, reps, output, fmt, ring):
                    file_bytes=os.path.getsize(output))
     else:
         w0 = time.perf_counter()
+        c0 = time.thread_time()
         out["result"] = workload(reps)
+        out["work_cpu_s"] = time.thread_time() - c0
         out["work_s"] = time.perf_counter() - w0
     out["vm_hwm"] = vm_hwm_bytes()
     return out

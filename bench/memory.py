@@ -144,6 +144,9 @@ def run(ctx, events=None, fmt="pftrace", repeats=None) -> Section:
             ["trace file"] + col(lambda m: fmt_bytes(int(med(m, "file_bytes")))),
             ["workload wall (untraced: {} s)".format(fmt_s(u_work))]
             + col(lambda m: "{} s ({:.2f}×)".format(fmt_s(med(m, "work_s")), med(m, "work_s") / u_work)),
+            ["workload CPU, its thread (untraced: {:.2f} s)".format(med("untraced", "work_cpu_s"))]
+            + col(lambda m: "{:.2f} s ({:.2f}×)".format(
+                med(m, "work_cpu_s"), med(m, "work_cpu_s") / med("untraced", "work_cpu_s"))),
             ["main thread CPU over the session"] + col(lambda m: "{:.2f} s".format(med(m, "main_cpu_s"))),
             ["stop_tracing() wall (rendering)"] + col(lambda m: "{} s".format(fmt_s(med(m, "stop_s")))),
             ["recorder thread CPU"]
