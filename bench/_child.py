@@ -32,6 +32,17 @@ def _write(path, obj):
         f.write(repr(obj))
 
 
+def _thread_rusage():
+    """(voluntary, involuntary) context switches of the calling thread, or None off Linux."""
+    try:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_THREAD)
+    except (ImportError, AttributeError, OSError):
+        return None
+    return ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def _floor_start(events):
     import _ocular_floor
 
@@ -183,11 +194,13 @@ def main(argv):
 
     t0 = time.perf_counter()
     stop, save, extra = _start(cfg_name, outdir)
+    ru1 = _thread_rusage()
     t1 = time.perf_counter()
     c1 = time.thread_time()
     result = func(size)
     c2 = time.thread_time()
     t2 = time.perf_counter()
+    ru2 = _thread_rusage()
     if stop is not None:
         stop()
     t3 = time.perf_counter()
@@ -201,6 +214,10 @@ def main(argv):
         "start_s": t1 - t0,
         "work_s": t2 - t1,
         "work_cpu_s": c2 - c1,  # this thread's CPU time over the workload call
+        # this thread's context switches over the call: voluntary (it blocked: waited for a lock,
+        # a condition, I/O) and involuntary (preempted: another thread or process took its CPU)
+        "work_vcsw": ru2[0] - ru1[0] if ru1 else None,
+        "work_ivcsw": ru2[1] - ru1[1] if ru1 else None,
         "stop_s": t3 - t2,
         "save_s": None if save is None else t4 - t3,
         "result": repr(result),

@@ -70,7 +70,7 @@ def run(ctx, repeats=None) -> Section:
     for c in configs:
         xs = samples[c]
         if not xs:
-            rows.append([c, "FAILED", "", "", "", "", "", "", ""])
+            rows.append([c, "FAILED"] + [""] * 9)
             continue
         walls = [s["work_s"] for s in xs]
         wall, cpu = median(walls), median([s["work_cpu_s"] for s in xs])
@@ -78,11 +78,15 @@ def run(ctx, repeats=None) -> Section:
         tr = [s.get("tracer") or {} for s in xs]
         pauses = [t["pauses"] for t in tr if t.get("pauses") is not None]
         events = [t["events"] for t in tr if t.get("events") is not None]
+        vcsw = [s["work_vcsw"] for s in xs if s.get("work_vcsw") is not None]
+        ivcsw = [s["work_ivcsw"] for s in xs if s.get("work_ivcsw") is not None]
         x_floor = wall / floor_wall if floor_wall and c != "untraced" else None
         x_floor_cpu = cpu / floor_cpu if floor_cpu and c != "untraced" else None
         rows.append([c, fmt_s(wall), spread(walls), fmt_s(cpu), "{:.3f}".format(ratio) if ratio else "—",
                      "{:.2f}×".format(x_floor) if x_floor else "—",
                      "{:.2f}×".format(x_floor_cpu) if x_floor_cpu else "—",
+                     "{:.0f}".format(median(vcsw)) if vcsw else "—",
+                     "{:.0f}".format(median(ivcsw)) if ivcsw else "—",
                      "{:,}".format(int(median(events))) if events else "—",
                      "{} (max {})".format(int(median(pauses)), max(pauses)) if pauses else "—"])
         if c.startswith("ocular") and x_floor:
@@ -93,7 +97,7 @@ def run(ctx, repeats=None) -> Section:
                                   rows[0][4] if configs[0] == "untraced" else "—",
                                   max(pauses) if pauses else "—"))
     header = ["config", "wall median s", "spread", "thread CPU s", "wall ÷ CPU", "× floor wall",
-              "× floor CPU", "events", "pauses"]
+              "× floor CPU", "voluntary switches", "preemptions", "events", "pauses"]
     table = md_table(header, rows, left=1)
     out = ["fib({}) in a fresh child per run (bench/_child.py), {} rounds interleaved, medians; "
            "{:.0f} s.\n".format(n, repeats, elapsed)]
@@ -110,7 +114,10 @@ def run(ctx, repeats=None) -> Section:
                "recorder runs on its own thread). wall ÷ CPU is the median of the per-run ratios: "
                "above 1 when the thread waited (for the recorder, or for a CPU on a loaded "
                "machine: compare with untraced). **× floor CPU**: thread CPU over the floor's, which a "
-               "loaded machine does not distort. **pauses**: times the program waited for the "
+               "loaded machine does not distort. **voluntary switches / preemptions**: the "
+               "thread's context switches during the call (`getrusage(RUSAGE_THREAD)`), medians: "
+               "voluntary ones mean it blocked (a lock, a condition, I/O, a page fault waiting "
+               "for I/O); preemptions mean another thread or process took its CPU. **pauses**: times the program waited for the "
                "recorder (stop_tracing()'s `pauses`), median (max).")
     console = table + ("\n" + "\n".join(goal_lines) if goal_lines else "")
     return Section(title, "\n".join(out), console, failed=bool(failures))
