@@ -133,7 +133,8 @@ def run_one(ctx, cfg, script, size):
             raise ChildError("exit {}:\n    {}".format(proc.status, tail(proc.stderr or proc.stdout)))
         if out and not os.path.exists(out):
             raise ChildError("no output file {}:\n    {}".format(cfg.out, tail(proc.stderr)))
-        return {"wall": proc.wall, "stdout": proc.stdout.strip().splitlines()[:1],
+        cpu = proc.rusage.ru_utime + proc.rusage.ru_stime if proc.rusage else None
+        return {"wall": proc.wall, "cpu": cpu, "stdout": proc.stdout.strip().splitlines()[:1],
                 "bytes": os.path.getsize(out) if out else None}
 
 
@@ -203,17 +204,20 @@ def run(ctx, repeats=None) -> Section:
                 log("[{:4}/{}] round {} {:10} {:18} {}".format(k, total, r + 1, s, c, msg))
     elapsed = time.perf_counter() - t_start
 
-    header = ["script", "config", "wall median s", "spread", "× untraced", "× cProfile", "output size"]
+    header = ["script", "config", "wall median s", "spread", "× untraced", "× cProfile",
+              "CPU median s", "CPU × cProfile", "output size"]
     rows, ratios, goal_lines = [], {}, []
     for s in sizes:
         walls = {c: [x["wall"] for x in samples[(s, c)]] for c in configs}
         base = median(walls.get("untraced", []))
         cprof = median(walls.get("cProfile", []))
+        cpus = {c: [x["cpu"] for x in samples[(s, c)] if x.get("cpu") is not None] for c in configs}
+        cprof_cpu = median(cpus.get("cProfile", []))
         for c in configs:
             m = median(walls[c])
             label = s if s == "empty" else "{}({})".format(s, sizes[s])
             if m is None:
-                rows.append([label, c, "FAILED", "", "", "", ""])
+                rows.append([label, c, "FAILED", "", "", "", "", "", ""])
                 continue
             ratio = m / base if base else None
             if c != "untraced" and ratio is not None:
@@ -222,13 +226,18 @@ def run(ctx, repeats=None) -> Section:
             rows.append([label, c, fmt_s(m), spread(walls[c]),
                          fmt_ratio(ratio) if c != "untraced" else "1.00×",
                          fmt_ratio(m / cprof) if cprof else "—",
+                         fmt_s(median(cpus[c])),
+                         fmt_ratio(median(cpus[c]) / cprof_cpu) if cprof_cpu and cpus[c] else "—",
                          fmt_bytes(int(size)) if size is not None else "—"])
         for c in ("ocular-t0-json", "ocular-t0-pftrace"):
             m = median(walls.get(c, []))
             if m and cprof and s != "empty":
-                goal_lines.append("- {} `{}`: {:.2f}× `python -m cProfile -o` ({:.3f} s vs {:.3f} s): "
-                                  "issue 14 goal (≤ {:.0f}×) {}".format(
-                                      s, c, m / cprof, m, cprof, GOAL_CPROFILE,
+                cpu = median(cpus.get(c, []))
+                goal_lines.append("- {} `{}`: {:.2f}× `python -m cProfile -o` ({:.3f} s vs {:.3f} s; "
+                                  "CPU {}): issue 14 goal (≤ {:.0f}×) {}".format(
+                                      s, c, m / cprof, m, cprof,
+                                      fmt_ratio(cpu / cprof_cpu) if cpu and cprof_cpu else "—",
+                                      GOAL_CPROFILE,
                                       "met" if m / cprof <= GOAL_CPROFILE else "**not met**"))
         for c in ("ocular", "ocular-t0-json", "ocular-t0-pftrace"):
             if (s, c) in ratios and s != "empty":
@@ -259,8 +268,9 @@ def run(ctx, repeats=None) -> Section:
 
     out = []
     out.append("Standalone scripts (bench/scripts/) run by each tool's command line; wall time "
-               "from spawn to exit, trace written. Rounds: {}, interleaved; medians; {:.0f} s.\n"
-               .format(repeats, elapsed))
+               "from spawn to exit, trace written; CPU: user + system time of the process and all "
+               "its threads (`wait4`'s rusage), which a loaded machine distorts less than wall "
+               "time. Rounds: {}, interleaved; medians; {:.0f} s.\n".format(repeats, elapsed))
     for c, reason in skipped.items():
         out.append("- skipped **{}**: {}".format(c, reason))
     for (s, c), err in failures.items():
