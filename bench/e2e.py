@@ -8,6 +8,7 @@ tool's fixed cost) are run by each tool's own command line:
     ocular                python -m ocular -o trace.json SCRIPT N         (defaults: threshold 500, report printed)
     ocular-t0-json        python -m ocular --threshold 0 -o trace.json SCRIPT N
     ocular-t0-pftrace     python -m ocular --threshold 0 -o trace.pftrace SCRIPT N
+    ocular-t0-recording   python -m ocular --threshold 0 -o trace.ocular SCRIPT N   (nothing rendered)
     cProfile              python -m cProfile -o prof.out SCRIPT N
     viztracer             viztracer -o trace.json SCRIPT N                (defaults)
     viztracer-nomp        viztracer --ignore_multiprocess -o trace.json SCRIPT N
@@ -91,6 +92,10 @@ CONFIGS = {
         Config("ocular-t0-pftrace", ["{python}", "-m", "ocular", "--threshold", "0", "-o", "{out}"],
                "trace.pftrace", "ocular",
                "python -m ocular --threshold 0 -o trace.pftrace SCRIPT N"),
+        Config("ocular-t0-recording", ["{python}", "-m", "ocular", "--threshold", "0", "-o", "{out}"],
+               "trace.ocular", "ocular",
+               "python -m ocular --threshold 0 -o trace.ocular SCRIPT N (the recording only, "
+               "nothing rendered)"),
         Config("cProfile", ["{python}", "-m", "cProfile", "-o", "{out}"], "prof.out", None,
                "python -m cProfile -o prof.out SCRIPT N"),
         Config("viztracer", ["{viztracer}", "-o", "{out}"], "trace.json", "viztracer",
