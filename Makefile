@@ -139,7 +139,7 @@ test-stdlib: build
 	  echo "== stdlib test modules on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
-# bench: every section (micro, pyperformance, e2e, memory), ~10 min: bench/results.md and bench/results.png
+# bench: every section (micro, pyperformance, e2e, nowait, memory, callgrind), ~20 min: bench/results.md, results.png
 # (bench/README.md).  BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--python 3.13".
 bench: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench $(BENCH_ARGS)
@@ -147,7 +147,7 @@ bench: build
 bench-quick: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --quick $(BENCH_ARGS)
 
-# bench-memory: 100M events traced into .pftrace: peak RSS, writer throughput, dropped events (~1 min)
+# bench-memory: 100M events, to a file and in the flight recorder (ring=64M): peak RSS, throughput, pauses (~1 min)
 bench-memory: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --memory $(BENCH_ARGS)
 
