@@ -50,6 +50,10 @@ static uint64_t wait_for_recorder(void) {
     if (LIKELY(S.nqueued < S.max_queued) || !S.writer_started)
         return 0;
     uint64_t t0 = oc_now();
+    if (S.recorder_idle) {
+        S.recorder_idle = 0;
+        pthread_cond_signal(&S.cond_writer);
+    }
     while (S.nqueued >= S.max_queued && S.writer_started && !S.stopping)
         pthread_cond_wait(&S.cond_free, &S.lock);
     S.pauses++;
@@ -72,7 +76,12 @@ static void enqueue(oc_tbuf *b) {
             S.q_head = c;
         S.q_tail = c;
         S.nqueued++;
-        pthread_cond_signal(&S.cond_writer);
+        /* wake the recorder only when it sleeps and a batch is ready: a wake-up per chunk cost the
+         * program a preemption per chunk on two cores (it polls every 20 ms for a partial batch) */
+        if (S.recorder_idle && S.nqueued >= OC_WAKE_BATCH) {
+            S.recorder_idle = 0;
+            pthread_cond_signal(&S.cond_writer);
+        }
     }
     b->chunk = NULL;
     b->pos = b->end = b->limit = NULL;

@@ -92,6 +92,7 @@ static void reset_counters(void) {
     S.ns_per_tick = 1.0;
     S.stopping = 0;
     S.pauses = 0;
+    S.recorder_idle = 0;
     S.ncodes_pub = 0;
     S.nqueued = 0;
     S.threads_named = S.threads_named_seen = 0;

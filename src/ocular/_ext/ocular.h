@@ -67,6 +67,7 @@ typedef struct {
 #define OC_CHUNK_RECS 1024  /* 16 KiB: each live thread holds one */
 #define OC_MAX_QUEUED 1024  /* 16 MiB of full chunks waiting for the recorder; beyond that the hot path
                                waits (a recorded pause): only when the disk cannot keep up */
+#define OC_WAKE_BATCH 8     /* full chunks that wake a sleeping recorder (else it looks every 20 ms) */
 
 typedef struct oc_chunk {
     struct oc_chunk *next;
@@ -186,6 +187,7 @@ typedef struct {
     uint32_t nchunks;             /* allocated: live threads' chunks + queued + free */
     uint32_t nqueued;
     uint32_t max_queued;          /* OC_MAX_QUEUED (OCULAR_TEST_RECORDER_QUEUE in tests) */
+    int recorder_idle;            /* the recorder waits for work (lock held to read or write) */
     uint32_t nfree;
     uint32_t ncodes_pub;          /* code table entries published to the recorder (set under lock
                                      by a thread holding the GIL) */

@@ -235,9 +235,16 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     for (oc_chunk *c = RC.ring_head; c; c = c->next)
         if (c->n && c->recs[0].ts < first)
             first = c->recs[0].ts;
+    for (oc_chunk *c = S.q_head; c; c = c->next)
+        if (c->n && c->recs[0].ts < first)
+            first = c->recs[0].ts;
     block(&o, OC_BLK_WINDOW, 8);
     put_u64(&o, first);
     for (oc_chunk *c = RC.ring_head; c; c = c->next) {
+        write_chunk(&o, c);
+        events += c->n;
+    }
+    for (oc_chunk *c = S.q_head; c; c = c->next) { /* full, not yet moved into the ring */
         write_chunk(&o, c);
         events += c->n;
     }
@@ -393,7 +400,9 @@ static void *recorder_main(void *arg) {
                 }
                 continue;
             }
-            pthread_cond_wait(&S.cond_writer, &S.lock);
+            S.recorder_idle = 1;
+            wait_writer_ms(20); /* woken by a batch of chunks, by stop, or by the clock */
+            S.recorder_idle = 0;
             continue;
         }
         S.q_head = c->next;

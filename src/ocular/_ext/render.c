@@ -808,8 +808,14 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         t->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
         if (R.ring)
             open_cut_frames(t);
-        for (uint32_t s = 0; s < t->nspans; s++)
+        for (uint32_t s = 0; s < t->nspans; s++) {
             process_recs(t, t->spans[s].recs, t->spans[s].n);
+            /* done with these pages: out of the resident set (a long recording is mapped whole) */
+            uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
+            uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
+            if (hi > lo)
+                madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
         uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
         if (t->n)
             pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
