@@ -48,7 +48,7 @@ def test_the_runner_is_never_recorded(tmp_path):
     assert p.returncode == 0 and p.stdout == "hello\n", p.stderr
     ev = load_trace(tmp_path / "t.json")["traceEvents"]
     files = {e["args"]["file"] for e in ev if e["ph"] == "B"}
-    assert files == {"hello.py"}, files  # no runpy, pkgutil, importlib, typing: only the program
+    assert files == {"hello.py", "~"}, files  # no runpy, pkgutil, importlib, typing: the program (and print)
     # -m and -c too
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
@@ -56,9 +56,17 @@ def test_the_runner_is_never_recorded(tmp_path):
     p = cli(["--threshold", "0", "-o", "m.json", "-m", "pkg.tool", "x"], tmp_path)
     assert p.returncode == 0 and p.stdout == "__main__ ['x']\n", p.stderr
     names = [e["name"] for e in load_trace(tmp_path / "m.json")["traceEvents"] if e["ph"] == "B"]
-    assert names == ["<module>", "go"], names
+    assert [n for n in names if not n.startswith("<built-in")] == ["<module>", "go"], names
     p = cli(["--threshold", "0", "-o", "c.json", "-c", "def f(): pass\nf()"], tmp_path)
     assert [e["name"] for e in load_trace(tmp_path / "c.json")["traceEvents"] if e["ph"] == "B"] == ["<module>", "f"]
+    # C functions are their own slices, named as cProfile names them
+    p = cli(["--threshold", "0", "-o", "b.json", "-c", "import time\ndef f(): time.sleep(0.001); len('ab')\nf()"],
+            tmp_path)
+    names = [e["name"] for e in load_trace(tmp_path / "b.json")["traceEvents"] if e["ph"] == "B"]
+    assert names == ["<module>", "f", "<built-in method time.sleep>", "<built-in method builtins.len>"], names
+    p = cli(["--threshold", "0", "--no-c-functions", "-o", "n.json", "-c", "import time\ndef f(): time.sleep(0)\nf()"],
+            tmp_path)
+    assert [e["name"] for e in load_trace(tmp_path / "n.json")["traceEvents"] if e["ph"] == "B"] == ["<module>", "f"]
 
 
 def test_report_ranks_the_users_code_and_folds_the_rest(tmp_path, script):

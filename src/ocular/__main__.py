@@ -12,6 +12,8 @@ import argparse
 import os
 import sys
 
+from . import _ocular
+
 EPILOG = """examples:
   python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
@@ -102,6 +104,9 @@ def build_parser():
     p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
                    help="what the trace shows of loops: an instant per iteration, a slice per loop run (JSON "
                         "only), or nothing (default: runs for JSON, iterations for .pftrace)")
+    p.add_argument("--no-c-functions", action="store_false", dest="c_functions", default=None,
+                   help="do not record calls of C functions (builtins, methods of built-in types, extension "
+                        "functions); by default each is its own slice and report row, as in cProfile")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -317,14 +322,17 @@ def _join_threads():
     (``threading._shutdown``: threading's own atexit calls, then a join of every non-daemon thread), so
     the calls those threads make after the main module returned are traced.  The interpreter's own call
     at exit then finds the work done.  ^C during the wait is reported and ignored, as Python does."""
+    _ocular._mute_thread(True)  # first: the runner's own frames are not recorded; the other threads' are
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        return
     try:
+        if threading.current_thread() is not threading.main_thread():
+            return
         threading._shutdown()
     except BaseException as exc:  # KeyboardInterrupt: Python prints it as ignored and goes on exiting
         print(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        _ocular._mute_thread(False)
 
 
 def main(argv=None):
@@ -415,6 +423,7 @@ def main(argv=None):
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
+                                 c_functions=ns.c_functions,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
 
     status = 0

@@ -213,11 +213,24 @@ static int register_thread(oc_tbuf *b) {
     return 0;
 }
 
+/* Muting costs the hot path nothing: `end` is pulled back to `pos`, so the next event takes the slow
+ * path, which records nothing while the flag is set. */
+void oc_buffer_mute(int on) {
+    oc_tbuf *b = oc_tls.buf;
+    if (!b)
+        return;
+    b->muted = on;
+    if (on)
+        b->end = b->pos;
+    else if (b->chunk && b->gen == tgen)
+        b->end = b->limit;
+}
+
 oc_tbuf *oc_buffer_slow(void) {
     if (!S.active)
         return NULL;
     oc_tbuf *b = oc_tls.buf;
-    if (UNLIKELY(b && b->in_slow))
+    if (UNLIKELY(b && (b->in_slow || b->muted)))
         return NULL;
     if (!b) {
         b = calloc(1, sizeof *b);

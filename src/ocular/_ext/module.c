@@ -346,6 +346,15 @@ static PyObject *py_calltree(PyObject *mod, PyObject *unused) {
     return oc_tree_export();
 }
 
+static PyObject *py_mute_thread(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    oc_buffer_mute(on);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     return PyBool_FromLong(S.active);
@@ -449,6 +458,7 @@ static PyMethodDef methods[] = {
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
+    {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
     {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},

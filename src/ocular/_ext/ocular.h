@@ -86,6 +86,7 @@ typedef struct oc_tbuf {
     uint32_t name_tries;
     int alive;             /* owned by a live thread */
     int in_slow;           /* re-entrancy guard for the slow path */
+    int muted;             /* records nothing (the CLI's own frames: joining threads at exit) */
     struct oc_tbuf *next_all;
 } oc_tbuf;
 
@@ -249,6 +250,7 @@ void oc_buffer_flush_all(void);          /* stop: hand every thread's partial ch
 int oc_buffer_init(void);
 void oc_buffer_fork_child(void);
 void oc_buffer_reset(void);
+void oc_buffer_mute(int on);             /* GIL held: this thread records nothing while muted */
 oc_chunk *oc_chunk_get(void);            /* lock held by caller */
 void oc_chunk_put_free(oc_chunk *c);     /* lock held by caller */
 typedef struct oc_out oc_out;
