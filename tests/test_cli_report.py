@@ -146,3 +146,15 @@ def test_process_and_thread_names_have_no_control_characters(tmp_path):
     names = [e["args"]["name"] for e in meta if e["name"] in ("process_name", "thread_name")]
     assert names and all(not any(ord(ch) < 32 for ch in n) for n in names), names
     assert "a b c" in names
+
+
+def test_tree_shows_the_call_tree_with_totals(tmp_path, script):
+    p = cli(["--tree", "--loops", "0", "-o", "t.json", str(script)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    tree = p.stderr.split("Call tree\n", 1)[1].splitlines()
+    mod = next(i for i, ln in enumerate(tree) if ln.strip().endswith("prog.py:1)") and "<module>" in ln)
+    main = next(i for i, ln in enumerate(tree) if " main  (" in ln)
+    parse = next(i for i, ln in enumerate(tree) if " parse  (" in ln)
+    indent = lambda ln: len(ln) - len(ln.lstrip())
+    assert mod < main < parse and indent(tree[mod]) < indent(tree[main]) < indent(tree[parse])
+    assert tree[parse].split()[2] == "3"  # parse was called 3 times
