@@ -153,8 +153,8 @@ def test_tree_shows_the_call_tree_with_totals(tmp_path, script):
     assert p.returncode == 0, p.stderr
     tree = p.stderr.split("Call tree\n", 1)[1].splitlines()
     mod = next(i for i, ln in enumerate(tree) if ln.strip().endswith("prog.py:1)") and "<module>" in ln)
-    main = next(i for i, ln in enumerate(tree) if " main  (" in ln)
-    parse = next(i for i, ln in enumerate(tree) if " parse  (" in ln)
+    main = next(i for i, ln in enumerate(tree) if " main  (" in ln and "prog.py" in ln)
+    parse = next(i for i, ln in enumerate(tree) if " parse  (" in ln and "prog.py" in ln)
     indent = lambda ln: len(ln) - len(ln.lstrip())
     assert mod < main < parse and indent(tree[mod]) < indent(tree[main]) < indent(tree[parse])
     assert tree[parse].split()[2] == "3"  # parse was called 3 times
