@@ -158,3 +158,32 @@ def test_tree_shows_the_call_tree_with_totals(tmp_path, script):
     indent = lambda ln: len(ln) - len(ln.lstrip())
     assert mod < main < parse and indent(tree[mod]) < indent(tree[main]) < indent(tree[parse])
     assert tree[parse].split()[2] == "3"  # parse was called 3 times
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "precise"])
+def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
+    """Ground truth: the loop's time sits in one call (time.sleep, a C function). The report puts it on that
+    call's row; no instruction or block of the loop is charged with it."""
+    import ocular  # noqa: F401  (the package the subprocess runs must import)
+
+    (tmp_path / "s.py").write_text(textwrap.dedent("""
+        import time
+        def work():
+            t = 0
+            for i in range(30):
+                t += i
+                time.sleep(0.002)
+                t -= 1
+            return t
+        work()
+    """))
+    p = cli(["--mode", mode, "--threshold", "0", "--report-json", "-o", "t.json", "s.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
+    f = {r["name"]: r for r in rep["functions"]}
+    sleep, work = f["<built-in method time.sleep>"], f["work"]
+    assert sleep["calls"] == 30 and sleep["self_ns"] >= 30 * 2e6 * 0.9
+    assert work["self_ns"] < 0.1 * sleep["self_ns"]  # the loop's own time excludes the call
+    (lp,) = [lp for lp in rep["loops"] if lp["function"] == "work"]
+    per_iteration_sleep = sleep["self_ns"] / 30
+    assert all(r["ns"] is None or r["ns"] < 0.1 * per_iteration_sleep for r in lp["rows"]), lp["rows"]
