@@ -88,7 +88,8 @@ def _events_for(mode, c_functions=False):
 
 def _cache_entries():
     """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13, 3.14: a dict by name; 3.15: a
-    frozendict by name)."""
+    frozendict by name); bit 7 marks the opcodes that end a basic block (jumps and branches), which the
+    renderer needs to tell one block from several."""
     table = bytearray(256)
     ice = opcode._inline_cache_entries
     by_name = hasattr(ice, "keys")
@@ -97,6 +98,9 @@ def _cache_entries():
             table[op] = ice.get(dis.opname[op], 0) if op < len(dis.opname) else 0
         elif op < len(ice):
             table[op] = ice[op]
+    for op in set(dis.hasjrel) | set(getattr(dis, "hasjabs", ())) | set(getattr(dis, "hasjump", ())):
+        if op < 256:
+            table[op] |= 0x80
     return bytes(table)
 
 

@@ -210,7 +210,9 @@ class Report:
         rows = []
         lo, hi = lp["dest"], lp["src"]
         # adaptive: blocks (start -> (count, cycles, end)) covering each instruction
-        blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
+        # only blocks that begin inside the loop: the one that enters it (from the function's start, or
+        # before the loop) ends at its header too, and would charge the header with the way in
+        blocks = sorted((start, v) for start, v in units.items() if v[0] and lo <= start <= hi) if not precise else []
         instrs = [i for i in all_instrs if lo <= i.offset <= hi]
         offsets = [i.offset for i in instrs]
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
@@ -260,8 +262,9 @@ class Report:
         u = lp["dest"] // 2
         while u * 2 <= lp["src"] and u < len(bc) // 2:
             offsets.append(u)
-            u += 1 + (cache[bc[2 * u]] if same_python else 0)
-        blocks = sorted((start, v) for start, v in units.items() if v[0]) if not precise else []
+            u += 1 + (cache[bc[2 * u]] & 0x7F if same_python else 0)
+        blocks = (sorted((start, v) for start, v in units.items() if v[0] and lp["dest"] <= start <= lp["src"])
+                  if not precise else [])
         rows = []
         for u in offsets:
             off = u * 2

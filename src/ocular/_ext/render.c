@@ -176,32 +176,57 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
     }
 }
 
+/* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
+ * bit 7 of the recorded cache table) starting before each unit; NULL without bytecode or memory. */
+static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
+    if (!e->code || id >= W.ncodes_alloc)
+        return NULL;
+    uint32_t *p = W.insn_prefix[id];
+    if (p)
+        return p;
+    size_t n2 = (size_t)e->nunits + 2;
+    p = malloc(2 * n2 * sizeof *p);
+    if (!p)
+        return NULL;
+    uint32_t *br = p + n2, n = 0, nb = 0, next = 0;
+    for (uint32_t u = 0; u <= e->nunits; u++) {
+        p[u] = n;
+        br[u] = nb;
+        if (u == next && u < e->nunits) {
+            uint8_t info = R.cache_entries[e->code[2 * u]];
+            n++;
+            nb += info >> 7;
+            next = u + 1 + (info & 0x7F);
+        }
+    }
+    p[e->nunits + 1] = n;
+    br[e->nunits + 1] = nb;
+    W.insn_prefix[id] = p;
+    return p;
+}
+
 /* instructions in units [dest, src] of code `id`: a difference of prefix counts */
 static uint32_t static_insns(uint32_t id, uint32_t dest, uint32_t src) {
     oc_codeent *e = oc_rcode(id);
-    if (!e->code || id >= W.ncodes_alloc)
+    uint32_t *p = prefixes(id, e);
+    if (!p || !e->nunits)
         return 0;
-    uint32_t *p = W.insn_prefix[id];
-    if (!p) {
-        p = malloc(((size_t)e->nunits + 2) * sizeof *p);
-        if (!p)
-            return 0;
-        uint32_t n = 0, next = 0;
-        for (uint32_t u = 0; u <= e->nunits; u++) {
-            p[u] = n;
-            if (u == next && u < e->nunits) {
-                n++;
-                next = u + 1 + R.cache_entries[e->code[2 * u]];
-            }
-        }
-        p[e->nunits + 1] = n;
-        W.insn_prefix[id] = p;
-    }
     if (src >= e->nunits)
         src = e->nunits - 1;
     if (dest > src)
         return 0;
     return p[src + 1] - p[dest];
+}
+
+/* A span between two recorded jumps is one basic block only if no jump or branch lies before its end:
+ * one inside means its site was de-instrumented, and the span holds several blocks' time. */
+static int one_block(uint32_t id, uint32_t start, uint32_t end) {
+    oc_codeent *e = oc_rcode(id);
+    uint32_t *p = prefixes(id, e);
+    if (!p || end >= e->nunits || start > end)
+        return 1; /* no bytecode (or an old recording): as before */
+    uint32_t *br = p + e->nunits + 2;
+    return br[end] - br[start] == 0;
 }
 
 static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint64_t ts) {
@@ -355,7 +380,7 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
                 break;
             frame *f = &t->stack[t->n - 1];
             if (!R.precise) {
-                if (f->blk_start != UINT32_MAX)
+                if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
                     oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
                 f->blk_start = dest;
                 f->blk_self = f->self;
