@@ -67,7 +67,7 @@ INHERENT = {
     "test_pdb": "3.13.0: pdb's tests that check where a breakpoint stops run differently with another tool's "
                 "line-number events set (the adaptive mode here: JUMP/BRANCH)",
 }
-# What CI runs on every interpreter (with the INHERENT modules: 36 in all, ~3 min on a loaded 2-core
+# What CI runs on every interpreter (with the INHERENT modules: 36 in all, 4-6 min on a loaded 2-core
 # machine): the first dozen but test_asyncio.test_tasks (the longest), and a cross-section of the rest.
 CI = [n for n in FULL[:12] if n != "test_asyncio.test_tasks"] + [
     "test_class", "test_scope", "test_super", "test_raise", "test_exception_group", "test_except_star",
