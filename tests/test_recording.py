@@ -174,9 +174,11 @@ def test_flight_recorder_keeps_exactly_the_newest_events(tmp_path):
     r_data = load_trace(ring)
     r_ev = [e for e in r_data["traceEvents"] if e["ph"] in "BE"]
     check_balanced(r_data["traceEvents"])
-    # the cut slices (run, already open when the window begins) start at the window's edge
+    # the cut slices (run, already open when the window begins, and f if the edge falls inside a call: where
+    # it falls depends on the size of the recording's other entries, e.g. the length of the file names)
+    # start at the window's edge
     cut = [e for e in r_ev if e.get("args", {}).get("cut")]
-    assert [e["name"] for e in cut] == ["run"]
+    assert [e["name"] for e in cut] in (["run"], ["run", "f"])
     rest = [e for e in r_ev if not e.get("args", {}).get("cut")]
     # 1 MiB of 16-byte records is ~64K records (4 per iteration: start, return, branch, jump) -> ~32K
     # slice events kept, far fewer than the 400,000 of the full run
