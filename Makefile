@@ -1,26 +1,34 @@
 SHELL := /bin/bash
-# Ocular build and test entry points.  Finds pyenv's CPython 3.12 and 3.13 by glob;
-# PYTHON=/path/to/python3.x overrides (a single interpreter).
+# Ocular build and test entry points.  Finds CPython 3.12, 3.13, 3.14 and 3.15: pyenv's
+# ($(PYENV_ROOT)/versions/3.X.*) first, else a prefix under $(OCULAR_PYTHONS)/3.X (default
+# /opt/ocular-pythons, made by ../shared/tools/get-python.sh; .ci/run makes the missing ones), else
+# python3.X on PATH (a distribution's package).
+# PYTHON=/path/to/python3.x overrides (a single interpreter); PYTHON_VERSIONS="3.13 3.14" picks some.
 PYENV_ROOT ?= $(shell pyenv root 2>/dev/null || echo $(HOME)/.pyenv)
-PY312 := $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.12.*/bin/python3.12)))
-PY313 := $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/3.13.*/bin/python3.13)))
+OCULAR_PYTHONS ?= /opt/ocular-pythons
+PYTHON_VERSIONS ?= 3.12 3.13 3.14 3.15
+find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bin/python$(1)))),$(wildcard $(OCULAR_PYTHONS)/$(1)/bin/python$(1)),$(shell command -v python$(1) 2>/dev/null))
 ifdef PYTHON
 PYTHONS := $(PYTHON)
 else
-PYTHONS := $(strip $(PY312) $(PY313))
+PYTHONS := $(strip $(foreach v,$(PYTHON_VERSIONS),$(call find_python,$(v))))
 ifeq ($(PYTHONS),)
-PYTHONS := $(shell command -v python3.13 python3.12 2>/dev/null)
+PYTHONS := $(shell command -v python3.15 python3.14 python3.13 python3.12 2>/dev/null)
 endif
 endif
 FIRST := $(firstword $(PYTHONS))
 SRC := $(wildcard src/ocular/_ext/*.c src/ocular/_ext/*.h) setup.py
 
-.PHONY: all build example test test-installed test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
+.PHONY: all build example pythons test test-installed test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
 
 all: build
 
+# pythons: the interpreters make would use, one line each (version and path)
+pythons:
+	@for p in $(PYTHONS); do echo "$$($$p -c 'import sys;print("%d.%d.%d"%sys.version_info[:3])') $$p"; done
+
 check-python:
-	@test -n "$(FIRST)" || { echo "error: no CPython >= 3.12 found (looked in $(PYENV_ROOT)/versions; set PYTHON=...)"; exit 1; }
+	@test -n "$(FIRST)" || { echo "error: no CPython >= 3.12 found (looked in $(PYENV_ROOT)/versions and $(OCULAR_PYTHONS); set PYTHON=...)"; exit 1; }
 
 # venv per interpreter with setuptools + test dependencies (requirements-test.txt)
 .venv-%/.ready: requirements-test.txt
@@ -43,8 +51,9 @@ example: build
 
 test: build
 	@for v in $(VERSIONS); do \
-	  echo "== tests on Python $$v"; \
+	  echo "== tests on Python $$v"; s=$$SECONDS; \
 	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q tests || exit 1; \
+	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # test-installed: what users install.  For each interpreter: a wheel built from the tree (build/ leftovers of
@@ -86,12 +95,18 @@ define san_build
 	$(SAN_CC) $(1) -I$$inc src/ocular/_ext/*.c -o $$d/ocular/_ocular$$suf
 endef
 
+# ASAN_VERSIONS, VALGRIND_VERSIONS, STDLIB_VERSIONS: a subset of the versions found (default: all)
+ASAN_VERSIONS ?= $(VERSIONS)
+VALGRIND_VERSIONS ?= $(VERSIONS)
+STDLIB_VERSIONS ?= $(VERSIONS)
+
 test-asan: build
-	@for v in $(VERSIONS); do \
-	  echo "== ASan+UBSan tests on Python $$v"; \
+	@for v in $(filter $(ASAN_VERSIONS),$(VERSIONS)); do \
+	  echo "== ASan+UBSan tests on Python $$v"; s=$$SECONDS; \
 	  $(call san_build,$(SAN_CFLAGS),.venv-$$v/bin/python) || exit 1; \
 	  $(ASAN_ENV) OCULAR_TEST_SRC=$$PWD/$$d PYTHONPATH=$$PWD/$$d \
 	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_K)" || exit 1; \
+	  echo "== ASan+UBSan tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # test-valgrind: memcheck over the traced programs of a few stress tests (pytest itself runs natively;
@@ -105,10 +120,11 @@ VALGRIND_CMD = $(VALGRIND) -q --fair-sched=yes --error-exitcode=97 --suppression
 
 test-valgrind: build
 	@command -v $(VALGRIND) >/dev/null || { echo "error: valgrind not found (apt-get install valgrind)"; exit 1; }
-	@for v in $(VERSIONS); do \
-	  echo "== valgrind memcheck on Python $$v"; \
+	@for v in $(filter $(VALGRIND_VERSIONS),$(VERSIONS)); do \
+	  echo "== valgrind memcheck on Python $$v"; s=$$SECONDS; \
 	  PYTHONMALLOC=malloc OCULAR_STRESS_SCALE=0.1 OCULAR_TEST_WRAPPER="$(VALGRIND_CMD)" PYTHONPATH=src \
 	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(VALGRIND_TESTS) -k "$(VALGRIND_K)" || exit 1; \
+	  echo "== valgrind memcheck on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
 # test-stdlib: CPython's own test modules, untraced and then under `python -m ocular` in both modes: same
@@ -117,12 +133,13 @@ test-valgrind: build
 # STDLIB_SET=ci: 36 of the 63 modules, without the longest (what .ci/run uses on every interpreter).
 STDLIB_SET ?= full
 test-stdlib: build
-	@for v in $(VERSIONS); do \
-	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; \
+	@for v in $(filter $(STDLIB_VERSIONS),$(VERSIONS)); do \
+	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; s=$$SECONDS; \
 	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) || exit 1; \
+	  echo "== stdlib test modules on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
-# bench: every section (micro, pyperformance, e2e, memory), ~10 min: bench/results.md and bench/results.png
+# bench: every section (micro, pyperformance, e2e, nowait, memory, callgrind), ~20 min: bench/results.md, results.png
 # (bench/README.md).  BENCH_ARGS passes options, e.g. make bench BENCH_ARGS="--python 3.13".
 bench: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench $(BENCH_ARGS)
@@ -130,7 +147,7 @@ bench: build
 bench-quick: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --quick $(BENCH_ARGS)
 
-# bench-memory: 100M events traced into .pftrace: peak RSS, writer throughput, dropped events (~1 min)
+# bench-memory: 100M events, to a file and in the flight recorder (ring=64M): peak RSS, throughput, pauses (~1 min)
 bench-memory: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m bench --memory $(BENCH_ARGS)
 

@@ -6,7 +6,8 @@ CONFIG is a name from bench.configs.CONFIGS, or "count" (count the events
 the workload produces with _ocular_floor counters), or "probe" (WORKLOAD and
 SIZE ignored: report which optional imports work).
 
-Only the workload call is timed (time.perf_counter around it); starting the
+Only the workload call is timed (time.perf_counter around it, and
+time.thread_time: this thread's CPU time); starting the
 tracer happens before, stopping it and writing its output after, each timed
 separately.  With --callgrind the workload is called through
 _ocular_floor.measured_call, the region bench/callgrind.py collects.  With --no-save the tracer's output is not written (the runner
@@ -31,25 +32,36 @@ def _write(path, obj):
         f.write(repr(obj))
 
 
+def _thread_rusage():
+    """(voluntary, involuntary) context switches of the calling thread, or None off Linux."""
+    try:
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_THREAD)
+    except (ImportError, AttributeError, OSError):
+        return None
+    return ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def _floor_start(events):
     import _ocular_floor
 
-    from bench.configs import EVENT_SETS, FLOOR_TOOL_ID
+    from bench.configs import EVENT_SETS, FLOOR_TOOL_ID, monitoring_events
 
     mon = sys.monitoring
     cb = _ocular_floor.callback()
     mon.use_tool_id(FLOOR_TOOL_ID, "ocular-bench-floor")
     mask = 0
-    for name in EVENT_SETS[events]:
-        ev = getattr(mon.events, name)
+    evs = monitoring_events(EVENT_SETS[events])
+    for _name, ev in evs:
         mon.register_callback(FLOOR_TOOL_ID, ev, cb)
         mask |= ev
     mon.set_events(FLOOR_TOOL_ID, mask)
 
     def stop():
         mon.set_events(FLOOR_TOOL_ID, 0)
-        for name in EVENT_SETS[events]:
-            mon.register_callback(FLOOR_TOOL_ID, getattr(mon.events, name), None)
+        for _name, ev in evs:
+            mon.register_callback(FLOOR_TOOL_ID, ev, None)
         mon.free_tool_id(FLOOR_TOOL_ID)
 
     return stop, None
@@ -58,14 +70,13 @@ def _floor_start(events):
 def _count_start():
     import _ocular_floor
 
-    from bench.configs import FLOOR_TOOL_ID, PRECISE_EVENTS
+    from bench.configs import FLOOR_TOOL_ID, PRECISE_EVENTS, monitoring_events
 
     mon = sys.monitoring
     counters = {}
     mon.use_tool_id(FLOOR_TOOL_ID, "ocular-bench-count")
     mask = 0
-    for name in PRECISE_EVENTS:
-        ev = getattr(mon.events, name)
+    for name, ev in monitoring_events(PRECISE_EVENTS):
         counters[name] = _ocular_floor.counter()
         mon.register_callback(FLOOR_TOOL_ID, ev, counters[name])
         mask |= ev
@@ -102,8 +113,14 @@ def _start(cfg_name, outdir):
         import ocular
 
         ocular.start_tracing(output=os.path.join(outdir, "ocular_trace.json"), **cfg.params)
-        # Ocular writes its trace when tracing stops: stop and save are one.
-        return ocular.stop_tracing, None, None
+        figures = {}
+
+        def stop():
+            # Ocular renders and writes its trace when tracing stops: stop and save are one.
+            res = ocular.stop_tracing()
+            figures.update(events=res.get("events"), pauses=res.get("pauses"))
+
+        return stop, None, figures
     if kind == "viztracer":
         from viztracer import VizTracer
 
@@ -176,9 +193,13 @@ def main(argv):
 
     t0 = time.perf_counter()
     stop, save, extra = _start(cfg_name, outdir)
+    ru1 = _thread_rusage()
     t1 = time.perf_counter()
+    c1 = time.thread_time()
     result = func(size)
+    c2 = time.thread_time()
     t2 = time.perf_counter()
+    ru2 = _thread_rusage()
     if stop is not None:
         stop()
     t3 = time.perf_counter()
@@ -191,12 +212,21 @@ def main(argv):
     out = {
         "start_s": t1 - t0,
         "work_s": t2 - t1,
+        "work_cpu_s": c2 - c1,  # this thread's CPU time over the workload call
+        # this thread's context switches over the call: voluntary (it blocked: waited for a lock,
+        # a condition, I/O) and involuntary (preempted: another thread or process took its CPU)
+        "work_vcsw": ru2[0] - ru1[0] if ru1 else None,
+        "work_ivcsw": ru2[1] - ru1[1] if ru1 else None,
         "stop_s": t3 - t2,
         "save_s": None if save is None else t4 - t3,
         "result": repr(result),
     }
     if cfg_name == "count":
         out["counts"] = {name: c.count for name, c in extra.items()}
+        if "BRANCH_LEFT" in out["counts"]:  # 3.14+: the two branch events count as BRANCH
+            out["counts"]["BRANCH"] = out["counts"].pop("BRANCH_LEFT") + out["counts"].pop("BRANCH_RIGHT")
+    elif extra:
+        out["tracer"] = extra  # Ocular: events and pauses from stop_tracing()
     _write(result_path, out)
     return 0
 

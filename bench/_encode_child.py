@@ -1,21 +1,22 @@
-"""Writer-thread cost of one traced run, in a fresh interpreter (bench/e2e.py).
+"""Recorder-thread cost of one traced run, in a fresh interpreter (bench/e2e.py).
 
 usage: python -m bench._encode_child RESULT_FILE OUTPUT THRESHOLD SCRIPT [ARGS...]
 
 Runs SCRIPT as ``__main__`` (runpy, like ``python -m ocular`` does) between
 ``ocular.start_tracing(output=OUTPUT, deinstrument_threshold=THRESHOLD,
 report=False)`` and ``ocular.stop_tracing()``, and measures the CPU time of
-Ocular's writer thread without looking inside the engine:
+Ocular's recorder thread without looking inside the engine:
 
-    writer CPU = (process CPU time) - (main thread CPU time)
+    recorder CPU = (process CPU time) - (main thread CPU time)
 
 both taken just before start_tracing() and just after stop_tracing() returns
 (``time.process_time()`` counts every thread of the process, including
-threads that have ended, such as the writer joined by stop_tracing();
+threads that have ended, such as the recorder joined by stop_tracing();
 ``time.thread_time()`` counts the calling thread only).  The scripts run
-here start no threads of their own, so the difference is the writer's:
-decoding records, rebuilding stacks, encoding JSON or protobuf (and deflate),
-and its write(2) calls.  Its waits (condition variables) cost no CPU.
+here start no threads of their own, and stop_tracing() renders the
+recording on the calling thread, so the difference is the recorder's:
+copying chunks of records into the recording and its write(2) calls.  Its
+waits cost no CPU.
 
 The result (a Python literal) has events, bytes, dropped from
 stop_tracing(), the writer's CPU seconds, the main thread's CPU seconds,
@@ -52,7 +53,7 @@ def main(argv):
         "events": res["events"],
         "bytes": res["bytes"],
         "dropped": res["dropped"],
-        "writer_cpu_s": (p1 - p0) - (m1 - m0),
+        "writer_cpu_s": (p1 - p0) - (m1 - m0),  # the recorder's (the key predates it)
         "main_cpu_s": m1 - m0,
         "work_s": w1 - w0,
         "stop_s": w2 - w1,

@@ -39,7 +39,7 @@ class ChildError(RuntimeError):
 
 
 def resolve_python(spec: str | None) -> str:
-    """--python value -> interpreter path (X.Y looks in pyenv, then PATH)."""
+    """--python value -> interpreter path (X.Y looks in pyenv, then $OCULAR_PYTHONS/X.Y, then PATH)."""
     if spec is None:
         return sys.executable
     if os.sep in spec or os.path.exists(spec):
@@ -53,6 +53,10 @@ def resolve_python(spec: str | None) -> str:
     cands = sorted(glob.glob("{0}/versions/{1}.*/bin/python{1}".format(pyenv, spec)), key=patch)
     if cands:
         return cands[-1]
+    # a prefix made by shared/tools/get-python.sh, where the Makefile looks too
+    prefix = os.path.join(os.environ.get("OCULAR_PYTHONS") or "/opt/ocular-pythons", spec, "bin", "python" + spec)
+    if os.path.exists(prefix):
+        return prefix
     found = shutil.which("python" + spec)
     if found:
         return found

@@ -22,6 +22,22 @@ EVENT_SETS = {
 FLOOR_TOOL_ID = 2
 
 
+def monitoring_events(names):
+    """The sys.monitoring events behind event names, as (name, number) pairs read at run time.  "BRANCH"
+    stands for the branch events of this Python: BRANCH_LEFT and BRANCH_RIGHT on 3.14+ (where BRANCH is
+    deprecated and renumbered), as Ocular registers them."""
+    import sys
+
+    ev = sys.monitoring.events
+    out = []
+    for name in names:
+        if name == "BRANCH" and hasattr(ev, "BRANCH_LEFT"):
+            out += [("BRANCH_LEFT", ev.BRANCH_LEFT), ("BRANCH_RIGHT", ev.BRANCH_RIGHT)]
+        else:
+            out.append((name, getattr(ev, name)))
+    return out
+
+
 class Config:
     """One configuration.  (A plain class, not a dataclass: every child
     imports this module, and dataclasses costs ~20 ms of start-up.)

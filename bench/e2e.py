@@ -8,6 +8,7 @@ tool's fixed cost) are run by each tool's own command line:
     ocular                python -m ocular -o trace.json SCRIPT N         (defaults: threshold 500, report printed)
     ocular-t0-json        python -m ocular --threshold 0 -o trace.json SCRIPT N
     ocular-t0-pftrace     python -m ocular --threshold 0 -o trace.pftrace SCRIPT N
+    ocular-t0-recording   python -m ocular --threshold 0 -o trace.ocular SCRIPT N   (nothing rendered)
     cProfile              python -m cProfile -o prof.out SCRIPT N
     viztracer             viztracer -o trace.json SCRIPT N                (defaults)
     viztracer-nomp        viztracer --ignore_multiprocess -o trace.json SCRIPT N
@@ -18,10 +19,15 @@ fresh process, interleaved round by round; medians and ratios to untraced.
 Sizes keep VizTracer's default ring buffer (1M entries) from wrapping, so
 every tool saves the whole run.
 
-Writer cost: in the same rounds, bench/_encode_child.py runs each script at
-threshold 0 through the API and measures the CPU time of Ocular's writer
+Issue 14 asks that Ocular at threshold 0, with the trace rendered and saved,
+be no slower end to end than ``python -m cProfile -o``: the table's
+"× cProfile" column, and the goal lines under it.
+
+Recorder cost: in the same rounds, bench/_encode_child.py runs each script at
+threshold 0 through the API and measures the CPU time of Ocular's recorder
 thread as process CPU minus main-thread CPU (see that file): divided by the
-events, the writer's encoding cost in ns/event, for JSON and .pftrace.
+events, what recording costs beside the program, in ns/event; and the wall
+time of stop_tracing(), which renders the recording (JSON or .pftrace).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from bench.common import (
 
 DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 GOAL = 3.0  # issue #7: traced and saved within 3x of untraced
+GOAL_CPROFILE = 1.0  # issue 14: threshold 0, trace saved, no slower than python -m cProfile -o
 
 # script name -> (default size, quick size, what)
 SCRIPTS = {
@@ -85,6 +92,10 @@ CONFIGS = {
         Config("ocular-t0-pftrace", ["{python}", "-m", "ocular", "--threshold", "0", "-o", "{out}"],
                "trace.pftrace", "ocular",
                "python -m ocular --threshold 0 -o trace.pftrace SCRIPT N"),
+        Config("ocular-t0-recording", ["{python}", "-m", "ocular", "--threshold", "0", "-o", "{out}"],
+               "trace.ocular", "ocular",
+               "python -m ocular --threshold 0 -o trace.ocular SCRIPT N (the recording only, "
+               "nothing rendered)"),
         Config("cProfile", ["{python}", "-m", "cProfile", "-o", "{out}"], "prof.out", None,
                "python -m cProfile -o prof.out SCRIPT N"),
         Config("viztracer", ["{viztracer}", "-o", "{out}"], "trace.json", "viztracer",
@@ -127,7 +138,8 @@ def run_one(ctx, cfg, script, size):
             raise ChildError("exit {}:\n    {}".format(proc.status, tail(proc.stderr or proc.stdout)))
         if out and not os.path.exists(out):
             raise ChildError("no output file {}:\n    {}".format(cfg.out, tail(proc.stderr)))
-        return {"wall": proc.wall, "stdout": proc.stdout.strip().splitlines()[:1],
+        cpu = proc.rusage.ru_utime + proc.rusage.ru_stime if proc.rusage else None
+        return {"wall": proc.wall, "cpu": cpu, "stdout": proc.stdout.strip().splitlines()[:1],
                 "bytes": os.path.getsize(out) if out else None}
 
 
@@ -179,7 +191,7 @@ def run(ctx, repeats=None) -> Section:
                 try:
                     if c.startswith("encode-"):
                         res = run_encode(ctx, s, n, c[len("encode-"):])
-                        msg = "writer {:.1f} ns/event".format(
+                        msg = "recorder {:.1f} ns/event".format(
                             res["writer_cpu_s"] / max(res["events"], 1) * 1e9)
                     else:
                         res = run_one(ctx, CONFIGS[c], s, n)
@@ -197,16 +209,20 @@ def run(ctx, repeats=None) -> Section:
                 log("[{:4}/{}] round {} {:10} {:18} {}".format(k, total, r + 1, s, c, msg))
     elapsed = time.perf_counter() - t_start
 
-    header = ["script", "config", "wall median s", "spread", "× untraced", "output size"]
+    header = ["script", "config", "wall median s", "spread", "× untraced", "× cProfile",
+              "CPU median s", "CPU × cProfile", "output size"]
     rows, ratios, goal_lines = [], {}, []
     for s in sizes:
         walls = {c: [x["wall"] for x in samples[(s, c)]] for c in configs}
         base = median(walls.get("untraced", []))
+        cprof = median(walls.get("cProfile", []))
+        cpus = {c: [x["cpu"] for x in samples[(s, c)] if x.get("cpu") is not None] for c in configs}
+        cprof_cpu = median(cpus.get("cProfile", []))
         for c in configs:
             m = median(walls[c])
             label = s if s == "empty" else "{}({})".format(s, sizes[s])
             if m is None:
-                rows.append([label, c, "FAILED", "", "", ""])
+                rows.append([label, c, "FAILED", "", "", "", "", "", ""])
                 continue
             ratio = m / base if base else None
             if c != "untraced" and ratio is not None:
@@ -214,14 +230,28 @@ def run(ctx, repeats=None) -> Section:
             size = median([r["bytes"] for r in samples[(s, c)] if r["bytes"] is not None])
             rows.append([label, c, fmt_s(m), spread(walls[c]),
                          fmt_ratio(ratio) if c != "untraced" else "1.00×",
+                         fmt_ratio(m / cprof) if cprof else "—",
+                         fmt_s(median(cpus[c])),
+                         fmt_ratio(median(cpus[c]) / cprof_cpu) if cprof_cpu and cpus[c] else "—",
                          fmt_bytes(int(size)) if size is not None else "—"])
+        for c in ("ocular-t0-json", "ocular-t0-pftrace"):
+            m = median(walls.get(c, []))
+            if m and cprof and s != "empty":
+                cpu = median(cpus.get(c, []))
+                goal_lines.append("- {} `{}`: {:.2f}× `python -m cProfile -o` ({:.3f} s vs {:.3f} s; "
+                                  "CPU {}): issue 14 goal (≤ {:.0f}×) {}".format(
+                                      s, c, m / cprof, m, cprof,
+                                      fmt_ratio(cpu / cprof_cpu) if cpu and cprof_cpu else "—",
+                                      GOAL_CPROFILE,
+                                      "met" if m / cprof <= GOAL_CPROFILE else "**not met**"))
         for c in ("ocular", "ocular-t0-json", "ocular-t0-pftrace"):
             if (s, c) in ratios and s != "empty":
                 goal_lines.append("- {} `{}`: {:.2f}× untraced: goal ({:.0f}×) {}".format(
                     s, c, ratios[(s, c)], GOAL, "met" if ratios[(s, c)] <= GOAL else "**not met**"))
 
-    enc_header = ["script", "format", "events", "bytes/event", "writer CPU s", "writer ns/event",
-                  "writer Mevents/s", "main thread CPU s", "stop_tracing() s", "dropped"]
+    enc_header = ["script", "format", "events", "output bytes/event", "recorder CPU s",
+                  "recorder ns/event", "recorder Mevents/s", "main thread CPU s",
+                  "stop_tracing() s (render)", "dropped"]
     enc_rows = []
     if encode:
         for s in [s for s in sizes if s != "empty"]:
@@ -243,8 +273,9 @@ def run(ctx, repeats=None) -> Section:
 
     out = []
     out.append("Standalone scripts (bench/scripts/) run by each tool's command line; wall time "
-               "from spawn to exit, trace written. Rounds: {}, interleaved; medians; {:.0f} s.\n"
-               .format(repeats, elapsed))
+               "from spawn to exit, trace written; CPU: user + system time of the process and all "
+               "its threads (`wait4`'s rusage), which a loaded machine distorts less than wall "
+               "time. Rounds: {}, interleaved; medians; {:.0f} s.\n".format(repeats, elapsed))
     for c, reason in skipped.items():
         out.append("- skipped **{}**: {}".format(c, reason))
     for (s, c), err in failures.items():
@@ -255,7 +286,8 @@ def run(ctx, repeats=None) -> Section:
     out.append(table)
     out.append("")
     if goal_lines:
-        out.append("Goal of issue #7, traced and saved within {:.0f}× of untraced:\n".format(GOAL))
+        out.append("Goals: issue #7, traced and saved within {:.0f}× of untraced; issue 14, threshold 0 "
+                   "no slower than `python -m cProfile -o`:\n".format(GOAL))
         out.extend(goal_lines)
         out.append("")
     out.append("Configurations:\n")
@@ -264,17 +296,17 @@ def run(ctx, repeats=None) -> Section:
     enc_table = md_table(enc_header, enc_rows) if enc_rows else ""
     if enc_rows:
         out.append("")
-        out.append("### Writer thread: encoding cost per event\n")
+        out.append("### Recorder thread: cost per event; rendering at stop\n")
         out.append(
             "Each script at threshold 0 through the API (bench/_encode_child.py), same rounds. "
-            "**writer CPU** = process CPU time − main-thread CPU time over start_tracing() … "
+            "**recorder CPU** = process CPU time − main-thread CPU time over start_tracing() … "
             "stop_tracing() (`time.process_time()` − `time.thread_time()`; the scripts start no "
-            "threads, so the rest is Ocular's writer: decoding, stack rebuilding, encoding, "
-            "deflate for .pftrace, write(2)). **writer ns/event** = writer CPU / events "
-            "(median over rounds); **Mevents/s** = its inverse, what one core of writer encodes. "
-            "**main thread CPU**: the traced program plus the callbacks plus stop_tracing() "
-            "(report building). **stop_tracing()**: wall time of the call (drains the writer's "
-            "queue, builds the report, renames the file).\n")
+            "threads, and rendering at stop runs on the main thread, so the rest is Ocular's "
+            "recorder: copying records into the recording, write(2)). **recorder ns/event** = "
+            "recorder CPU / events (median over rounds); **Mevents/s** = its inverse. "
+            "**main thread CPU**: the traced program plus the callbacks plus stop_tracing(). "
+            "**stop_tracing()**: wall time of the call (drains the recorder, renders the "
+            "recording into JSON or .pftrace, builds the report, renames the file).\n")
         out.append(enc_table)
     console = table + ("\n\n" + enc_table if enc_table else "")
     if goal_lines:

@@ -1,26 +1,31 @@
 """Ocular benchmark runner: ``python -m bench``.
 
     python -m bench [--quick] [--repeats R] [--python 3.13|/path/to/python]
-                    [--micro] [--pyperformance] [--e2e] [--memory]
+                    [--micro] [--pyperformance] [--e2e] [--nowait] [--memory] [--callgrind]
                     [--workloads a,b] [--configs x,y] [--size W=N]
                     [--benchmarks a,b] [--memory-events N] [--memory-format F]
                     [--no-setup] [--cpu N] [--output bench/results.md]
-                    [--plot bench/results.png] [--list] [--callgrind]
+                    [--plot bench/results.png] [--list]
 
-Four sections, each in fresh child processes, interleaved over rounds,
-medians reported:
+Six sections, each in fresh child processes, interleaved over rounds,
+medians reported (callgrind: instruction counts, one run each):
 
 - micro (bench/micro.py): our workloads under every configuration, only the
   workload call timed;
 - pyperformance (bench/pyperf_suite.py): real pyperformance benchmarks,
   untraced and under ``python -m ocular``;
 - e2e (bench/e2e.py): standalone scripts from process start to exit with the
-  trace saved, Ocular against cProfile and VizTracer, and the writer thread's
-  cost per event;
-- memory (bench/memory.py): 100M events traced: peak RSS, writer throughput,
-  dropped events.
+  trace saved, Ocular against cProfile and VizTracer, and the recorder
+  thread's cost per event;
+- nowait (bench/nowait.py): fib(26) at threshold 0, the program's thread's
+  wall time against its CPU time and the floor's wall time, pauses;
+- memory (bench/memory.py): 100M events recorded to a file and in the flight
+  recorder: peak RSS, recorder throughput, pauses, dropped events;
+- callgrind (bench/callgrind.py, needs valgrind): instructions of the
+  program's thread and of every thread, render instructions per event,
+  render cost against loop-body length and stack depth.
 
-With no section flag all four run, except that --workloads/--configs/--size
+With no section flag all six run, except that --workloads/--configs/--size
 alone select the micro suite.  The report goes to bench/results.md and the
 overhead plot to bench/results.png (gnuplot; skipped with the reason printed
 when gnuplot is missing).  Children run under .venv-bench-X.Y at the
@@ -37,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import e2e, memory, micro, pyperf_suite
+from bench import callgrind, e2e, memory, micro, nowait, pyperf_suite
 from bench.common import (
     BENCH_DIR,
     Context,
@@ -54,7 +59,7 @@ from bench.configs import CONFIGS
 from bench.plot import plot
 from bench.workloads import WORKLOADS
 
-SECTIONS = ("micro", "pyperformance", "e2e", "memory")
+SECTIONS = ("micro", "pyperformance", "e2e", "nowait", "memory", "callgrind")
 
 
 def main(argv=None) -> int:
@@ -66,15 +71,21 @@ def main(argv=None) -> int:
                     help="small sizes and fewer rounds in every section (smoke test, < 1 min)")
     ap.add_argument("--repeats", "-r", type=int, default=None,
                     help="rounds in every section (default: micro 5, pyperformance 3, e2e 3, "
-                         "memory 1; --quick: 2, 1, 1, 1)")
+                         "nowait 7, memory 1; --quick: 2, 1, 1, 2, 1)")
     sec = ap.add_argument_group("sections (default: all)")
     sec.add_argument("--micro", action="store_true", help="our workloads, workload call timed")
     sec.add_argument("--pyperformance", action="store_true",
                      help="pyperformance benchmarks, untraced vs python -m ocular")
     sec.add_argument("--e2e", action="store_true",
                      help="end to end: process start to exit, trace saved; writer ns/event")
+    sec.add_argument("--nowait", action="store_true",
+                     help="fib(26) at threshold 0: the traced thread's wall vs CPU time, pauses")
     sec.add_argument("--memory", action="store_true",
-                     help="100M events traced: peak RSS, writer throughput, dropped events")
+                     help="100M events, file and flight recorder: peak RSS, throughput, pauses")
+    sec.add_argument("--callgrind", action="store_true",
+                     help="instruction counts (valgrind): every thread, render Ir/event and its "
+                          "independence of the program's shape (more options: python -m "
+                          "bench.callgrind --help)")
     mic = ap.add_argument_group("micro suite")
     mic.add_argument("--workloads", "-w", default=None,
                      help="comma-separated subset of: " + ",".join(WORKLOADS))
@@ -104,15 +115,6 @@ def main(argv=None) -> int:
                     help="overhead plot (PNG, gnuplot) path (default bench/results.png; '-' for none)")
     ap.add_argument("--list", action="store_true",
                     help="list workloads, configurations and pyperformance benchmarks")
-    ap.add_argument("--callgrind", action="store_true",
-                    help="run the callgrind instruction-count measurement instead; "
-                         "other options then go to it (python -m bench --callgrind --help)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--callgrind" in argv:
-        # Everything else on the command line belongs to bench/callgrind.py.
-        from bench import callgrind
-
-        return callgrind.main([a for a in argv if a != "--callgrind"])
     args = ap.parse_args(argv)
 
     if args.list:
@@ -182,6 +184,10 @@ def main(argv=None) -> int:
             sec = pyperf_suite.run(ctx, benchmarks, args.repeats)
         elif name == "e2e":
             sec = e2e.run(ctx, args.repeats)
+        elif name == "nowait":
+            sec = nowait.run(ctx, args.repeats)
+        elif name == "callgrind":
+            sec = callgrind.run(ctx)
         else:
             sec = memory.run(ctx, args.memory_events, args.memory_format, args.repeats)
         log("bench: section {} done in {:.0f} s".format(name, time.perf_counter() - t0))

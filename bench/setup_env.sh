@@ -10,7 +10,8 @@
 # benchmark skips the plot.  A failure here never fails the script.
 #
 # For X.Y the interpreter is looked up as $PYENV_ROOT/versions/X.Y.*/bin/pythonX.Y
-# ($PYENV_ROOT defaults to ~/.pyenv; newest patch release wins), falling back to
+# ($PYENV_ROOT defaults to ~/.pyenv; newest patch release wins), then $OCULAR_PYTHONS/X.Y/bin/pythonX.Y
+# (default /opt/ocular-pythons, made by shared/tools/get-python.sh), falling back to
 # pythonX.Y on PATH.
 set -euo pipefail
 
@@ -49,6 +50,9 @@ else
     for cand in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$arg".*/bin/python"$arg" 2>/dev/null | sort -V); do
         py="$cand"
     done
+    if [ -z "$py" ] && [ -x "${OCULAR_PYTHONS:-/opt/ocular-pythons}/$arg/bin/python$arg" ]; then
+        py="${OCULAR_PYTHONS:-/opt/ocular-pythons}/$arg/bin/python$arg"   # made by shared/tools/get-python.sh
+    fi
     if [ -z "$py" ]; then
         py="$(command -v "python$arg" || true)"
     fi

@@ -62,7 +62,8 @@ class Decoded:
         if st is None:  # first packet of the sequence
             assert p.sequence_flags & CLEARED, p
             assert p.first_packet_on_sequence and p.previous_packet_dropped
-            st = self.seqs[sid] = dict(defaults=None, clocks={}, names={}, cats={}, anns={}, strs={}, packets=0)
+            st = self.seqs[sid] = dict(defaults=None, clocks={}, names={}, cats={}, anns={}, strs={}, locs={},
+                                       packets=0)
         else:
             assert not p.sequence_flags & CLEARED, "incremental state is cleared once per sequence"
             if p.HasField("track_event") or (p.HasField("timestamp") and not p.HasField("timestamp_clock_id")):
@@ -79,6 +80,9 @@ class Decoded:
                     value = getattr(e, attr)
                     value = value.decode("utf-8") if isinstance(value, bytes) else value
                     assert table.setdefault(e.iid, value) == value, "an iid is never redefined on a sequence"
+            for e in d.source_locations:
+                loc = dict(file=e.file_name, function=e.function_name, line=e.line_number)
+                assert st["locs"].setdefault(e.iid, loc) == loc, "an iid is never redefined on a sequence"
         if p.HasField("clock_snapshot"):
             clocks = {c.clock_id: c for c in p.clock_snapshot.clocks}
             assert MONOTONIC in clocks
@@ -108,9 +112,10 @@ class Decoded:
                 key = st["anns"][a.name_iid]
                 kind = a.WhichOneof("value")
                 args[key] = st["strs"][a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
+            source = st["locs"][te.source_location_iid] if te.HasField("source_location_iid") else None
             self.events.append(dict(track=track, ts=ts, type=te.type, seq=p.trusted_packet_sequence_id,
                                     name=st["names"][te.name_iid] if te.HasField("name_iid") else None,
-                                    cats=[st["cats"][c] for c in te.category_iids], args=args))
+                                    cats=[st["cats"][c] for c in te.category_iids], args=args, source=source))
 
     # ---- views ----
     def process_tracks(self):
@@ -123,7 +128,7 @@ class Decoded:
         return {ds[-1][1].thread.tid: (u, ds) for u, ds in self.thread_tracks().items()}
 
     def slices(self):
-        """Balanced begin/end per track with monotonic timestamps: {track: [(name, begin, end, depth, args)]}."""
+        """Balanced begin/end per track with monotonic timestamps: {track: [(name, begin, end, depth, source)]}."""
         stacks, last, out = collections.defaultdict(list), {}, collections.defaultdict(list)
         for e in self.events:
             t = e["track"]
@@ -134,7 +139,7 @@ class Decoded:
             elif e["type"] == END:
                 assert stacks[t], f"end without begin on {t} at {e['ts']}"
                 b = stacks[t].pop()
-                out[t].append((b["name"], b["ts"], e["ts"], len(stacks[t]), b["args"]))
+                out[t].append((b["name"], b["ts"], e["ts"], len(stacks[t]), b["source"]))
         for t, st in stacks.items():
             assert not st, f"unclosed slices on {t}: {[b['name'] for b in st]}"
         return out
@@ -157,7 +162,7 @@ def work(box):
 out, fmt = sys.argv[1], (sys.argv[2] or None)
 before = time.monotonic_ns()
 boot_offset = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
-ocular.start_tracing(output=out, deinstrument_threshold=0, format=fmt, report=False)
+ocular.start_tracing(output=out, deinstrument_threshold=0, format=fmt, report=False, loops="iterations")
 box = {}
 t = threading.Thread(target=work, args=(box,), name="pf-worker")
 t.start()
@@ -217,18 +222,19 @@ def check_program_trace(path, info):
     fibs = {t: [s for s in ss if s[0] == "fib"] for t, ss in slices.items()}
     assert len(fibs[main_uuid]) == 8361  # calls of fib(18)
     assert len(fibs[worker_uuid]) == 465  # calls of fib(12)
-    for s in fibs[main_uuid][:50]:
-        assert s[4] == {"file": info["file"], "line": info["fib_line"]}
+    for s in fibs[main_uuid][:50]:  # slice begins say where: an interned SourceLocation
+        assert s[4] == {"file": info["file"], "function": "fib", "line": info["fib_line"]}
         assert s[1] <= s[2]
     assert any(s[0] == "work" for s in slices[worker_uuid])
     assert not any(s[0] == "work" for s in slices[main_uuid])
     for e in d.events:
         if e["type"] == BEGIN:
-            assert e["cats"] == ["python"] and set(e["args"]) == {"file", "line"}
+            assert e["cats"] == ["python"] and not e["args"]
+            assert e["source"]["function"] == e["name"] and e["source"]["file"] and e["source"]["line"] > 0
     instants = [e for e in d.events if e["type"] == INSTANT]
     for e in instants:
         assert e["cats"] == ["loop"] and e["name"].startswith("loop ")
-        assert set(e["args"]) == {"instructions", "cycles", "ns", "line", "offset"}
+        assert set(e["args"]) == {"instructions", "cycles", "ns", "line", "offset"} and e["source"] is None
     loops = [e for e in instants if e["name"] == f"loop work:{info['loop_line']}"]
     assert len(loops) >= 45 and all(e["track"] == worker_uuid for e in loops)  # iterations of range(50)
     for e in loops:
@@ -320,7 +326,7 @@ def test_raw_utf8_names(tmp_path):
     names = {e["name"] for e in d.events}
     assert {"größe", "K.m"} <= names
     thread_names = {ds[-1][1].thread.thread_name for ds in d.thread_tracks().values()}
-    assert 'q"uo\\te\tß☃' in thread_names
+    assert 'q"uo\\te ß☃' in thread_names  # the tab became a space: no control characters in names
     assert "MainThread" in thread_names
     assert d.process_tracks()
 
@@ -428,7 +434,70 @@ def test_trace_processor_loads_it(tmp_path):
         assert rows[0].n == 8361 + 465
         names = {r.tid: r.name for r in tp.query("select tid, name from thread")}
         assert names.get(info["worker_tid"]) == "pf-worker"
+        # the source location of a slice, as args; the loop instants' debug annotations
+        args = {r.key: r.value for r in tp.query(
+            "select key, display_value as value from args join slice using (arg_set_id) "
+            "where slice.name = 'fib' and slice.depth = 0 and key like 'source.%' limit 10")}
+        assert args == {"source.file_name": info["file"], "source.function_name": "fib",
+                        "source.line_number": str(info["fib_line"])}, args
+        loop = f"loop work:{info['loop_line']}"
+        rows = list(tp.query(f"select count(*) as n from slice where name = '{loop}'"))
+        assert rows[0].n >= 45
+        keys = {r.key for r in tp.query(
+            "select distinct key from args join slice using (arg_set_id) "
+            f"where slice.name = '{loop}'")}
+        assert {"debug.instructions", "debug.cycles", "debug.ns", "debug.line", "debug.offset"} <= keys, keys
         errors = list(tp.query("select name, value from stats where severity in ('error', 'data_loss') and value > 0"))
         assert not errors, errors
     finally:
         tp.close()
+
+
+MANY = r'''
+import sys, threading, ocular
+ns = {}
+for i in range(400):  # many functions, called in a shuffled order: packets that repeat far apart or never
+    exec(f"def f{i}(n):\n    t = 0\n    for k in range(n % 5):\n        t += k\n    return t + {i}\n", ns)
+fs = [ns[f"f{i}"] for i in range(400)]
+
+def run(seed):
+    x = seed
+    for _ in range(3000):
+        x = (x * 1103515245 + 12345) % 2**31
+        fs[x % 400](x)
+
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+ts = [threading.Thread(target=run, args=(s,), name=f"w{s}") for s in range(3)]
+for t in ts:
+    t.start()
+run(7)
+for t in ts:
+    t.join()
+ocular.stop_tracing()
+'''
+
+
+def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
+    """One recording rendered twice, compressed and not: the same events to the nanosecond.  Many
+    functions on four threads, loops, calls in a shuffled order -- every way the sink finds its
+    matches (a repeat of an identical packet, of the last one of its kind, piecewise, the matcher's)."""
+    rec = tmp_path / "many.ocular"
+    run_py(MANY, str(rec), timeout=300)
+    z, plain = tmp_path / "z.pftrace", tmp_path / "plain.pftrace"
+    convert = "import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2])"
+    run_py(convert, str(rec), str(z))
+    run_py(convert, str(rec), str(plain), env={"OCULAR_PERFETTO_DEFLATE": "0"})
+    dz, dp = Decoded(str(z)), Decoded(str(plain))
+    assert any(p.HasField("compressed_packets") for p in dz.outer)
+    assert not any(p.HasField("compressed_packets") for p in dp.outer)
+    def events(d):  # tracks by tid: their uuids derive from the render's own clock reading
+        tids = {u: ds[-1][1].thread.tid for u, ds in d.thread_tracks().items()}
+        return [(tids[e["track"]], e["ts"], e["type"], e["name"], e["cats"], e["args"], e["source"]) for e in d.events]
+
+    assert events(dz) == events(dp)
+    assert len(dz.packets) == len(dp.packets)
+    assert len(dz.events) > 40000
+    slices = dz.slices()
+    assert len(slices) == 4 and sum(1 for ss in slices.values() for s in ss if s[0].startswith("f")) == 12000
+    assert sum(1 for e in dz.events if e["type"] == INSTANT) > 1000
+    assert os.path.getsize(z) * 5 < os.path.getsize(plain)

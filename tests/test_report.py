@@ -3,6 +3,7 @@ another tool is survived, specialized opcodes show up, and with the deterministi
 per clock read, no own-cost subtraction) the report's figures are exact."""
 
 import json
+import sys
 
 from conftest import load_trace, check_balanced, run_py
 
@@ -105,7 +106,8 @@ def test_precise_mode_reports_per_instruction_cycles(trace_path):
             for i in range(n):
                 total += i * 2
             return total
-        ocular.start_tracing(mode="precise", deinstrument_threshold=0, output={trace_path!r}, report=False)
+        ocular.start_tracing(mode="precise", deinstrument_threshold=0, output={trace_path!r}, report=False,
+                             loops="iterations")
         work(2000)
         ocular.stop_tracing()
         rep = ocular.last_report()
@@ -191,3 +193,37 @@ def test_report_text_goes_to_sys_stderr():
     """)
     assert p.stdout.strip() == "captured"
     assert "ocular report" not in p.stderr
+
+
+def test_version_specific_opcodes_in_the_hot_loop():
+    """The report names this interpreter's opcodes: 3.14 renamed the list subscript specialization
+    (BINARY_SUBSCR -> BINARY_OP with BINARY_OP_SUBSCR_LIST_INT) and added NOT_TAKEN after conditional
+    jumps; none of the instrumented forms leak into the rows."""
+    p = run_py("""
+        import ocular
+        def work(lst, n):
+            total = 0
+            for i in range(n):
+                if lst[i % 4]:
+                    total += i
+            return total
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=500, report=False)
+        work([0, 1, 2, 3], 200_000)
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        (lp,) = [l for l in rep.loops if l["function"] == "work"]
+        for r in lp["rows"]:
+            print(r["base"], r["specialized"], "|", r["arg"])
+        print("TEXT", "NOT_TAKEN" in rep.format())
+    """)
+    rows = [ln.split(" | ")[0].split() + [ln.split(" | ")[1]] for ln in p.stdout.splitlines() if " | " in ln]
+    pairs = {(b, s) for b, s, _ in rows}
+    if sys.version_info >= (3, 14):
+        assert ("BINARY_OP", "BINARY_OP_SUBSCR_LIST_INT") in pairs, rows
+        nt = [r for r in rows if r[0] == "NOT_TAKEN"]
+        assert nt and nt[0][2] == "(fall-through of the jump above)", rows
+        assert "TEXT True" in p.stdout
+    else:
+        assert ("BINARY_SUBSCR", "BINARY_SUBSCR_LIST_INT") in pairs, rows
+        assert not any(b == "NOT_TAKEN" for b, _s, _a in rows), rows
+    assert not any(s.startswith("INSTRUMENTED") for _b, s, _a in rows), rows

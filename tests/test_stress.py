@@ -517,7 +517,7 @@ back = [i for i in dis.get_instructions(co) if i.opname.startswith("JUMP_BACKWAR
 assert len(back) == 1, back
 target = back[0].argval
 info = {"size": len(co.co_code), "src": back[0].offset, "target": target, "line": loop_line}
-ocular.start_tracing(mode=mode, deinstrument_threshold=0, output=sys.argv[1], report=False)
+ocular.start_tracing(mode=mode, deinstrument_threshold=0, output=sys.argv[1], report=False, loops="iterations")
 big(5)
 res = ocular.stop_tracing()
 text = ocular.last_report().format()
@@ -564,7 +564,7 @@ import json, sys
 import ocular
 
 n = int(sys.argv[2])
-ocular.start_tracing(output=sys.argv[1], report=False)
+ocular.start_tracing(output=sys.argv[1], report=False, loops="iterations")
 ns = {}
 for b in range(0, n, 50):                 # 50 functions (every 10th a class with a method) per module
     src = []

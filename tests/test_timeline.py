@@ -21,7 +21,8 @@ import functools, json, sys
 import ocular
 OUT = sys.argv[1]
 # no Python frames of our own around start/stop: the trace holds only the snippet's functions
-start = functools.partial(ocular.start_tracing, output=OUT, deinstrument_threshold=0, report=False)
+start = functools.partial(ocular.start_tracing, output=OUT, deinstrument_threshold=0, report=False,
+                          loops="iterations")  # loop instants: what these tests look at
 stop = ocular.stop_tracing
 """
 
@@ -69,7 +70,7 @@ def test_json_valid_balanced_monotonic_in_process(trace_path):
     )
     ns = {}
     exec(compile(src, "<timeline-inproc>", "exec"), ns)  # fresh code objects for this session
-    ocular.start_tracing(output=trace_path, deinstrument_threshold=0, report=False)
+    ocular.start_tracing(output=trace_path, deinstrument_threshold=0, report=False, loops="iterations")
     try:
         ns["outer"]()
     finally:
@@ -637,7 +638,7 @@ def loop():
         total += i * 2
     return total
 
-ocular.start_tracing(output=OUT, report=False)
+ocular.start_tracing(output=OUT, report=False, loops="iterations")
 loop()
 stop()
 """

@@ -1,6 +1,8 @@
-"""sys.monitoring tool ids: Ocular prefers PROFILER_ID (2), coexists with other tools (cProfile uses
-id 2 on 3.12+), reports who holds an id it cannot have, frees only what it holds, and never calls
-sys.monitoring.restart_events (which would re-enable every other tool's disabled events).
+"""sys.monitoring tool ids: by default Ocular takes the first free of 3, 4, 5 and never 0-2 (the ids of
+CPython's debugger, coverage and profiler tools: pdb on 3.14+, coverage.py, cProfile), takes 0-2 only when
+asked with tool_id=, coexists with other tools, reports who holds an id it cannot have, frees only what
+it holds, and never calls sys.monitoring.restart_events (which would re-enable every other tool's
+disabled events).
 """
 
 import cProfile
@@ -72,18 +74,19 @@ def profiled_names(prof):
     return {func for (_file, _line, func) in pstats.Stats(prof).stats}
 
 
-def test_default_takes_profiler_id(trace_path):
+def test_default_leaves_the_claimed_ids_alone(trace_path):
     work = make_work("toolid_default")
     ocular.start_tracing(output=trace_path)
     try:
-        assert mon.get_tool(mon.PROFILER_ID) == "ocular"
+        assert mon.get_tool(3) == "ocular"
+        assert holders()[:3] == _baseline[:3]  # 0 debugger, 1 coverage, 2 profiler: untouched
         assert holders().count("ocular") == 1
         work(5)
     finally:
         res = ocular.stop_tracing()
-    assert res.tool_id == mon.PROFILER_ID == 2
-    assert mon.get_tool(2) is None
-    assert mon.get_events(2) == 0
+    assert res.tool_id == 3
+    assert mon.get_tool(3) is None
+    assert mon.get_events(3) == 0
     assert "toolid_default_leaf" in names(load_trace(trace_path)["traceEvents"])
 
 
@@ -115,7 +118,7 @@ def test_coexists_with_cprofile(trace_path):
         assert mon.get_tool(2) not in (None, "ocular")  # still cProfile's
     finally:
         prof.disable()
-    assert res.tool_id == 3  # the next id in the documented preference order 2, 3, 4, 5, 1, 0
+    assert res.tool_id == 3  # the first of the documented order 3, 4, 5
     assert holders() == expected()
     # both tools saw the workload
     assert {"toolid_shared", "toolid_shared_leaf"} <= profiled_names(prof)
@@ -187,12 +190,41 @@ def test_all_tool_ids_taken(trace_path):
 
 
 def test_preference_order_skips_held_ids(trace_path):
-    for i in (2, 3, 4):
+    for i in (3, 4):
         mon.use_tool_id(i, f"other{i}")
     ocular.start_tracing(output=trace_path)
     res = ocular.stop_tracing()
     assert res.tool_id == 5
-    assert holders() == expected(id2="other2", id3="other3", id4="other4")
+    assert holders() == expected(id3="other3", id4="other4")
+
+
+def test_never_takes_0_to_2_unless_asked(trace_path):
+    """With 3, 4 and 5 held the default start fails, naming the holders and the way out, although ids
+    of 0-2 are free; an explicit tool_id= gets one of them."""
+    for i in (3, 4, 5):
+        mon.use_tool_id(i, f"other{i}")
+    free_low = [i for i in range(3) if mon.get_tool(i) is None]
+    with pytest.raises(RuntimeError) as ei:
+        ocular.start_tracing(output=trace_path)
+    msg = str(ei.value)
+    for i in (3, 4, 5):
+        assert f"{i}='other{i}'" in msg, msg
+    assert "tool_id=" in msg, msg
+    assert not ocular.is_tracing()
+    assert holders() == expected(id3="other3", id4="other4", id5="other5")
+    assert not os.path.exists(trace_path)
+    if not free_low:
+        pytest.skip("ids 0-2 are all held by the tools running the tests: no explicit id to try")
+    work = make_work("toolid_explicit_low")
+    ocular.start_tracing(output=trace_path, tool_id=free_low[-1])
+    try:
+        assert mon.get_tool(free_low[-1]) == "ocular"
+        work(2)
+    finally:
+        res = ocular.stop_tracing()
+    assert res.tool_id == free_low[-1]
+    assert holders() == expected(id3="other3", id4="other4", id5="other5")
+    assert names(load_trace(trace_path)["traceEvents"]).count("toolid_explicit_low_leaf") == 2
 
 
 def test_stop_frees_only_our_id(trace_path):
@@ -211,8 +243,8 @@ def test_stop_frees_only_our_id(trace_path):
         work(3)
     finally:
         res = ocular.stop_tracing()
-    assert res.tool_id == 2
-    assert mon.get_tool(2) is None and mon.get_events(2) == 0
+    assert res.tool_id == 3
+    assert mon.get_tool(3) is None and mon.get_events(3) == 0
     # the neighbour's id, events and callback are all still in place and working
     assert mon.get_tool(4) == "other"
     assert mon.get_events(4) == mon.events.PY_START
@@ -233,7 +265,7 @@ def test_id_taken_over_while_tracing_is_not_freed(trace_path):
     ocular.start_tracing(output=trace_path)
     try:
         work(3)
-        tid = mon.PROFILER_ID
+        tid = 3
         assert mon.get_tool(tid) == "ocular"
         mon.set_events(tid, 0)
         mon.free_tool_id(tid)
@@ -269,8 +301,8 @@ def test_id_taken_over_while_tracing_is_not_freed(trace_path):
     mon.register_callback(tid, mon.events.PY_RETURN, None)
     ocular.start_tracing(output=trace_path)
     res2 = ocular.stop_tracing()
-    assert res2.tool_id == 3
-    assert holders() == expected(id2="intruder", id4="other")
+    assert res2.tool_id == 5
+    assert holders() == expected(id3="intruder", id4="other")
 
 
 def test_failed_start_releases_the_id(trace_path, tmp_path, monkeypatch):
@@ -293,7 +325,7 @@ def test_failed_start_releases_the_id(trace_path, tmp_path, monkeypatch):
     ocular.start_tracing(output=trace_path)
     work(2)
     res = ocular.stop_tracing()
-    assert res.tool_id == 2
+    assert res.tool_id == 3
     assert "toolid_after_failure_leaf" in names(load_trace(trace_path)["traceEvents"])
 
 
@@ -317,3 +349,30 @@ def test_never_calls_restart_events(trace_path, monkeypatch):
         check_balanced(load_trace(trace_path)["traceEvents"])
         work = make_work(f"toolid_restart_{mode}")
     assert calls == []
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "precise"])
+def test_registers_this_versions_events(trace_path, mode):
+    """The events are looked up by name in sys.monitoring.events at run time (3.14 renumbered them):
+    BRANCH_LEFT and BRANCH_RIGHT where they exist, never the deprecated BRANCH, and a callback for each."""
+    E = mon.events
+    want = E.PY_START | E.PY_RESUME | E.PY_THROW | E.PY_RETURN | E.PY_YIELD | E.PY_UNWIND | E.JUMP
+    want |= (E.BRANCH_LEFT | E.BRANCH_RIGHT) if hasattr(E, "BRANCH_LEFT") else E.BRANCH
+    if mode == "precise":
+        want |= E.INSTRUCTION
+    ocular.start_tracing(output=trace_path, mode=mode)
+    try:
+        tid = ocular._session["tool_id"]
+        got = mon.get_events(tid)
+        names = ("BRANCH_LEFT", "BRANCH_RIGHT") if hasattr(E, "BRANCH_LEFT") else ("BRANCH",)
+        cbs = {}
+        for name in names:
+            cb = mon.register_callback(tid, getattr(E, name), None)  # read it back, then put it back
+            mon.register_callback(tid, getattr(E, name), cb)
+            cbs[name] = cb
+    finally:
+        ocular.stop_tracing()
+    assert got == want, (bin(got), bin(want))
+    if hasattr(E, "BRANCH_LEFT"):
+        assert not got & E.BRANCH
+    assert all(cb is not None and "ocular callback" in repr(cb) for cb in cbs.values()), cbs

@@ -299,23 +299,28 @@ def test_api_without_tracer():
             ocular.usdt.enable()
 
 
-@needs_probes
-def test_readelf_lists_probes_and_semaphores():
-    if not shutil.which("readelf"):
-        _say_skip("readelf (binutils) is not installed")
-    notes = subprocess.run(["readelf", "-nW", LIB], capture_output=True, text=True, check=True).stdout
+def check_probe_notes(lib):
+    """readelf -n of `lib` lists each of PROBES (provider ocular) with its own semaphore -- the address of
+    the symbol ocular_<name>_semaphore, inside .probes -- the right number of arguments, each of which a
+    tracer can evaluate, and the base address of .stapsdt.base.  Returns readelf's notes."""
+    notes = subprocess.run(["readelf", "-nW", lib], capture_output=True, text=True, check=True).stdout
     found = {}
+    bases = set()
     for m in re.finditer(r"Provider: (\S+)\s+Name: (\S+)\s+Location: (0x[0-9a-f]+), Base: (0x[0-9a-f]+), "
                          r"Semaphore: (0x[0-9a-f]+)\s+Arguments: ([^\n]*)", notes):
-        provider, name, _loc, _base, sema, args = m.groups()
+        provider, name, loc, base, sema, args = m.groups()
         assert provider == "ocular"
+        assert int(loc, 16) != 0, (name, loc)
+        bases.add(int(base, 16))
         found.setdefault(name, set()).add((int(sema, 16), len(args.split())))
     assert set(found) == set(PROBES), notes
-    syms = subprocess.run(["readelf", "-sW", LIB], capture_output=True, text=True, check=True).stdout
-    sections = subprocess.run(["readelf", "-SW", LIB], capture_output=True, text=True, check=True).stdout
+    syms = subprocess.run(["readelf", "-sW", lib], capture_output=True, text=True, check=True).stdout
+    sections = subprocess.run(["readelf", "-SW", lib], capture_output=True, text=True, check=True).stdout
     sec = re.search(r"\]\s+\.probes\s+PROGBITS\s+([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)", sections)
     assert sec, sections
     lo, size = int(sec.group(1), 16), int(sec.group(2), 16)
+    base = re.search(r"\]\s+\.stapsdt\.base\s+PROGBITS\s+([0-9a-f]+)", sections)
+    assert base and bases == {int(base.group(1), 16)}, (bases, sections)
     nargs = {"call": 6, "raise": 6}
     for name, entries in found.items():
         for sema, n in entries:
@@ -329,7 +334,93 @@ def test_readelf_lists_probes_and_semaphores():
     # gdb can evaluate (not, e.g., a %fs: thread-local operand)
     for args in re.findall(r"Arguments: ([^\n]*)", notes):
         for arg in args.split():
-            assert re.fullmatch(r"-?[1248]@(%\w+|-?\d*\(%\w+\)|\$-?\d+)", arg), (arg, args)
+            assert re.fullmatch(r"-?[1248]@(%\w+|-?\d*\(%\w+\)|\$-?\d+|[xw]\d+|sp|\[\w+(, #?-?\d+)?\]|#-?\d+)",
+                                arg), (arg, args)
+    return notes
+
+
+@needs_probes
+def test_readelf_lists_probes_and_semaphores():
+    if not shutil.which("readelf"):
+        _say_skip("readelf (binutils) is not installed")
+    check_probe_notes(LIB)
+
+
+USDT_C = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "ocular", "_ext", "usdt.c")
+
+
+def _build_usdt(tmp_path, cc, *flags):
+    """usdt.c alone as a shared object, built by `cc` like setup.py builds the extension, with a
+    <sys/sdt.h> first on the include path that fails the build if anything includes it."""
+    import sysconfig
+
+    poison = tmp_path / "poison" / "sys"
+    poison.mkdir(parents=True)
+    (poison / "sdt.h").write_text('#error "sys/sdt.h was included: Ocular must build its probes without it"\n')
+    out = tmp_path / "usdt.so"
+    src = USDT_C
+    cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-fvisibility=hidden", "-fPIC",
+           "-shared", "-pthread", *flags, f"-I{tmp_path / 'poison'}", f"-I{sysconfig.get_paths()['include']}",
+           src, "-o", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stderr}"
+    return str(out)
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_probes_built_without_sys_sdt_h(tmp_path, cc):
+    """Every build on x86-64 and aarch64 Linux has the probes, whether or not systemtap-sdt-dev is
+    installed: usdt.c built with a <sys/sdt.h> that cannot be included still has all its notes."""
+    import platform
+
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"):
+        _say_skip(f"Ocular's own probe notes are for x86-64 and aarch64 Linux, not {sys.platform} "
+                  f"{platform.machine()}")
+    if not shutil.which(cc):
+        _say_skip(f"{cc} is not installed")
+    if not shutil.which("readelf"):
+        _say_skip("readelf (binutils) is not installed")
+    check_probe_notes(_build_usdt(tmp_path, cc))
+
+
+def test_own_notes_match_sys_sdt_h(tmp_path):
+    """Where <sys/sdt.h> is installed, the probes it makes (-DOCULAR_USDT_SYS_SDT) are the same probes,
+    with the same semaphores and argument counts, as Ocular's own notes."""
+    import sysconfig
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc or not shutil.which("readelf"):
+        _say_skip("needs a C compiler and readelf")
+    p = subprocess.run([cc, "-E", "-x", "c", "-", f"-I{sysconfig.get_paths()['include']}"],
+                       input="#include <sys/sdt.h>\n", capture_output=True, text=True)
+    if p.returncode != 0:
+        _say_skip("<sys/sdt.h> is not installed (systemtap-sdt-dev): nothing to compare Ocular's notes with")
+
+    def probes(notes):
+        return sorted((m.group(1), m.group(2), len(m.group(3).split()))
+                      for m in re.finditer(r"Provider: (\S+)\s+Name: (\S+)\s+Location: .*\s+Arguments: ([^\n]*)",
+                                           notes))
+
+    own = tmp_path / "own"
+    sys_ = tmp_path / "sys"
+    own.mkdir()
+    sys_.mkdir()
+    ours = check_probe_notes(_build_usdt(own, cc))
+    theirs = subprocess.run(["readelf", "-nW", _build_usdt_sys(sys_, cc)], capture_output=True, text=True,
+                            check=True).stdout
+    assert set(probes(ours)) == set(probes(theirs)), (ours, theirs)
+
+
+def _build_usdt_sys(tmp_path, cc):
+    import sysconfig
+
+    out = tmp_path / "usdt.so"
+    src = USDT_C
+    cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE", "-fvisibility=hidden", "-fPIC", "-shared",
+           "-pthread", "-DOCULAR_USDT_SYS_SDT", f"-I{sysconfig.get_paths()['include']}", src, "-o", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, f"{' '.join(cmd)}\n{p.stderr}"
+    return str(out)
 
 
 SIMULATE = """
@@ -386,11 +477,11 @@ def test_poller_follows_semaphores():
         s.value += 1
         assert settle(lambda: u.status()["applied"] == [name]), (name, u.status())
         st = u.status()
-        assert st["tool_id"] == 2 and holders()[2] == "ocular-usdt", st
-        assert sys.monitoring.get_events(2) == ev == st["events"], (name, st)
+        assert st["tool_id"] == 3 and holders()[3] == "ocular-usdt", st  # never 0-2 (pdb, coverage, cProfile)
+        assert sys.monitoring.get_events(3) == ev == st["events"], (name, st)
         s.value -= 1
         assert settle(lambda: u.status()["tool_id"] is None), u.status()
-        assert sys.monitoring.get_events(2) == 0 and sys.monitoring.get_tool(2) is None
+        assert sys.monitoring.get_events(3) == 0 and sys.monitoring.get_tool(3) is None
     # two tracers on one probe, then one leaves: still on
     s = sema("py_start")
     s.value += 2
@@ -401,11 +492,11 @@ def test_poller_follows_semaphores():
     # a second probe joins: both sets of events
     sema("line").value += 1
     assert settle(lambda: u.status()["applied"] == ["py_start", "line"])
-    assert sys.monitoring.get_events(2) == E.PY_START | E.LINE
+    assert sys.monitoring.get_events(3) == E.PY_START | E.LINE
     u.disable()
     assert len(os.listdir("/proc/self/task")) == nthreads
     st = u.status()
-    assert not st["enabled"] and st["tool_id"] is None and sys.monitoring.get_tool(2) is None, st
+    assert not st["enabled"] and st["tool_id"] is None and sys.monitoring.get_tool(3) is None, st
     s.value -= 1
     sema("line").value -= 1
     print("ok")
@@ -433,12 +524,12 @@ def test_tool_id_etiquette():
     s.value -= 1
     assert settle(lambda: u.status()["tool_id"] is None)
     assert holders() == {2: "cProfile", 3: "other", 4: "intruder"}, holders()
-    # every id taken: an error in status(), said once on stderr, nothing raised
-    for i in (0, 1, 5):
-        sys.monitoring.use_tool_id(i, "filler")
+    # 3, 4 and 5 taken: an error in status(), said once on stderr, nothing raised, 0 and 1 left free
+    sys.monitoring.use_tool_id(5, "filler")
     s.value += 1
-    assert settle(lambda: "every sys.monitoring tool id is in use" in u.status()["error"]), u.status()
+    assert settle(lambda: "tool ids 3, 4 and 5 are all in use" in u.status()["error"]), u.status()
     assert u.status()["applied"] == [] and u.status()["tool_id"] is None
+    assert sys.monitoring.get_tool(0) is None and sys.monitoring.get_tool(1) is None
     sys.monitoring.free_tool_id(5)
     assert settle(lambda: u.status()["applied"] == ["py_start"], timeout=10), u.status()
     assert u.status()["tool_id"] == 5 and u.status()["error"] == ""
@@ -449,7 +540,7 @@ def test_tool_id_etiquette():
     print("ok")
     """)
     assert p.stdout.strip().endswith("ok"), p.stdout + p.stderr
-    assert p.stderr.count("every sys.monitoring tool id is in use") == 1, p.stderr
+    assert p.stderr.count("tool ids 3, 4 and 5 are all in use") == 1, p.stderr
 
 
 @needs_probes
@@ -559,7 +650,7 @@ def test_bpftrace_counts_and_arguments(bpftrace, short_tmp):
     assert got["fib_where"] == {f"{path}, {lineno(path, 'def fib(n):')}, 0": 1973}, out
     assert got["tid_ok"] == {"1": sum(got["start"].values())}, out
     # detached: the poller gave the tool id back
-    assert st["tool_before"] == 2 and st["events_after"] == 0 and st["holder_after"] is None, st
+    assert st["tool_before"] == 3 and st["events_after"] == 0 and st["holder_after"] is None, st
     assert st["tool_id"] is None and st["events"] == 0 and st["attached"] == [], st
 
 
@@ -643,7 +734,7 @@ def test_bpftrace_coexists_with_cprofile_and_tracing(bpftrace, short_tmp):
     pre = f"""
     import cProfile, pstats, ocular
     prof = cProfile.Profile()
-    prof.enable()  # cProfile insists on sys.monitoring.PROFILER_ID (2): take it before the tracer attaches
+    prof.enable()  # cProfile takes sys.monitoring.PROFILER_ID (2); tracing and the probes never do
     ocular.start_tracing(output={trace!r}, deinstrument_threshold=0, report=False)
     """
     body = WORKLOAD + """

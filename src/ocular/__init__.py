@@ -36,13 +36,19 @@ import threading
 import warnings
 
 from . import _env, _ocular
+from . import _formats
+
+__version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
 
 __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "convert", "snapshot",
            "TraceResult", "MODES"]
 
 MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_TOOL_PREFERENCE = (2, 3, 4, 5, 1, 0)  # PROFILER_ID first; 0, 1 are the debugger and coverage ids
+# Ids 0, 1 and 2 are claimed by CPython's own tools (DEBUGGER_ID: pdb/bdb on 3.14+, COVERAGE_ID: coverage.py,
+# PROFILER_ID: cProfile/profile); by default Ocular takes the first free of the others, and only an explicit
+# tool_id= gets 0-2.  (5 is named OPTIMIZER_ID but no CPython tool uses it.)
+_TOOL_PREFERENCE = (3, 4, 5)
 _TOOL_NAME = "ocular"
 
 # The real sys.monitoring, captured at import: a program may replace the attribute (``sys.monitoring =
@@ -69,21 +75,25 @@ class TraceResult(dict):
             raise AttributeError(name) from None
 
 
-def _events_for(mode):
+def _events_for(mode, c_functions=False):
     ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
     names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
     if mode == "precise":
         names.append("INSTRUCTION")
+    if c_functions:
+        names += ["CALL", "C_RETURN", "C_RAISE"]
     return names
 
 
 def _cache_entries():
-    """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13: a dict by name)."""
+    """Inline cache entries per opcode, as 256 bytes (3.12: a list; 3.13, 3.14: a dict by name; 3.15: a
+    frozendict by name)."""
     table = bytearray(256)
     ice = opcode._inline_cache_entries
+    by_name = hasattr(ice, "keys")
     for op in range(256):
-        if isinstance(ice, dict):
+        if by_name:
             table[op] = ice.get(dis.opname[op], 0) if op < len(dis.opname) else 0
         elif op < len(ice):
             table[op] = ice[op]
@@ -220,7 +230,10 @@ def _acquire_tool(tool_id):
             except ValueError:
                 continue
             return i
-    raise RuntimeError(f"ocular: every sys.monitoring tool id is in use ({_tool_holders()})")
+    raise RuntimeError(
+        f"ocular: sys.monitoring tool ids 3, 4 and 5 are all in use ({_tool_holders()}); Ocular leaves 0, 1 "
+        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5 or pass tool_id="
+    )
 
 
 def _callback_events(callbacks):
@@ -250,16 +263,21 @@ def _release_tool(tool_id, callbacks):
         return
     if holder is None:
         mon.use_tool_id(tool_id, _TOOL_NAME)
-    mon.set_events(tool_id, 0)
-    for ev in _callback_events(callbacks):
-        mon.register_callback(tool_id, ev, None)
+    if hasattr(mon, "clear_tool_id"):
+        # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
+        # our id) and unregisters every callback
+        mon.clear_tool_id(tool_id)
+    else:  # 3.12/3.13: free_tool_id leaves events and callbacks in place
+        mon.set_events(tool_id, 0)
+        for ev in _callback_events(callbacks):
+            mon.register_callback(tool_id, ev, None)
     mon.free_tool_id(tool_id)
 
 
 def _register(tool_id, mode, callbacks):
     mon = _mon
     mask = 0
-    for name in _events_for(mode):
+    for name in _events_for(mode, "CALL" in callbacks):
         cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
         ev = getattr(mon.events, name)
         mon.register_callback(tool_id, ev, cb)
@@ -280,8 +298,10 @@ def _process_name():
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
 RECORDING_SUFFIX = ".ocular"
-FORMATS = ("json", "perfetto", "recording")
-_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2}
+FORMATS = ("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko", "pprof", "html")
+# what _start is told (the C renderer's code: 2 = nothing; the profile formats render through _formats)
+_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2,
+                 "pstats": 2, "folded": 2, "speedscope": 2, "gecko": 2, "pprof": 2, "html": 2}
 
 
 def _format_for(output, fmt):
@@ -289,6 +309,9 @@ def _format_for(output, fmt):
         low = str(output).lower()
         if low.endswith(RECORDING_SUFFIX):
             return "recording"
+        profile = _formats.suffix_format(low)
+        if profile:
+            return profile
         return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
@@ -298,6 +321,15 @@ def _format_for(output, fmt):
 
 
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+LOOP_MODES = ("iterations", "runs", "off")
+
+
+def _loops_code(loops, fmt):
+    if loops is None:
+        return 1 if fmt == "json" else 0
+    if not isinstance(loops, str) or loops not in LOOP_MODES:
+        raise ValueError(f"loops must be None or one of {', '.join(map(repr, LOOP_MODES))}, got {loops!r}")
+    return LOOP_MODES.index(loops)
 
 
 def _parse_ring(ring):
@@ -324,7 +356,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None):
+                  ring=None, loops=None, thread_roots=False, c_functions=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -343,12 +375,26 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
-        or .pb mean protobuf, .ocular a recording, anything else JSON.
+        or .pb mean protobuf, .ocular a recording, anything else JSON.  Profile formats (README):
+        "pstats" (.pstats, .prof), "folded" (.folded, .collapsed), "speedscope" (.speedscope.json),
+        "gecko" (Firefox Profiler, .gecko.json), "pprof" (.pb.gz, .pprof), "html" (.html).
+    thread_roots: folded stacks start with their thread's name (default: threads summed).
     ring: flight recorder: a size (bytes, or a str such as "64M") -- only the newest part of the
         recording, about that large, is kept in memory and rendered at stop (and on SIGUSR2, without
         stopping, into ``<output stem>.snapshot<N><suffix>``).  Slices that began before the kept
         window start at its edge, marked as cut.  None (default): everything is recorded to disk.
-    tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 2, 3, 4, 5, 1, 0.
+    c_functions: record calls of C functions (builtins such as ``len`` or ``time.sleep``, methods of
+        built-in types, extension functions) as their own slices and report rows, named as cProfile
+        names them, the way cProfile counts them; each call site is de-instrumented after
+        ``deinstrument_threshold`` calls like a jump, and a site that calls Python code is left alone at
+        once.  None (default): the OCULAR_C_FUNCTIONS setting, else on.
+    loops: what the trace shows of loops: "iterations" (an instant per iteration, with its instructions
+        and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only) or
+        "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
+        for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
+        same either way.
+    tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 3, 4, 5 (0, 1
+        and 2 are left to the debugger, coverage and profiler tools: pdb, coverage.py, cProfile).
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
         hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
         always available afterwards from ocular.last_report().
@@ -383,6 +429,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     ring_bytes = _parse_ring(ring)
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
+    loops_code = _loops_code(loops, fmt)
+    if c_functions is None:
+        c_functions = _env.c_functions()
+    if not isinstance(c_functions, bool):
+        raise TypeError(f"c_functions must be True, False or None, not {type(c_functions).__name__}")
     _env.check(perfetto_file=path is not None and fmt == "perfetto")
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
@@ -394,13 +445,14 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         callbacks = _ocular._start(
             mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
             _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-            _FORMAT_CODES[fmt if path else None], rec, ring_bytes,
+            _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions,
         )
     except BaseException:
         _release_tool(tid, ())
         raise
     settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
-                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes)
+                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
+                    loops=loops_code, thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
     except BaseException:
@@ -453,7 +505,7 @@ def _stop():
         # re-instrumented; do it now, so the next session (which may reuse the id) sees them armed.
         _settle(_ocular._disabled_codes())
     except Exception as exc:
-        print(f"ocular: could not re-arm disabled code: {exc!r}", file=sys.stderr)
+        _print_err(f"ocular: could not re-arm disabled code: {exc!r}")
     rec = figures.pop("recording")
     out = figures["output"] or None
     fmt = s["format"] if out else None
@@ -477,7 +529,9 @@ def _stop():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, True)
+                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True,
+                                                                     loops=s["loops"], gzip=out.lower().endswith(".gz")
+                                                                     if out else False))
             except BaseException:
                 _discard(tmp)
                 raise
@@ -485,15 +539,15 @@ def _stop():
             result["bytes"] = rendered["bytes"]
             result["pauses"] = rendered["pauses"]
             result["events"] = rendered["events"]
-            _last_report = _make_report(s, figures["clock"], with_code=True)
-            result["report"] = _last_report
-            if out:
+            if out:  # saved before anything is printed: a closed stderr must not lose the trace
                 if rendered["write_errno"]:
                     _discard(tmp)
                     raise OSError(rendered["write_errno"],
                                   f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
                                   f"nothing was left under {out!r}", out)
                 _install(tmp, out)
+            _last_report = _make_report(s, figures["clock"], with_code=True)
+            result["report"] = _last_report
         if figures["internal_error"]:
             raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
                                f"(the trace was saved to {out!r})")
@@ -503,26 +557,65 @@ def _stop():
         _ocular._release()
 
 
+_report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
+_report_file = None  # where the CLI's --report FILE puts it instead of stderr
+
+
 def _make_report(s, clock, with_code):
     """The report of the last render (printed as the session asked); None if it cannot be built."""
     try:
         from ._report import KEEP_FUNCTIONS, Report
 
         report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s["mode"], s["threshold"], clock)
-        if s["report"] in (True, "text"):
-            print(report.format(), file=sys.stderr)
-        elif s["report"] == "json":
-            print(report.to_json(), file=sys.stderr)
-        return report
-    except Exception as exc:  # the trace matters more than the report: save it, then say so
-        print(f"ocular: could not build the report: {exc!r}", file=sys.stderr)
+    except Exception as exc:  # the trace matters more than the report: it is saved; say so
+        _print_err(f"ocular: could not build the report: {exc!r}")
         return None
+    if s["report"] in (True, "text", "json"):
+        try:
+            text = report.format(**_report_format) if s["report"] != "json" else report.to_json()
+        except Exception as exc:
+            text = f"ocular: could not format the report: {exc!r}"
+        if _report_file:
+            try:
+                with open(_report_file, "w", encoding="utf-8") as f:
+                    f.write(text + "\n")
+            except OSError as exc:
+                _print_err(f"ocular: cannot write the report to {_report_file!r}: {exc.strerror or exc}")
+        else:
+            _print_err(text)
+    return report
 
 
-def convert(recording, output, format=None, report=False):
+def _print_err(text):
+    """Print to sys.stderr; a closed or broken stderr is not an error of the traced program's."""
+    try:
+        print(text, file=sys.stderr)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _gzip_in_place(path):
+    """Compress a rendered JSON trace (output ``.json.gz``) with zlib's gzip; returns its new size."""
+    import gzip
+    import shutil
+
+    gz = path + ".gz"
+    try:
+        with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(gz, path)
+    except BaseException:
+        _discard(gz)
+        raise
+    return os.path.getsize(path)
+
+
+def convert(recording, output, format=None, report=False, loops=None, thread_roots=False):
     """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
     a process that was killed) into ``output``; the format comes from the output's suffix as for
-    start_tracing().  report: print the report to stderr (True/"text" or "json").  Returns a
+    start_tracing() (``.json.gz``: gzip-compressed JSON).  report: print the report to stderr
+    (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
+    their thread.  Returns a
     TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
     and OSError if the output cannot be written (nothing is left under its name)."""
     global _last_report
@@ -537,7 +630,8 @@ def convert(recording, output, format=None, report=False):
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     tmp = _render_tmp_name(path)
     try:
-        rendered = _ocular._render(recording, _FORMAT_CODES[fmt], tmp, True)
+        rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
+                                                                   gzip=path.lower().endswith(".gz")))
     except ValueError as exc:
         _discard(tmp)
         raise ValueError(f"ocular: {recording}: {exc}") from None
@@ -592,7 +686,7 @@ def snapshot(output=None):
         raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
     if output is None:
         base = s["output"] or os.path.abspath("ocular_trace.json")
-        root, ext = os.path.splitext(base)
+        root, ext = _formats.split_suffix(base)
         _snapshots += 1
         output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"
     path = _check_output(output)
@@ -604,7 +698,7 @@ def snapshot(output=None):
         if fmt == "recording":
             os.replace(rec, path)
         else:
-            rendered = _ocular._render(rec, _FORMAT_CODES[fmt], tmp, False)
+            rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.get("thread_roots"), loops=s["loops"]))
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
                               f"({os.strerror(rendered['write_errno'])})", path)
@@ -613,7 +707,7 @@ def snapshot(output=None):
         _discard(rec)
         _discard(tmp)
         _ocular._release()
-    print(f"ocular: flight recorder snapshot saved to {path}", file=sys.stderr)
+    _print_err(f"ocular: flight recorder snapshot saved to {path}")
     return path
 
 

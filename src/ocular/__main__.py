@@ -10,27 +10,35 @@ Python process it starts is traced too, then merged into one trace (``_follow.py
 
 import argparse
 import os
-import runpy
 import sys
+
+from . import _ocular
 
 EPILOG = """examples:
   python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
   python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
+  python -m ocular -o prof.pstats -o prof.html script.py   profiles: pstats, HTML (several -o at once)
   python -m ocular -o run.ocular script.py   keep only the recording (renders nothing)...
   python -m ocular convert run.ocular -o run.pftrace   ...and render it later, in any format
   python -m ocular --ring 64M server.py       flight recorder: keep the newest 64 MiB only; kill -USR2
                                               renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
   python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
-Open the trace in https://ui.perfetto.dev or chrome://tracing."""
+Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
+https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
+(flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
+pprof), .html (a self-contained page); .ocular keeps the raw recording.  See README.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
-protobuf, anything else = Chrome trace JSON.  A recording cut short (its process was killed) renders
-up to its last complete block.
+protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
+.speedscope.json = speedscope; .gecko.json = Firefox Profiler; .pb.gz/.pprof = pprof; .html = a
+self-contained HTML page; anything else = Chrome trace JSON.  A recording cut short (its process was
+killed) renders up to its last complete block.
 examples:
   python -m ocular convert run.ocular -o run.json -o run.pftrace
+  python -m ocular convert run.ocular -o run.pstats -o run.folded -o run.html
   python -m ocular convert run.ocular -o run.json --report"""
 
 MERGE_EPILOG = """Every Ocular trace is stamped with CLOCK_MONOTONIC, so the processes of one machine line up as
@@ -39,6 +47,12 @@ they are.  Inputs are all Chrome trace JSON or all native Perfetto protobuf, lik
 event and marked incomplete.
 example:
   python -m ocular merge trace.procs/*.json -o all.json"""
+
+
+def _version():
+    import ocular
+
+    return f"{ocular.__version__} (Python {sys.version.split()[0]})"
 
 
 def build_parser():
@@ -58,9 +72,12 @@ def build_parser():
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="do not trace files matching PATTERN; repeatable")
-    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
-                   help="trace file: a regular file or a new name (a symlink is followed; a device, FIFO or "
-                        "socket is refused) (default: %(default)s)")
+    p.add_argument("-o", "--output", action="append", default=None, metavar="PATH",
+                   help="output file, its format from its suffix (see below); repeatable: the program is "
+                        "recorded once and rendered into each; a regular file or a new name (a symlink is "
+                        "followed; a device, FIFO or socket is refused) (default: ocular_trace.json)")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
     p.add_argument("--follow", action="store_true",
                    help="also trace every Python process the program starts (subprocess, multiprocessing "
@@ -76,11 +93,20 @@ def build_parser():
                    help="enable the USDT probes (provider 'ocular', for bpftrace and gdb); with "
                         "--no-trace-file: the probes only, no tracing (see docs/usdt.md)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
-                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
-    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
-                   help="trace format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
+                   help="sys.monitoring tool id 0-5 (default: the first free of 3, 4, 5; 0-2 belong to pdb, "
+                        "coverage and cProfile)")
+    p.add_argument("--format", choices=("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko",
+                                        "pprof", "html"), default=None,
+                   help="output format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
-                        "anything else = Chrome trace JSON)")
+                        ".json.gz = gzip-compressed Chrome trace JSON, profile suffixes as listed below, anything "
+                        "else = Chrome trace JSON)")
+    p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
+                   help="what the trace shows of loops: an instant per iteration, a slice per loop run (JSON "
+                        "only), or nothing (default: runs for JSON, iterations for .pftrace)")
+    p.add_argument("--no-c-functions", action="store_false", dest="c_functions", default=None,
+                   help="do not record calls of C functions (builtins, methods of built-in types, extension "
+                        "functions); by default each is its own slice and report row, as in cProfile")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -89,6 +115,18 @@ def build_parser():
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true",
                    help="print the report as JSON (on stderr) instead of the text table")
+    p.add_argument("--top", type=int, default=15, metavar="N",
+                   help="function rows in the report (default: %(default)s)")
+    p.add_argument("--sort", choices=("self", "total", "calls", "mean", "name"), default="self",
+                   help="order of the report's function rows (default: %(default)s)")
+    p.add_argument("--loops", type=int, default=3, metavar="N",
+                   help="hot loops shown in the report, each with its instructions (default: %(default)s)")
+    p.add_argument("--all", action="store_true", dest="all_code",
+                   help="rank every function and loop in the report; by default the standard library, frozen "
+                        "importlib, site-packages and Ocular are folded into one line each")
+    p.add_argument("--report", metavar="FILE", default=None, dest="report_file",
+                   help="write the report to FILE instead of stderr")
+    p.add_argument("--version", action="version", version=f"ocular {_version()}")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
@@ -103,7 +141,7 @@ def _split_argv(argv):
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
-                   "--follow-wait", "--ring"}
+                   "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report", "--loop-events"}
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -150,10 +188,14 @@ def build_convert_parser():
     )
     p.add_argument("recording", metavar="RECORDING", help="the recording to render")
     p.add_argument("-o", "--output", action="append", required=True, metavar="PATH",
-                   help="an output (repeatable: one render per output)")
+                   help="an output (repeatable: one render per output); .json.gz writes gzip-compressed JSON")
+    p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
+                   help="what the trace shows of loops (default: runs for JSON, iterations for .pftrace)")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
+    p.add_argument("--thread-roots", action="store_true",
+                   help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the traces went")
     return p
 
@@ -166,7 +208,8 @@ def convert_main(argv):
     report = "json" if ns.report_json else bool(ns.report)
     for i, out in enumerate(ns.output):
         try:
-            res = ocular.convert(ns.recording, out, report=report if i == 0 else False)
+            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events,
+                                 thread_roots=ns.thread_roots)
         except (ValueError, OSError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {exc}\n")
         if not ns.quiet:
@@ -251,7 +294,7 @@ def build_attach_parser():
     p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix, as for tracing a program: "
                         ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
-                        "anything else = Chrome trace JSON)")
+                        ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
     r = p.add_mutually_exclusive_group()
@@ -279,14 +322,17 @@ def _join_threads():
     (``threading._shutdown``: threading's own atexit calls, then a join of every non-daemon thread), so
     the calls those threads make after the main module returned are traced.  The interpreter's own call
     at exit then finds the work done.  ^C during the wait is reported and ignored, as Python does."""
+    _ocular._mute_thread(True)  # first: the runner's own frames are not recorded; the other threads' are
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        return
     try:
+        if threading.current_thread() is not threading.main_thread():
+            return
         threading._shutdown()
     except BaseException as exc:  # KeyboardInterrupt: Python prints it as ignored and goes on exiting
         print(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}", file=sys.stderr)
+    finally:
+        _ocular._mute_thread(False)
 
 
 def main(argv=None):
@@ -302,10 +348,26 @@ def main(argv=None):
     ours, rest = _split_argv(argv)
     parser = build_parser()
     ns = parser.parse_args(ours)
+    outputs = ns.output or ["ocular_trace.json"]
+    ns.output = outputs[0]
+    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) in ocular._formats.SUFFIXES):
+        parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
+    if len(outputs) > 1 and (ns.format or ns.ring):
+        parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
+    many = len(outputs) > 1
+    if many:  # record once, render into each output at the end
+        ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
         parser.error("argument -m: expected a module name")
+    if not 0 <= ns.top <= 1000000:
+        parser.error("argument --top: must be from 0 to 1000000")
+    if not 0 <= ns.loops <= 1000:
+        parser.error("argument --loops: must be from 0 to 1000")
+    ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
+    if ns.report_file:
+        ocular._report_file = os.path.abspath(ns.report_file)
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
         parser.error("--follow-wait must be a number of seconds from 0 to 86400")
     if ns.follow and ns.no_trace_file:
@@ -317,8 +379,8 @@ def main(argv=None):
         prog_argv = ["-c"] + rest
         command = ["-c", ns.code] + rest
     else:
-        if not os.path.exists(ns.script):
-            parser.error(f"can't open file {ns.script!r}: no such file")
+        if not os.path.exists(ns.script):  # as Python says it: the error line, no usage
+            parser.exit(2, f"python -m ocular: error: can't open file {ns.script!r}: no such file\n")
         prog_argv = [ns.script] + rest
         command = [ns.script] + rest
 
@@ -334,67 +396,209 @@ def main(argv=None):
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             parser.exit(2, f"python -m ocular: error: {exc}\n")
 
+    # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
+    # importlib finding the module, reading the script) are never recorded.
+    for out in outputs if ns.script is not None and not ns.no_trace_file else ():
+        if os.path.abspath(out) == os.path.abspath(ns.script):
+            parser.error(f"the output {out!r} is the script being run; choose another name for the trace")
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
-        if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
-            import ocular.usdt
+        program = _prepare(ns)
+    except _NotRunnable as exc:
+        sys.argv = saved_argv
+        parser.exit(2, f"python -m ocular: error: {exc}\n")
+    except SyntaxError as exc:  # as Python itself reports it: the error, no frames of ours, status 1
+        import traceback
 
-            ocular.usdt.enable()
+        traceback.print_exception(type(exc), exc, None)
+        return 1
+
+    def start():
+        if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
+            from ocular import usdt
+
+            usdt.enable()
         if not (ns.usdt and ns.no_trace_file):  # --usdt --no-trace-file: the probes only
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
-                                 format=ns.format, ring=ns.ring,
+                                 format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
+                                 c_functions=ns.c_functions,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
-    except (ValueError, TypeError, OSError, RuntimeError) as exc:
-        sys.argv = saved_argv
-        parser.exit(2, f"python -m ocular: error: {exc}\n")
 
     status = 0
     try:
-        if ns.module:
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(ns.module, run_name="__main__", alter_sys=True)
-        elif ns.code is not None:
-            sys.path.insert(0, "")
-            code = compile(ns.code, "<string>", "exec")
-            import __main__
-            exec(code, __main__.__dict__)
-        else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
-            runpy.run_path(ns.script, run_name="__main__")
+        try:
+            program.run(start)
+        except _StartFailed as exc:
+            sys.argv = saved_argv
+            parser.exit(2, f"python -m ocular: error: {_message(exc.__cause__)}\n")
+        except _NotRunnable as exc:  # a directory or zip without __main__.py
+            _say(f"python -m ocular: error: {exc}")
+            status = 2
     except SystemExit as exc:
         status = exc.code
-    except BaseException as exc:
-        tb = exc.__traceback__
-        while tb.tb_next:
-            tb = tb.tb_next
-        if isinstance(exc, ImportError) and tb.tb_frame.f_globals.get("__name__") == "runpy":
-            print(f"python -m ocular: error: {exc}", file=sys.stderr)  # no such module, no __main__: bad -m/script
-            status = 2
-        else:
-            import traceback
+    except KeyboardInterrupt:
+        import traceback
 
-            traceback.print_exc()
-            status = 1
+        traceback.print_exc()
+        status = 130  # as a shell reports a program ended by ^C; the trace is saved below
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        status = 1
     finally:
         _join_threads()
+        program.restore()
         if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
-                if not ns.quiet and res.output:
+                if many:
+                    _render_all(res.output, outputs, ns)
+                elif not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
-                    print(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
-                          f"{res.dropped} dropped)", file=sys.stderr)
+                    _say(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
+                         f"{res.dropped} dropped)")
                     if what == "recording":
-                        print(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json",
-                              file=sys.stderr)
+                        _say(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json")
             except Exception as exc:
-                print(f"ocular: {exc}", file=sys.stderr)
+                _say(f"ocular: {_message(exc)}")
                 if not status:
                     status = 1
     return status
+
+
+def _say(msg):
+    """A line on stderr that never fails: the trace is saved even when stderr is a closed pipe."""
+    try:
+        print(msg, file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+
+
+def _message(exc):
+    """An exception's text with one 'ocular: ' prefix at most (the caller adds its own)."""
+    text = str(exc)
+    return text[len("ocular: "):] if text.startswith("ocular: ") else text
+
+
+class _NotRunnable(Exception):
+    """The script or module cannot be run (not found, unreadable): said before anything starts."""
+
+
+class _StartFailed(Exception):
+    """start_tracing() refused its arguments (the cause says why)."""
+
+
+class _Program:
+    """The user's program, compiled and with its __main__ namespace ready, run by run(start): `start`
+    (which starts tracing) is called right before the program's first line."""
+
+    def __init__(self, code, globs, path0, argv0=None, module=None):
+        self.code, self.globs, self.path0, self.argv0 = code, globs, path0, argv0
+        self.module = module
+        self.saved_main = None
+
+    def run(self, start):
+        import types
+
+        sys.path.insert(0, self.path0)
+        if self.argv0 is not None:
+            sys.argv[0] = self.argv0
+        main_mod = types.ModuleType("__main__")
+        main_mod.__dict__.update(self.globs)
+        self.saved_main = sys.modules.get("__main__")
+        sys.modules["__main__"] = main_mod
+        globs = main_mod.__dict__
+        try:
+            start()
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            raise _StartFailed() from exc
+        exec(self.code, globs)
+
+    def restore(self):
+        if self.saved_main is not None:
+            sys.modules["__main__"] = self.saved_main
+            self.saved_main = None
+
+
+def _prepare(ns):
+    import builtins
+
+    if ns.code is not None:
+        import importlib.machinery
+
+        globs = dict(__name__="__main__", __doc__=None, __package__=None, __spec__=None,
+                     __loader__=importlib.machinery.BuiltinImporter, __builtins__=builtins)
+        return _Program(compile(ns.code, "<string>", "exec"), globs, "", module="__main__")
+    if ns.module:
+        import runpy
+
+        try:
+            # runpy's own lookup (packages' __main__, namespace packages), done before tracing starts
+            mod_name, spec, code = runpy._get_module_details(ns.module)
+        except ImportError as exc:
+            raise _NotRunnable(str(exc)) from None
+        except SyntaxError:
+            raise
+        globs = dict(__name__="__main__", __file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                     __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
+        return _Program(code, globs, os.getcwd(), argv0=spec.origin, module=mod_name)
+    path = ns.script
+    if not os.path.isfile(path):
+        # a directory or zip file with a __main__.py: runpy finds and runs it (its frames are recorded)
+        return _RunpyPath(path)
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        raise _NotRunnable(f"can't open file {path!r}: {exc.strerror}") from None
+    import importlib.machinery
+
+    code = compile(source, path, "exec", dont_inherit=True)
+    globs = dict(__name__="__main__", __file__=path, __cached__=None, __doc__=None,
+                 __loader__=importlib.machinery.SourceFileLoader("__main__", path), __package__=None,
+                 __spec__=None, __builtins__=builtins)
+    return _Program(code, globs, os.path.dirname(os.path.abspath(path)), module="__main__")
+
+
+class _RunpyPath(_Program):
+    def __init__(self, path):
+        super().__init__(None, None, os.path.abspath(path))
+        self.path = path
+
+    def run(self, start):
+        import runpy
+
+        try:
+            start()
+        except (ValueError, TypeError, OSError, RuntimeError) as exc:
+            raise _StartFailed() from exc
+        try:
+            runpy.run_path(self.path, run_name="__main__")
+        except ImportError as exc:
+            raise _NotRunnable(str(exc)) from None
+
+
+def _render_all(rec, outputs, ns):
+    """Several -o: the session kept a recording; render it into each output, then remove it."""
+    import ocular
+
+    report = False if ns.no_report else ("json" if ns.report_json else True)
+    try:
+        for i, out in enumerate(outputs):
+            res = ocular.convert(rec, out, report=report if i == 0 else False, loops=ns.loop_events,
+                                 thread_roots=ns.thread_roots)
+            if not ns.quiet:
+                _say(f"ocular: written to {res.output} ({os.path.getsize(res.output) / 1e6:.1f} MB, {res.events} "
+                     f"events, {res.dropped} dropped)")
+    finally:
+        try:
+            os.unlink(rec)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

@@ -37,3 +37,14 @@ def check(perfetto_file):
     if perfetto_file:
         _check_choice(PERFETTO_DEFLATE, ("0", "1"), "use 0 (plain packets) or 1 (deflated, the default), or "
                                                     "leave it unset")
+
+
+C_FUNCTIONS = "OCULAR_C_FUNCTIONS"  # start_tracing(c_functions=None): "0" = off, "1" = on (the default)
+
+
+def c_functions():
+    """start_tracing()'s default for c_functions: on, unless OCULAR_C_FUNCTIONS=0."""
+    _check_choice(C_FUNCTIONS, ("0", "1"), "use 0 (C functions not recorded) or 1 (recorded, the default), or "
+                                           "leave it unset")
+    raw = (os.environ.get(C_FUNCTIONS) or "").strip()
+    return raw != "0"

@@ -7,6 +7,12 @@ still quickened (``BINARY_OP -> BINARY_OP_ADD_INT``); in precise mode an instruc
 only if it was de-instrumented (past the threshold) and ran again before stop, because CPython does
 not specialize instructions while INSTRUCTION events are on.
 
+The names are this interpreter's own, read from ``dis`` at run time, never from a table of ours: 3.14
+renamed specializations (``BINARY_SUBSCR_LIST_INT`` became ``BINARY_OP_SUBSCR_LIST_INT``, ``LOAD_FAST`` is
+often ``LOAD_FAST_BORROW``, ``JUMP_BACKWARD`` specializes to ``JUMP_BACKWARD_NO_JIT`` without the JIT) and
+added ``NOT_TAKEN``, the no-op after a conditional jump that fires BRANCH_LEFT; it shows as a row of its
+own, as it is an instruction the loop executes.
+
 Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the
 calibrated rate.  Ocular's own cost per event (calibrated at the start of the session) is subtracted
 from self times and from per-instruction/per-block cycles.
@@ -17,12 +23,19 @@ import bisect
 import dis
 import functools
 import json
+import os
+import re
 import sys
+import sysconfig
 
 __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
-TOP_LOOPS = 5
+TOP_LOOPS = 3
+LOOP_ROWS = 16  # a longer loop is cut to its hottest rows
+SORT_KEYS = {"self": "self_cycles", "total": "total_cycles", "calls": "calls", "mean": "mean_ns", "name": "name"}
+USER = "your code"
+FOLDED = ("standard library", "frozen importlib", "site-packages", "ocular")
 KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
 
@@ -35,7 +48,7 @@ def _settle(codes):
     """
     from . import _mon as mon  # the real sys.monitoring, even if the program replaced the attribute
 
-    tool = next((i for i in (5, 4, 3, 2, 1, 0) if mon.get_tool(i) is None), None)
+    tool = next((i for i in (5, 4, 3) if mon.get_tool(i) is None), None)  # never 0-2 (pdb, coverage, cProfile)
     if tool is None:
         return
     mon.use_tool_id(tool, "ocular-report")
@@ -57,8 +70,37 @@ def _cache_table():
     return _cache_entries()
 
 
+_JUMPS = frozenset(dis.hasjrel) | frozenset(getattr(dis, "hasjabs", ()))
+
+
+def _arg(ins):
+    """The argument column: a jump's target as an offset on every version (3.13's dis prints labels)."""
+    if ins.opcode in _JUMPS and isinstance(ins.argval, int):
+        return f"to {ins.argval}"
+    return ins.argrepr
+
+
 def _base_names(code):
     return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
+
+
+_OCULAR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+_STDLIB_RE = re.compile(r"[/\\]lib[/\\]python3\.\d+t?[/\\]")  # another machine's standard library
+
+
+def category(path):
+    """Where a file belongs: "your code", "standard library", "frozen importlib", "site-packages" or
+    "ocular" (by its path: the report ranks the user's own code and folds the others into one line each)."""
+    if path.startswith("<frozen "):
+        return "frozen importlib"
+    if path.startswith(_OCULAR_DIR):
+        return "ocular"
+    if "site-packages" in path or "dist-packages" in path:
+        return "site-packages"
+    if path.startswith(_STDLIB_DIRS) or _STDLIB_RE.search(path):
+        return "standard library"
+    return USER
 
 
 def _fmt_ns(ns):
@@ -89,6 +131,9 @@ class Report:
         self.incomplete = data["stats_incomplete"]
         self.functions_total = data.get("functions_total", len(data["functions"]))
         self.python_hex = data.get("python_hex", sys.hexversion)
+        self.events = data.get("events")
+        self.dropped = data.get("dropped", 0)
+        self.wall_ns = data.get("wall_ns")
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -129,6 +174,7 @@ class Report:
         if f["segments"]:
             sample = f["deinstrumented"]
             self.functions.append({
+                "category": category(f["file"]),
                 "name": f["name"],
                 "file": f["file"],
                 "line": f["firstlineno"],
@@ -177,12 +223,15 @@ class Report:
                     cyc = cycles / count / n
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
+            arg = _arg(ins)
+            if b == "NOT_TAKEN" and not arg:  # 3.14+: a no-op that carries the BRANCH_LEFT event
+                arg = "(fall-through of the jump above)"
             rows.append({
                 "offset": ins.offset,
                 "line": line,
                 "base": b,
                 "specialized": ins.opname,
-                "arg": ins.argrepr,
+                "arg": arg,
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })
@@ -233,6 +282,7 @@ class Report:
         lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
         return {
+            "category": category(f["file"]),
             "function": f["name"],
             "file": f["file"],
             "line": None,  # the first line of its rows, once built
@@ -249,12 +299,18 @@ class Report:
         }
 
     # -- views --------------------------------------------------------------------------------
-    def hot_loops(self, n=TOP_LOOPS):
-        """The hottest loops: the top n by cycles and the top n by iterations."""
-        by_cycles = sorted(self._loops, key=lambda r: r["cycles"], reverse=True)[:n]
-        by_hits = sorted(self._loops, key=lambda r: r["iterations"], reverse=True)[:n]
+    def hot_loops(self, n=TOP_LOOPS, all_code=True):
+        """The hottest loops: the top n by cycles and the top n by iterations (all_code=False: of the
+        user's own code only, unless it has none)."""
+        pool = self._loops
+        if not all_code:
+            pool = [lp for lp in self._loops if lp["category"] == USER] or pool
+        by_cycles = sorted(pool, key=lambda r: r["cycles"], reverse=True)[:n]
+        by_hits = sorted(pool, key=lambda r: r["iterations"], reverse=True)[:n]
         out = list(by_cycles)
         for lp in by_hits:
+            if len(out) >= 2 * n:
+                break
             if not any(lp is o for o in out):
                 out.append(lp)
         self._fill(out)
@@ -267,6 +323,9 @@ class Report:
             "clock": self.clock,
             "ns_per_cycle": self.ns_per_tick,
             "overhead_cycles_per_event": self.overhead_cycles,
+            "events": self.events,
+            "dropped": self.dropped,
+            "wall_ns": self.wall_ns,
             "functions": self.functions,
             "functions_total": self.functions_total,
             "loops": self.hot_loops(),
@@ -275,33 +334,61 @@ class Report:
     def to_json(self, **kw):
         return json.dumps(self.to_dict(), **kw)
 
-    def format(self, width=120):
+    def format(self, width=120, top=TOP_FUNCTIONS, sort="self", all_code=False, loops=TOP_LOOPS):
+        """The report as text.  top: function rows; sort: self, total, calls, mean or name; all_code:
+        rank every function and loop (by default the standard library, frozen importlib, site-packages
+        and Ocular are folded into one line each); loops: how many hot loops to show."""
+        if sort not in SORT_KEYS:
+            raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
         ns = self.ns_per_tick
         cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
         out = []
-        out.append(f"ocular report - mode {self.mode}, threshold {self.threshold}, clock {self.clock}, "
-                   f"{ns:.4f} ns/cycle, own cost {self.overhead_cycles} cycles/event subtracted")
+        out.append(f"ocular report - {self.mode} mode, threshold {self.threshold}, clock {self.clock} "
+                   f"({ns:.4f} ns/cycle), own cost {self.overhead_cycles} cycles/event subtracted")
+        deinst = sum(1 for f in self.functions if f["deinstrumented"])
+        facts = []
+        if self.wall_ns is not None:
+            facts.append(f"traced for {_fmt_ns(self.wall_ns)}")
+        if self.events is not None:
+            facts.append(f"{self.events:,} events")
+        facts.append(f"{self.dropped:,} dropped")
+        facts.append(f"{deinst} function{'s' if deinst != 1 else ''} de-instrumented after the threshold "
+                     "(* = figures are a sample of the first calls)" if deinst else "no function de-instrumented")
+        out.append(", ".join(facts))
         if self.incomplete:
-            out.append("warning: statistics are incomplete (out of memory in the writer)")
-        out.append("")
-        out.append("Functions (by self time; * = de-instrumented after the threshold: figures are a sample of "
-                   "the first calls)")
-        hdr = f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function"
-        out.append(hdr)
+            out.append("warning: statistics are incomplete (out of memory in the renderer)")
         if self.functions_total > len(self.functions):
             out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
                        "most self time)")
-        for f in self.functions[:TOP_FUNCTIONS]:
+        out.append("")
+        key = SORT_KEYS[sort]
+        rows = sorted(self.functions, key=lambda r: r[key], reverse=key != "name")
+        mine = rows if all_code else [f for f in rows if f["category"] == USER]
+        out.append(("Functions" if all_code else "Your code") + f" (by {sort}{' time' if sort in ('self', 'total') else ''})")
+        out.append(f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function")
+        for f in mine[:top]:
             star = "*" if f["sample"] else " "
             where = f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})"
             line = (f"{f['calls']:>8}{star} {_fmt_ns(f['self_ns']):>9} {_fmt_ns(f['total_ns']):>9} "
                     f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
             out.append(line[:width])
-        loops = self.hot_loops()
+        if not mine:
+            out.append("        (no function of your own code was recorded)")
+        elif len(mine) > top:
+            out.append(f"        ... {len(mine) - top} more (--top N shows more)")
+        if not all_code:
+            for cat in FOLDED:
+                fs = [f for f in rows if f["category"] == cat]
+                if fs:
+                    calls = sum(f["calls"] for f in fs)
+                    self_ns = sum(f["self_ns"] for f in fs)
+                    out.append(f"{calls:>9} {_fmt_ns(self_ns):>9} {'':>9} {'':>9} {'':>9}  "
+                               f"[{cat}: {len(fs)} function{'s' if len(fs) != 1 else ''}, folded; --all shows them]"[:width])
+        hot = self.hot_loops(loops, all_code=all_code) if loops else []
         out.append("")
-        if not loops:
+        if not hot:
             out.append("Hot loops: none recorded")
-        for lp in loops:
+        for lp in hot:
             out.append("")
             head = (f"Hot loop {lp['function']} at {_short(lp['file'], 50)}:{lp['line']} - "
                     f"{lp['iterations']} iterations{' (sample)' if lp['deinstrumented'] else ''}, "
@@ -310,17 +397,29 @@ class Report:
             out.append(head[:width])
             out.append(f"  {'offset':>6} {'line':>5}  {'instruction (base -> specialized)':<52} "
                        f"{'argument':<24} {cyc_label:>13} {'ns':>7}")
-            for r in lp["rows"]:
+            shown = lp["rows"]
+            if len(shown) > LOOP_ROWS:  # a long loop: its hottest rows, in order
+                hottest = sorted(range(len(shown)), key=lambda i: shown[i]["cycles"] or 0, reverse=True)
+                keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
+                shown = [r if i in keep else None for i, r in enumerate(shown)]
+            gap = 0
+            for r in shown:
+                if r is None:
+                    gap += 1
+                    continue
+                if gap:
+                    out.append(f"  {'...':>6} {'':>5}  ({gap} cooler instruction{'s' if gap != 1 else ''})")
+                    gap = 0
                 name = r["base"] if r["base"] == r["specialized"] else f"{r['base']} -> {r['specialized']}"
                 cyc = f"{r['cycles']:.1f}" if r["cycles"] is not None else "-"
                 nsv = f"{r['ns']:.1f}" if r["ns"] is not None else "-"
                 line = r["line"] if r["line"] is not None else ""
                 out.append(f"  {r['offset']:>6} {line:>5}  {name[:52]:<52} {r['arg'][:24]:<24} {cyc:>13} {nsv:>7}"[:width])
-        if self.mode == "precise" and self.threshold == 0 and loops:
+        if self.mode == "precise" and self.threshold == 0 and hot:
             out.append("")
             out.append("note: precise mode with threshold 0 keeps every instruction instrumented, and CPython does")
             out.append("      not specialize instrumented instructions; use a threshold to see the specialized forms")
-        if self.mode != "precise" and loops:
+        if self.mode != "precise" and hot:
             out.append("")
             out.append("cyc/exec(blk): cycles of each basic block per execution, spread evenly over its instructions")
         return "\n".join(out)

@@ -11,12 +11,12 @@ Zero cost until a tracer attaches: each probe has a semaphore that the tracer in
 attaches.  ``enable()`` starts a thread that checks the semaphores every 10 ms (environment variable
 ``OCULAR_USDT_POLL_MS`` or ``enable(poll_ms=...)`` to change it) without holding the GIL.  Only when the
 set of attached probes changes does it take the GIL and set exactly the sys.monitoring events those
-probes need, on a tool id of its own named ``"ocular-usdt"`` (the first free of 2, 3, 4, 5, 1, 0, taken
+probes need, on a tool id of its own named ``"ocular-usdt"`` (the first free of 3, 4, 5, taken
 when the first probe attaches and given back when the last one detaches).  So with nothing attached
 no callback is registered and no event is enabled.  Events fired in the first poll interval after an
 attach are not seen unless the program waits for its tracer (``OCULAR_USDT_WAIT`` seconds or
-``enable(wait=...)``, ``wait_for_tracer()``).  This is independent of ``ocular.start_tracing()`` and of
-cProfile (which insists on tool id 2: start it before a tracer attaches).  A forked child restarts the
+``enable(wait=...)``, ``wait_for_tracer()``).  This is independent of ``ocular.start_tracing()``, and never takes
+ids 0-2, so pdb, coverage.py and cProfile (which insist on them) can start at any time.  A forked child restarts the
 poller.
 
 Probes (arguments are stable; strings are NUL-terminated UTF-8):
@@ -183,13 +183,14 @@ def is_enabled():
 def status():
     """The probes' state, as a dict.
 
-    ``available``, ``reason``: compiled in, or why not.  ``enabled``: the poller runs.  ``poll_ms``.
+    ``available``, ``reason``: compiled in, or why not.  ``probes_from``: what wrote the probe notes
+    ("Ocular's own SDT notes" on x86-64 and aarch64 Linux, else "<sys/sdt.h>").  ``enabled``: the poller runs.  ``poll_ms``.
     ``semaphores``: {probe: count of attached tracers}.  ``attached``: probes with a tracer now.
     ``applied``: probes whose events are currently enabled (lags ``attached`` by up to one poll).
     ``tool_id``: the sys.monitoring id held ("ocular-usdt"), or None while nothing is attached.
     ``events``: ``sys.monitoring.get_events(tool_id)`` (0 without a tool id).  ``changes``: how many
     times the set of enabled events changed.  ``error``: why the attached probes could not be
-    enabled, e.g. every tool id in use ("" once they are; a failed set is retried about every second).
+    enabled, e.g. tool ids 3-5 all in use ("" once they are; a failed set is retried about every second).
     """
     import sys
 

@@ -50,6 +50,10 @@ static uint64_t wait_for_recorder(void) {
     if (LIKELY(S.nqueued < S.max_queued) || !S.writer_started)
         return 0;
     uint64_t t0 = oc_now();
+    if (S.recorder_idle) {
+        S.recorder_idle = 0;
+        pthread_cond_signal(&S.cond_writer);
+    }
     while (S.nqueued >= S.max_queued && S.writer_started && !S.stopping)
         pthread_cond_wait(&S.cond_free, &S.lock);
     S.pauses++;
@@ -72,7 +76,12 @@ static void enqueue(oc_tbuf *b) {
             S.q_head = c;
         S.q_tail = c;
         S.nqueued++;
-        pthread_cond_signal(&S.cond_writer);
+        /* wake the recorder only when it sleeps and a batch is ready: a wake-up per chunk cost the
+         * program a preemption per chunk on two cores (it polls every 20 ms for a partial batch) */
+        if (S.recorder_idle && S.nqueued >= OC_WAKE_BATCH) {
+            S.recorder_idle = 0;
+            pthread_cond_signal(&S.cond_writer);
+        }
     }
     b->chunk = NULL;
     b->pos = b->end = b->limit = NULL;
@@ -204,11 +213,24 @@ static int register_thread(oc_tbuf *b) {
     return 0;
 }
 
+/* Muting costs the hot path nothing: `end` is pulled back to `pos`, so the next event takes the slow
+ * path, which records nothing while the flag is set. */
+void oc_buffer_mute(int on) {
+    oc_tbuf *b = oc_tls.buf;
+    if (!b)
+        return;
+    b->muted = on;
+    if (on)
+        b->end = b->pos;
+    else if (b->chunk && b->gen == tgen)
+        b->end = b->limit;
+}
+
 oc_tbuf *oc_buffer_slow(void) {
     if (!S.active)
         return NULL;
     oc_tbuf *b = oc_tls.buf;
-    if (UNLIKELY(b && b->in_slow))
+    if (UNLIKELY(b && (b->in_slow || b->muted)))
         return NULL;
     if (!b) {
         b = calloc(1, sizeof *b);

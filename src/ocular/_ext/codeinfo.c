@@ -32,6 +32,7 @@ static void free_extra(void *p) {
     }
     free(ex->edge_hits);
     free(ex->insn_hits);
+    free(ex->call_hits);
     free(ex);
 }
 
@@ -110,8 +111,8 @@ static int is_excluded(const char *filename) {
     return 0;
 }
 
-uint32_t *oc_code_counters(oc_codeextra *ex, int insn) {
-    uint32_t **slot = insn ? &ex->insn_hits : &ex->edge_hits;
+uint32_t *oc_code_counters(oc_codeextra *ex, int which) {
+    uint32_t **slot = which == 2 ? &ex->call_hits : which ? &ex->insn_hits : &ex->edge_hits;
     if (!*slot)
         *slot = calloc(ex->nunits + 1, sizeof(uint32_t));
     return *slot;
@@ -184,6 +185,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     }
     free(ex->edge_hits);
     free(ex->insn_hits);
+    free(ex->call_hits);
     memset(ex, 0, sizeof *ex);
     ex->gen = S.gen;
     ex->id = UINT32_MAX;
@@ -274,6 +276,125 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     return ex;
 }
 
+/* ---- C functions ---- */
+
+/* PyMethodDef* -> code id, open addressing; cleared with the code table.  A PyMethodDef lives as long as
+ * its module or type, which for builtins and loaded extensions is the process. */
+static struct {
+    const void **keys;
+    uint32_t *ids;
+    uint32_t cap, n;
+} CF;
+
+void oc_cfunc_reset(void) {
+    free(CF.keys);
+    free(CF.ids);
+    memset(&CF, 0, sizeof CF);
+}
+
+static inline uint32_t cf_slot(const void *key, uint32_t cap) {
+    uintptr_t h = (uintptr_t)key;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(h >> 32) & (cap - 1);
+}
+
+static int cf_grow(void) {
+    uint32_t cap = CF.cap ? CF.cap * 2 : 256;
+    const void **keys = calloc(cap, sizeof *keys);
+    uint32_t *ids = calloc(cap, sizeof *ids);
+    if (!keys || !ids) {
+        free(keys);
+        free(ids);
+        return -1;
+    }
+    for (uint32_t i = 0; i < CF.cap; i++)
+        if (CF.keys[i]) {
+            uint32_t j = cf_slot(CF.keys[i], cap);
+            while (keys[j])
+                j = (j + 1) & (cap - 1);
+            keys[j] = CF.keys[i];
+            ids[j] = CF.ids[i];
+        }
+    free(CF.keys);
+    free(CF.ids);
+    CF.keys = keys;
+    CF.ids = ids;
+    CF.cap = cap;
+    return 0;
+}
+
+/* cProfile's names: "<built-in method builtins.len>", "<method 'append' of 'list' objects>" */
+static PyObject *cfunc_name(PyObject *callable, PyMethodDef *ml) {
+    if (PyCFunction_Check(callable)) {
+        PyObject *self = PyCFunction_GET_SELF(callable);
+        if (self && !PyModule_Check(self))
+            return PyUnicode_FromFormat("<method '%s' of '%s' objects>", ml->ml_name, Py_TYPE(self)->tp_name);
+        PyObject *mod = ((PyCFunctionObject *)callable)->m_module;
+        if (mod && PyUnicode_Check(mod))
+            return PyUnicode_FromFormat("<built-in method %U.%s>", mod, ml->ml_name);
+        return PyUnicode_FromFormat("<built-in method %s>", ml->ml_name);
+    }
+    PyTypeObject *t = PyDescr_TYPE(callable);
+    return PyUnicode_FromFormat("<method '%s' of '%s' objects>", ml->ml_name, t ? t->tp_name : "?");
+}
+
+static uint32_t cfunc_register(PyObject *callable, PyMethodDef *ml) {
+    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE || ((CF.n + 1) * 2 > CF.cap && cf_grow() < 0))
+        return UINT32_MAX;
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *name = cfunc_name(callable, ml);
+    PyObject *u = name ? PyUnicode_AsEncodedString(name, "utf-8", "backslashreplace") : NULL;
+    Py_XDECREF(name);
+    uint32_t id = UINT32_MAX;
+    uint32_t page = S.ncodes >> OC_PAGE_BITS;
+    if (u && (S.pages[page] || (S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent))))) {
+        id = S.ncodes;
+        oc_codeent *e = oc_code_entry(id);
+        e->qualname_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+        e->filename_raw = oc_dup_raw("~", 1);
+        if (!e->qualname_raw || !e->filename_raw) {
+            free(e->qualname_raw);
+            free(e->filename_raw);
+            memset(e, 0, sizeof *e);
+            id = UINT32_MAX;
+        } else {
+            S.ncodes = id + 1;
+            uint32_t j = cf_slot(ml, CF.cap);
+            while (CF.keys[j])
+                j = (j + 1) & (CF.cap - 1);
+            CF.keys[j] = ml;
+            CF.ids[j] = id;
+            CF.n++;
+        }
+    }
+    Py_XDECREF(u);
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    if (id == UINT32_MAX)
+        oc_internal_error("out of memory registering a C function");
+    return id;
+}
+
+uint32_t oc_cfunc_id(PyObject *callable) {
+    PyMethodDef *ml;
+    if (PyCFunction_Check(callable))
+        ml = ((PyCFunctionObject *)callable)->m_ml;
+    else if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        ml = ((PyMethodDescrObject *)callable)->d_method;
+    else
+        return UINT32_MAX;
+    if (LIKELY(CF.cap != 0)) {
+        uint32_t j = cf_slot(ml, CF.cap);
+        while (CF.keys[j]) {
+            if (CF.keys[j] == ml)
+                return CF.ids[j];
+            j = (j + 1) & (CF.cap - 1);
+        }
+    }
+    return cfunc_register(callable, ml);
+}
+
 PyObject *oc_code_object(oc_codeent *e) {
     if (!e->code_obj)
         return NULL;
@@ -320,4 +441,5 @@ void oc_codetable_clear(void) {
         S.pages[pg] = NULL;
     }
     S.ncodes = 0;
+    oc_cfunc_reset();
 }

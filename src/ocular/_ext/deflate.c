@@ -1,18 +1,22 @@
-/* deflate.c -- a small zlib-format (RFC 1950/1951) compressor for the Perfetto sink's
- * TracePacket.compressed_packets.
+/* deflate.c -- a zlib-format (RFC 1950/1951) encoder for the Perfetto sink's compressed_packets batches.
  *
- * One call compresses one buffer into one complete zlib stream: a 2-byte header, a single deflate
- * block with dynamic Huffman codes, and the Adler-32 of the input.  Matching is LZ77 over a 32 KiB
- * window with hash chains (bounded depth) and one step of lazy evaluation; code lengths are limited
- * to 15 (7 for the code-length alphabet) by halving the frequencies until the Huffman tree fits.
- * Trace packets repeat almost byte for byte, so this reaches a few bytes per event.
+ * One batch is one complete zlib stream: a 2-byte header, a single deflate block with dynamic Huffman
+ * codes, and the Adler-32 of the input.  The LZ77 tokens (literals and matches, deflate.h) come from
+ * two places: the caller, which knows where the packet it just wrote repeats an earlier one (a slice
+ * end differs from the thread's previous one only in its timestamp) and says so without any search;
+ * and, for everything else, oc_z_scan's matcher over a region of the batch -- hash chains over a
+ * 32 KiB window (bounded depth, one step of lazy evaluation).  Code lengths are limited to 15 (7 for
+ * the code-length alphabet) by halving the frequencies until the Huffman tree fits.
  *
- * Written from the RFCs for Ocular; runs on the writer thread (no Python API).  Not thread-safe: the
- * state is one static context, used by one writer at a time.
+ * Written from the RFCs for Ocular; no Python API.  Not thread-safe: one static context, used by one
+ * renderer at a time.
  */
-#include "ocular.h"
+#include "deflate.h"
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define WSIZE 32768u
 #define HBITS 15
@@ -32,8 +36,6 @@
 #define MAX_INSERT 8
 #endif
 
-/* token: bit 31 set = match (length in bits 16..24, distance in bits 0..15); else a literal byte */
-#define TOK_MATCH 0x80000000u
 
 static const uint16_t len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
                                       31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
@@ -46,11 +48,12 @@ static const uint8_t dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
                                        6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13};
 static const uint8_t cl_order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
 
+oc_ztokens oc_zt;
+
 static struct {
     int32_t head[HSIZE];
     int32_t prev[WSIZE];
-    uint32_t *tok;
-    size_t ntok, cap_tok;
+    int heads_clear;                /* head[] has no position of the current batch */
     uint8_t len_sym[MAX_MATCH + 1]; /* match length -> index into len_base */
     uint8_t dist_sym_lo[256];       /* distance-1 < 256 -> distance symbol */
     uint8_t dist_sym_hi[256];       /* (distance-1) >> 7 -> distance symbol */
@@ -189,18 +192,44 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
     return best >= MIN_MATCH ? best : 0;
 }
 
-static int tokenize(const uint8_t *in, size_t n) {
-    if (Z.cap_tok < n + 1) {
-        uint32_t *t = realloc(Z.tok, (n + 1) * sizeof(uint32_t));
-        if (!t)
-            return -1;
-        Z.tok = t;
-        Z.cap_tok = n + 1;
+int oc_z_reserve(size_t n) {
+    if (oc_zt.ntok + n <= oc_zt.cap)
+        return 0;
+    size_t cap = oc_zt.cap ? oc_zt.cap : 65536;
+    while (cap < oc_zt.ntok + n)
+        cap *= 2;
+    uint32_t *t = realloc(oc_zt.tok, cap * sizeof(uint32_t));
+    if (!t)
+        return -1;
+    oc_zt.tok = t;
+    oc_zt.cap = cap;
+    return 0;
+}
+
+/* A match token, joined to the previous one when that is a match at the same distance (a region
+ * that continues the copy the previous region ended with). */
+static inline size_t put_match(uint32_t *tok, size_t ntok, uint32_t len, uint32_t dist) {
+    if (ntok && (tok[ntok - 1] & (OC_TOK_MATCH | 0xffffu)) == (OC_TOK_MATCH | dist) &&
+        ((tok[ntok - 1] >> 16) & 0x1ffu) + len <= MAX_MATCH) {
+        tok[ntok - 1] += len << 16;
+        return ntok;
     }
-    Z.ntok = 0;
-    for (uint32_t h = 0; h < HSIZE; h++)
-        Z.head[h] = -1;
-    size_t i = 0;
+    tok[ntok] = OC_TOK_MATCH | len << 16 | dist;
+    return ntok + 1;
+}
+
+/* LZ77 over in[start..end): matches may reach back into any earlier region that was scanned too. */
+int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
+    if (oc_z_reserve(end - start + 1) < 0)
+        return -1;
+    if (!Z.heads_clear) {
+        for (uint32_t h = 0; h < HSIZE; h++)
+            Z.head[h] = -1;
+        Z.heads_clear = 1;
+    }
+    size_t n = end, i = start;
+    uint32_t *tok = oc_zt.tok;
+    size_t ntok = oc_zt.ntok;
     uint32_t pend_len = 0, pend_dist = 0; /* a match found at i-1, held for one step (lazy) */
     while (i < n) {
         uint32_t dist = 0, len = 0;
@@ -210,25 +239,25 @@ static int tokenize(const uint8_t *in, size_t n) {
         }
         if (pend_len) {
             if (len > pend_len) { /* better match one byte later: emit the byte as a literal */
-                Z.tok[Z.ntok++] = in[i - 1];
+                tok[ntok++] = in[i - 1];
                 pend_len = len;
                 pend_dist = dist;
                 i++;
                 continue;
             }
-            Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
-            size_t end = i - 1 + pend_len; /* the match covered i-1 .. end-1; i is already inserted */
+            ntok = put_match(tok, ntok, pend_len, pend_dist);
+            size_t e = i - 1 + pend_len; /* the match covered i-1 .. e-1; i is already inserted */
             if (pend_len <= MAX_INSERT)
-                for (size_t k = i + 1; k < end; k++)
+                for (size_t k = i + 1; k < e; k++)
                     if (k + MIN_MATCH <= n)
                         insert(in, k);
-            i = end;
+            i = e;
             pend_len = 0;
             continue;
         }
         if (len) {
             if (len >= NICE_MATCH) { /* long enough: no lazy look */
-                Z.tok[Z.ntok++] = TOK_MATCH | len << 16 | dist;
+                ntok = put_match(tok, ntok, len, dist);
                 i += len;
             } else {
                 pend_len = len;
@@ -236,15 +265,43 @@ static int tokenize(const uint8_t *in, size_t n) {
                 i++;
             }
         } else {
-            Z.tok[Z.ntok++] = in[i++];
+            tok[ntok++] = in[i++];
         }
     }
     if (pend_len)
-        Z.tok[Z.ntok++] = TOK_MATCH | pend_len << 16 | pend_dist;
+        ntok = put_match(tok, ntok, pend_len, pend_dist);
+    oc_zt.ntok = ntok;
     return 0;
 }
 
 /* ---- Huffman codes ---- */
+static void sift_down(uint64_t *a, int i, int n) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && a[c + 1] > a[c])
+            c++;
+        if (a[i] >= a[c])
+            return;
+        uint64_t t = a[i];
+        a[i] = a[c];
+        a[c] = t;
+        i = c;
+    }
+}
+
+static void heapsort_u64(uint64_t *a, int n) {
+    for (int i = n / 2 - 1; i >= 0; i--)
+        sift_down(a, i, n);
+    for (int end = n - 1; end > 0; end--) {
+        uint64_t t = a[0];
+        a[0] = a[end];
+        a[end] = t;
+        sift_down(a, 0, end);
+    }
+}
+
 /* Optimal code lengths for `n` symbols with frequencies f (0 = unused), all lengths <= maxbits.
  * At least two symbols must be used. */
 static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
@@ -252,24 +309,18 @@ static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
     int sym[288], parent[2 * 288], depth[2 * 288];
     uint32_t scale = 0;
     for (;;) {
+        /* the leaves sorted by weight: keys weight << 9 | symbol, heapsorted (n <= 288) */
+        uint64_t key[288];
         int m = 0;
         for (int s = 0; s < n; s++)
             if (f[s]) {
                 uint32_t v = f[s] >> scale;
-                w[m] = v ? v : 1;
-                sym[m++] = s;
+                key[m++] = (uint64_t)(v ? v : 1) << 9 | (uint64_t)s;
             }
-        /* sort leaves by weight (insertion sort: n <= 288, called a few times per block) */
-        for (int a = 1; a < m; a++) {
-            uint32_t wv = w[a];
-            int sv = sym[a], b = a - 1;
-            while (b >= 0 && w[b] > wv) {
-                w[b + 1] = w[b];
-                sym[b + 1] = sym[b];
-                b--;
-            }
-            w[b + 1] = wv;
-            sym[b + 1] = sv;
+        heapsort_u64(key, m);
+        for (int k = 0; k < m; k++) {
+            w[k] = (uint32_t)(key[k] >> 9);
+            sym[k] = (int)(key[k] & 511);
         }
         /* two-queue construction: leaves 0..m-1, internal nodes m.. in non-decreasing weight */
         int li = 0, ii = m, next = m;
@@ -326,10 +377,38 @@ static void canonical(const uint8_t *len, int n, uint16_t *code) {
     }
 }
 
+/* Adler-32 (RFC 1950).  With SSE2, 16 bytes at a time: the byte sums by _mm_sad_epu8, the sums
+ * weighted 16..1 by _mm_madd_epi16, and the running sum before each block, which every byte of later
+ * blocks adds to b once per byte, gathered in s1acc; 32-bit lanes hold at most NMAX bytes' worth. */
+#define NMAX 5552 /* the most bytes before b can overflow 32 bits (zlib's bound) */
 static uint32_t adler32(const uint8_t *p, size_t n) {
-    uint32_t a = 1, b = 0;
+    uint64_t a = 1, b = 0;
+#ifdef __SSE2__
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i w_lo = _mm_setr_epi16(16, 15, 14, 13, 12, 11, 10, 9), w_hi = _mm_setr_epi16(8, 7, 6, 5, 4, 3, 2, 1);
+    while (n >= 16) {
+        size_t blocks = n / 16 < NMAX / 16 ? n / 16 : NMAX / 16;
+        n -= blocks * 16;
+        __m128i s1 = zero, s1acc = zero, s2 = zero;
+        for (size_t k = 0; k < blocks; k++, p += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+            s1acc = _mm_add_epi32(s1acc, s1);
+            s1 = _mm_add_epi32(s1, _mm_sad_epu8(x, zero));
+            s2 = _mm_add_epi32(s2, _mm_add_epi32(_mm_madd_epi16(_mm_unpacklo_epi8(x, zero), w_lo),
+                                                 _mm_madd_epi16(_mm_unpackhi_epi8(x, zero), w_hi)));
+        }
+        uint32_t v1[4], va[4], v2[4];
+        _mm_storeu_si128((__m128i *)(void *)v1, s1);
+        _mm_storeu_si128((__m128i *)(void *)va, s1acc);
+        _mm_storeu_si128((__m128i *)(void *)v2, s2);
+        b += 16 * blocks * a + 16 * ((uint64_t)va[0] + va[1] + va[2] + va[3]) + v2[0] + v2[1] + v2[2] + v2[3];
+        a += (uint64_t)v1[0] + v1[1] + v1[2] + v1[3];
+        a %= 65521;
+        b %= 65521;
+    }
+#endif
     while (n) {
-        size_t k = n < 5552 ? n : 5552; /* largest run before b can overflow 32 bits */
+        size_t k = n < NMAX ? n : NMAX;
         n -= k;
         while (k--) {
             a += *p++;
@@ -338,22 +417,32 @@ static uint32_t adler32(const uint8_t *p, size_t n) {
         a %= 65521;
         b %= 65521;
     }
-    return b << 16 | a;
+    return (uint32_t)(b << 16 | a);
 }
 
-/* Compress in[0..n) into one zlib stream written at the start of *out (malloc'd, grown as needed;
- * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure. */
-size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+void oc_z_start(void) {
+    oc_zt.ntok = 0;
+    Z.heads_clear = 0;
+}
+
+/* The batch's tokens as one zlib stream written at the start of *out (malloc'd, grown as needed;
+ * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure.  The tokens are
+ * consumed: the next batch starts empty. */
+size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     if (!Z.tables)
         init_tables();
-    if (tokenize(in, n) < 0)
-        return 0;
+    uint32_t *tok = oc_zt.tok;
+    size_t ntok = oc_zt.ntok;
+    uint32_t ad = adler32(in, n);
+    oc_z_start();
     uint32_t lf[286] = {0}, df[30] = {0};
-    for (size_t k = 0; k < Z.ntok; k++) {
-        uint32_t t = Z.tok[k];
-        if (t & TOK_MATCH) {
+    for (size_t k = 0; k < ntok; k++) {
+        uint32_t t = tok[k];
+        if (t & OC_TOK_MATCH) {
+            uint32_t ds = (uint32_t)dist_sym(t & 0xffff);
             lf[257 + Z.len_sym[(t >> 16) & 0x1ff]]++;
-            df[dist_sym(t & 0xffff)]++;
+            df[ds]++;
+            tok[k] = t | ds << 25; /* for the second pass (bits 25..29 are free) */
         } else {
             lf[t]++;
         }
@@ -428,7 +517,9 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
         hclen--;
 
     bitw w = {.p = *out, .cap = *out_cap};
-    bw_room(&w, n / 4 + 1024);
+    bw_room(&w, ntok * 7 + 1024); /* a token takes at most 48 bits; the tables and trailer < 1 KiB */
+    if (w.oom)
+        return 0;
     bw_byte(&w, 0x78); /* CM 8 (deflate), 32 KiB window */
     bw_byte(&w, 0x01); /* no dictionary, check bits: 0x7801 % 31 == 0 */
     bw_put(&w, 1, 1);  /* BFINAL */
@@ -448,24 +539,48 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
         else if (s == 18)
             bw_put(&w, (uint32_t)x, 7);
     }
-    for (size_t k = 0; k < Z.ntok && !w.oom; k++) {
-        uint32_t t = Z.tok[k];
-        if (t & TOK_MATCH) {
-            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff;
-            int ls = Z.len_sym[l], ds = dist_sym(d);
-            bw_put(&w, lc[257 + ls], ll[257 + ls]);
-            if (len_extra[ls])
-                bw_put(&w, l - len_base[ls], len_extra[ls]);
-            bw_put(&w, dc[ds], dl[ds]);
-            if (dist_extra[ds])
-                bw_put(&w, d - dist_base[ds], dist_extra[ds]);
+    /* every match length with its extra bits, as one code (at most 15 + 5 bits) */
+    uint32_t lenc[MAX_MATCH + 1];
+    uint8_t lenn[MAX_MATCH + 1];
+    for (uint32_t l = MIN_MATCH; l <= MAX_MATCH; l++) {
+        int ls = Z.len_sym[l];
+        lenc[l] = lc[257 + ls] | (l - len_base[ls]) << ll[257 + ls];
+        lenn[l] = (uint8_t)(ll[257 + ls] + len_extra[ls]);
+    }
+    /* the room is there: the tokens go out through a local accumulator, 32 bits at a time */
+    uint8_t *o = w.p + w.n;
+    uint64_t acc = w.acc;
+    int bits = w.bits;
+#define PUT(v, nb)                                                                                                    \
+    do {                                                                                                               \
+        acc |= (uint64_t)(v) << bits;                                                                                  \
+        bits += (nb);                                                                                                  \
+        if (bits >= 32) {                                                                                              \
+            o[0] = (uint8_t)acc; /* little-endian order on any machine (one store where it is) */                   \
+            o[1] = (uint8_t)(acc >> 8);                                                                                \
+            o[2] = (uint8_t)(acc >> 16);                                                                               \
+            o[3] = (uint8_t)(acc >> 24);                                                                               \
+            o += 4;                                                                                                    \
+            acc >>= 32;                                                                                                \
+            bits -= 32;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+    for (size_t k = 0; k < ntok; k++) {
+        uint32_t t = tok[k];
+        if (t & OC_TOK_MATCH) {
+            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff, ds = (t >> 25) & 31;
+            PUT(lenc[l], lenn[l]);
+            PUT(dc[ds] | (d - dist_base[ds]) << dl[ds], dl[ds] + dist_extra[ds]);
         } else {
-            bw_put(&w, lc[t], ll[t]);
+            PUT(lc[t], ll[t]);
         }
     }
-    bw_put(&w, lc[256], ll[256]);
+    PUT(lc[256], ll[256]);
+#undef PUT
+    w.n = (size_t)(o - w.p);
+    w.acc = acc;
+    w.bits = bits;
     bw_align(&w);
-    uint32_t ad = adler32(in, n);
     bw_byte(&w, (uint8_t)(ad >> 24));
     bw_byte(&w, (uint8_t)(ad >> 16));
     bw_byte(&w, (uint8_t)(ad >> 8));
@@ -475,9 +590,16 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
     return w.oom ? 0 : w.n;
 }
 
-/* Release the matcher's token buffer (the tables are static). */
-void oc_deflate_free(void) {
-    free(Z.tok);
-    Z.tok = NULL;
-    Z.cap_tok = 0;
+size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+    oc_z_start();
+    if (oc_z_scan(in, 0, n) < 0)
+        return 0;
+    return oc_z_finish(in, n, out, out_cap);
+}
+
+/* Release the token buffer (the tables are static). */
+void oc_z_free(void) {
+    free(oc_zt.tok);
+    memset(&oc_zt, 0, sizeof oc_zt);
+    oc_z_start();
 }

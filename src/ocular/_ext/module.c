@@ -92,6 +92,7 @@ static void reset_counters(void) {
     S.ns_per_tick = 1.0;
     S.stopping = 0;
     S.pauses = 0;
+    S.recorder_idle = 0;
     S.ncodes_pub = 0;
     S.nqueued = 0;
     S.threads_named = S.threads_named_seen = 0;
@@ -113,10 +114,11 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     unsigned long main_ident;
     int format = OC_FORMAT_JSON;
     unsigned long long ring = 0;
+    int loops = OC_LOOPS_ITERATIONS, c_functions = 0;
     PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|ip:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format, &rec, &ring))
+                          &main_ident, &format, &rec, &ring, &loops, &c_functions))
         return NULL;
     if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
@@ -152,6 +154,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
     S.process_name_raw = pn;
     S.ring_bytes = (size_t)ring;
+    S.loops = loops >= 0 && loops <= 2 ? loops : OC_LOOPS_ITERATIONS;
     memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
@@ -168,7 +171,8 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.nthreads = 0;
     S.gen++;
     oc_buffer_reset();
-    PyObject *cbs = oc_make_callbacks(precise);
+    S.c_functions = c_functions;
+    PyObject *cbs = oc_make_callbacks(precise, c_functions);
     if (!cbs)
         return NULL;
     oc_clock_init();
@@ -215,34 +219,36 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
 }
 
 PyDoc_STRVAR(render_doc,
-             "_render(recording, format, output, progress) -> dict\n\n"
+             "_render(recording, format, output, progress, loops=0) -> dict\n\n"
              "Render a recording (a path) into output (a path, or None) as format 0 Chrome JSON,\n"
-             "1 Perfetto protobuf or 2 nothing (statistics only; _report_data() has them afterwards).\n"
+             "1 Perfetto protobuf, 2 nothing (statistics only; _report_data() has them afterwards),\n"
+             "3 the call tree (no output; _calltree() has it afterwards) or 4 speedscope JSON.\n"
              "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
+             "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *rec_o, *out_o;
-    int format, progress;
-    if (!PyArg_ParseTuple(args, "O&iOp:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress))
+    int format, progress, loops = OC_LOOPS_ITERATIONS;
+    if (!PyArg_ParseTuple(args, "O&iOp|i:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress, &loops))
         return NULL;
     PyObject *outb = NULL;
     if (out_o != Py_None && !PyUnicode_FSConverter(out_o, &outb)) {
         Py_DECREF(rec_o);
         return NULL;
     }
-    if (format < 0 || format > 2) {
+    if (format < 0 || format > OC_FORMAT_SPEEDSCOPE || loops < 0 || loops > 2) {
         Py_DECREF(rec_o);
         Py_XDECREF(outb);
-        PyErr_Format(PyExc_ValueError, "unknown format %d", format);
+        PyErr_Format(PyExc_ValueError, "unknown format %d or loops %d", format, loops);
         return NULL;
     }
     oc_render_result res;
     int rc;
     const char *rec = PyBytes_AS_STRING(rec_o), *out = outb ? PyBytes_AS_STRING(outb) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, &res);
+    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, loops, &res);
     Py_END_ALLOW_THREADS
     Py_DECREF(rec_o);
     Py_XDECREF(outb);
@@ -331,6 +337,21 @@ static PyObject *py_release(PyObject *mod, PyObject *unused) {
         Py_CLEAR(S.excluded_codes);
     }
     oc_render_release();
+    oc_tree_release();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_calltree(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return oc_tree_export();
+}
+
+static PyObject *py_mute_thread(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    oc_buffer_mute(on);
     Py_RETURN_NONE;
 }
 
@@ -426,6 +447,10 @@ static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_render", py_render, METH_VARARGS, render_doc},
+    {"_calltree", py_calltree, METH_NOARGS,
+     "_calltree() -> dict: the call tree of the last render in format 3: nodes [(parent, code, calls,\n"
+     "total_ns, self_ns)] (parent and code -1 for a thread's root), threads [(tid, name, root, first_ns,\n"
+     "last_ns)], codes [(qualname, filename, firstlineno) or None, by code id]."},
     {"_report_data", py_report_data, METH_VARARGS,
      "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
      "functions by self time and limit by loop cycles; 0: all)."},
@@ -433,6 +458,7 @@ static PyMethodDef methods[] = {
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
+    {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
     {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},

@@ -10,6 +10,8 @@
  * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
  * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE -- for at
  * most 4096 unrecorded ends (recursion), after which the writer infers the remaining ends.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * CALL sites record C functions only (K_CCALL, then K_CRETURN from C_RETURN/C_RAISE), with a counter
+ * per site like jumps; a site calling anything else is disabled at its first event.
  * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
  * session, so a restart_events() by another tool is answered by disabling again.
  */
@@ -226,6 +228,72 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     RETURN_NONE;
 }
 
+/* CALL: (code, offset, callable, arg0).  Only C functions are recorded (a Python callee has its own
+ * PY_START): a call site whose callable is anything else answers DISABLE at once, and a C call site
+ * after `threshold` hits, like a jump. */
+static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)kw;
+    if (UNLIKELY(PyVectorcall_NARGS(nargsf) < 3))
+        RETURN_NONE;
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex))
+        RETURN_NONE;
+    if (UNLIKELY(ex->flags & CF_EXCLUDED))
+        RETURN_DISABLE;
+    PyObject *callable = args[2];
+    if (!PyCFunction_Check(callable) && !Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        RETURN_DISABLE;
+    uint32_t off = small_int(args[1]) >> 1;
+    if (S.threshold) {
+        uint32_t *hits = ex->call_hits;
+        if (UNLIKELY(!hits)) {
+            hits = oc_code_counters(ex, 2);
+            if (!hits) {
+                oc_internal_error("out of memory for call counters");
+                RETURN_NONE;
+            }
+        }
+        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold)) {
+            ex->sites_disabled = 1;
+            RETURN_DISABLE;
+        }
+    }
+    uint32_t id = oc_cfunc_id(callable);
+    if (UNLIKELY(id == UINT32_MAX))
+        RETURN_NONE;
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = id;
+        r->info = OC_INFO(K_CCALL, frame_depth());
+    }
+    RETURN_NONE;
+}
+
+/* C_RETURN and C_RAISE: (code, offset, callable, arg0); delivered only where CALL is armed.  They
+ * cannot answer DISABLE (a ValueError in the program). */
+static PyObject *cb_creturn(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    (void)self, (void)kw;
+    if (UNLIKELY(PyVectorcall_NARGS(nargsf) < 3))
+        RETURN_NONE;
+    oc_codeextra *ex = lookup(args[0]);
+    if (UNLIKELY(!ex || (ex->flags & CF_EXCLUDED)))
+        RETURN_NONE;
+    PyObject *callable = args[2];
+    if (!PyCFunction_Check(callable) && !Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        RETURN_NONE;
+    uint32_t id = oc_cfunc_id(callable);
+    if (UNLIKELY(id == UINT32_MAX))
+        RETURN_NONE;
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = id;
+        r->info = OC_INFO(K_CRETURN, frame_depth());
+    }
+    RETURN_NONE;
+}
+
 /* INSTRUCTION: (code, offset) */
 static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
     (void)self, (void)nargsf, (void)kw;
@@ -268,7 +336,7 @@ static PyObject *make_cb(vectorcallfunc f, const char *name) {
 }
 
 /* {event name: callback} for the mode; the Python layer registers them with sys.monitoring. */
-PyObject *oc_make_callbacks(int precise) {
+PyObject *oc_make_callbacks(int precise, int c_functions) {
     static const struct {
         const char *name;
         vectorcallfunc f;
@@ -277,13 +345,16 @@ PyObject *oc_make_callbacks(int precise) {
         {"PY_THROW", (vectorcallfunc)cb_throw}, {"PY_RETURN", (vectorcallfunc)cb_return},
         {"PY_YIELD", (vectorcallfunc)cb_yield}, {"PY_UNWIND", (vectorcallfunc)cb_unwind},
         {"JUMP", (vectorcallfunc)cb_jump},      {"BRANCH", (vectorcallfunc)cb_jump},
-        {"INSTRUCTION", (vectorcallfunc)cb_insn},
+        {"INSTRUCTION", (vectorcallfunc)cb_insn}, {"CALL", (vectorcallfunc)cb_call},
+        {"C_RETURN", (vectorcallfunc)cb_creturn}, {"C_RAISE", (vectorcallfunc)cb_creturn},
     };
     PyObject *d = PyDict_New();
     if (!d)
         return NULL;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (!precise && strcmp(table[i].name, "INSTRUCTION") == 0)
+            continue;
+        if (!c_functions && (strcmp(table[i].name, "CALL") == 0 || strncmp(table[i].name, "C_", 2) == 0))
             continue;
         PyObject *cb = make_cb(table[i].f, table[i].name);
         if (!cb || PyDict_SetItemString(d, table[i].name, cb) < 0) {

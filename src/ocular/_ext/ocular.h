@@ -45,6 +45,8 @@ enum oc_kind {
     K_INSN = 10,   /* INSTRUCTION    payload: offset units */
     K_PAUSE = 11,  /* the thread waited for the recorder (disk) from this record's ts ... */
     K_PAUSE_END = 12, /* ... to this one's; code_id unused */
+    K_CCALL = 13,  /* CALL of a C function      payload: frame depth of the caller; code_id: the C function */
+    K_CRETURN = 14, /* C_RETURN or C_RAISE       payload: frame depth of the caller; code_id: the C function */
 };
 #define OC_NO_CODE UINT32_MAX
 #define OC_PAYLOAD_BITS 28
@@ -65,6 +67,7 @@ typedef struct {
 #define OC_CHUNK_RECS 1024  /* 16 KiB: each live thread holds one */
 #define OC_MAX_QUEUED 1024  /* 16 MiB of full chunks waiting for the recorder; beyond that the hot path
                                waits (a recorded pause): only when the disk cannot keep up */
+#define OC_WAKE_BATCH 8     /* full chunks that wake a sleeping recorder (else it looks every 20 ms) */
 
 typedef struct oc_chunk {
     struct oc_chunk *next;
@@ -83,6 +86,7 @@ typedef struct oc_tbuf {
     uint32_t name_tries;
     int alive;             /* owned by a live thread */
     int in_slow;           /* re-entrancy guard for the slow path */
+    int muted;             /* records nothing (the CLI's own frames: joining threads at exit) */
     struct oc_tbuf *next_all;
 } oc_tbuf;
 
@@ -114,6 +118,7 @@ typedef struct {
     uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
+    uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
 } oc_codeextra;
 
 /* session table entry: everything the writer needs about a code object, immutable once published */
@@ -183,6 +188,7 @@ typedef struct {
     uint32_t nchunks;             /* allocated: live threads' chunks + queued + free */
     uint32_t nqueued;
     uint32_t max_queued;          /* OC_MAX_QUEUED (OCULAR_TEST_RECORDER_QUEUE in tests) */
+    int recorder_idle;            /* the recorder waits for work (lock held to read or write) */
     uint32_t nfree;
     uint32_t ncodes_pub;          /* code table entries published to the recorder (set under lock
                                      by a thread holding the GIL) */
@@ -192,6 +198,8 @@ typedef struct {
     char *rec_path;               /* the recording being written (output.pid.rec, or the .ocular tmp) */
     int rec_fd;
     size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
+    int loops;                    /* OC_LOOPS_*: what an orphaned fork child's render shows of loops */
+    int c_functions;              /* CALL/C_RETURN/C_RAISE are monitored */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -229,7 +237,12 @@ static inline oc_codeent *oc_code_entry(uint32_t id) {
 char *oc_json_escape(const char *s, Py_ssize_t n);
 char *oc_dup_raw(const char *s, Py_ssize_t n);     /* NUL-terminated copy of n bytes */
 void oc_internal_error(const char *msg);           /* first failure wins; reported at stop */
-uint32_t *oc_code_counters(oc_codeextra *ex, int insn);  /* lazily allocated; NULL on failure */
+uint32_t *oc_code_counters(oc_codeextra *ex, int which); /* 0 edges, 1 instructions, 2 calls; lazily
+                                                            allocated; NULL on failure */
+/* C functions (builtins, extension functions) get code table entries of their own, one per PyMethodDef,
+ * named as cProfile names them, file "~", line 0 */
+uint32_t oc_cfunc_id(PyObject *callable);   /* UINT32_MAX: not a C function we record (or no memory) */
+void oc_cfunc_reset(void);
 
 /* buffer.c */
 oc_tbuf *oc_buffer_slow(void);           /* returns a buffer with room for at least 2 records, or NULL */
@@ -237,6 +250,7 @@ void oc_buffer_flush_all(void);          /* stop: hand every thread's partial ch
 int oc_buffer_init(void);
 void oc_buffer_fork_child(void);
 void oc_buffer_reset(void);
+void oc_buffer_mute(int on);             /* GIL held: this thread records nothing while muted */
 oc_chunk *oc_chunk_get(void);            /* lock held by caller */
 void oc_chunk_put_free(oc_chunk *c);     /* lock held by caller */
 typedef struct oc_out oc_out;
@@ -265,7 +279,8 @@ typedef struct {
 enum { OC_RENDER_NONE = -1 };
 /* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
  * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res);
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+                   oc_render_result *res);
 void oc_render_release(void);            /* free what the last render kept for the report */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
@@ -287,6 +302,8 @@ typedef struct {
     int ring;                /* the recording is a flight-recorder window */
     int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
     uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
+    uint64_t events;         /* records rendered */
+    double wall_ns;          /* from the start of the session (or window) to its stop */
 } oc_rmeta;
 extern oc_rmeta R;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
@@ -321,12 +338,21 @@ typedef struct {
     void (*footer)(oc_out *o, const char *clock, int precise);
     /* optional: a slice already running when a flight-recorder window begins (else begin) */
     void (*begin_cut)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
+    /* optional: one run of a loop (OC_LOOPS_RUNS), from the end of its first iteration to its last */
+    void (*loop_run)(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
+                     uint32_t offset, uint64_t iterations, uint64_t cycles);
 } oc_sink;
+/* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
+enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
 #define OC_PAUSE_NAME "ocular: waiting for the disk"
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
 extern const oc_sink oc_sink_none;     /* render.c: statistics only */
-enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1 };
+extern const oc_sink oc_sink_tree;     /* sink_tree.c: the aggregated call tree (no output file) */
+extern const oc_sink oc_sink_speedscope; /* sink_speedscope.c */
+enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_TREE = 3, OC_FORMAT_SPEEDSCOPE = 4 };
+PyObject *oc_tree_export(void); /* sink_tree.c: the last tree render's call tree (GIL held) */
+void oc_tree_release(void);
 
 void oc_json_header(oc_out *o);
 void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
@@ -335,11 +361,6 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
                   uint32_t insns, uint64_t cycles, uint64_t ns);
 void oc_json_footer(oc_out *o, const char *clock, int precise);
 
-/* deflate.c: zlib-format compression of the Perfetto sink's packet batches (writer thread only).
- * Writes one zlib stream for in[0..n) at the start of *out (grown with realloc as needed; *out_cap is
- * its capacity) and returns its size, or 0 on memory failure. */
-size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap);
-void oc_deflate_free(void);
 
 /* stats.c (writer thread, except export) */
 void oc_stats_reset(void);
@@ -363,7 +384,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);
-PyObject *oc_make_callbacks(int precise);
+PyObject *oc_make_callbacks(int precise, int c_functions);
 
 /* usdt.c: USDT probes (provider "ocular") with their own sys.monitoring tool; adds _usdt_* functions */
 int oc_usdt_init(PyObject *module);

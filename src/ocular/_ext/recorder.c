@@ -235,9 +235,16 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     for (oc_chunk *c = RC.ring_head; c; c = c->next)
         if (c->n && c->recs[0].ts < first)
             first = c->recs[0].ts;
+    for (oc_chunk *c = S.q_head; c; c = c->next)
+        if (c->n && c->recs[0].ts < first)
+            first = c->recs[0].ts;
     block(&o, OC_BLK_WINDOW, 8);
     put_u64(&o, first);
     for (oc_chunk *c = RC.ring_head; c; c = c->next) {
+        write_chunk(&o, c);
+        events += c->n;
+    }
+    for (oc_chunk *c = S.q_head; c; c = c->next) { /* full, not yet moved into the ring */
         write_chunk(&o, c);
         events += c->n;
     }
@@ -350,7 +357,7 @@ static void finish_orphan(void) {
     S.rec_fd = -1;
     if (!err && S.out_path && S.tmp_path) {
         oc_render_result res;
-        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, &res) == 0 && !res.write_errno &&
+        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
             rename(S.tmp_path, S.out_path) == 0)
             unlink(S.rec_path);
         else
@@ -393,7 +400,9 @@ static void *recorder_main(void *arg) {
                 }
                 continue;
             }
-            pthread_cond_wait(&S.cond_writer, &S.lock);
+            S.recorder_idle = 1;
+            wait_writer_ms(20); /* woken by a batch of chunks, by stop, or by the clock */
+            S.recorder_idle = 0;
             continue;
         }
         S.q_head = c->next;

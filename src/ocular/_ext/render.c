@@ -43,6 +43,8 @@ typedef struct {
     uint64_t last_ts;
     uint64_t insn_mark;
     uint64_t self_mark;
+    uint64_t run_first_ts;  /* the current run: end of its first iteration, iterations and cycles since */
+    uint64_t run_iters, run_cycles;
 } loop_slot;
 
 typedef struct {
@@ -78,6 +80,7 @@ typedef struct {
     uint32_t far_code;
     int far_pending;
     uint64_t pause_begin;   /* pending K_PAUSE */
+    uint32_t prev_code;     /* code id of the previous record */
     span *spans;            /* this thread's chunks, in order */
     uint32_t nspans, capspans;
 } rthread;
@@ -95,6 +98,7 @@ static struct {
     uint32_t **insn_prefix;  /* by code id: instructions starting before each unit (lazily built) */
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
+    int loops;               /* OC_LOOPS_*: what the trace shows of loops */
     int progress;
     uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
@@ -136,10 +140,27 @@ static void show_progress(int last) {
         W.progress = 0;
 }
 
+/* A loop run is over (its loop finished, another took its slot, or its frame ended). */
+static void end_run(rthread *t, frame *f, loop_slot *l) {
+    if (l->run_iters && W.loops == OC_LOOPS_RUNS && W.sink->loop_run) {
+        oc_codeent *e = oc_rcode(f->code_id);
+        int line = e->lines && l->dest < e->nunits ? e->lines[l->dest] : -1;
+        W.sink->loop_run(&W.out, t->tid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
+                         l->run_iters, l->run_cycles);
+    }
+    l->run_iters = 0;
+    l->run_cycles = 0;
+}
+
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
 static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
     while (t->n > keep) {
-        frame *f = &t->stack[--t->n];
+        frame *f = &t->stack[t->n - 1];
+        if (W.loops == OC_LOOPS_RUNS)
+            for (int i = 0; i < NLOOPS; i++)
+                if (f->loops[i].src != UINT32_MAX)
+                    end_run(t, f, &f->loops[i]);
+        t->n--;
         uint64_t incl = f->self + f->child;
         W.same_top[f->code_id] = f->prev_same;
         frame *same = f->prev_same ? &t->stack[f->prev_same - 1] : NULL; /* recursion */
@@ -191,10 +212,12 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     for (int i = 0; i < NLOOPS; i++) {
         loop_slot *l = &f->loops[i];
         if (l->src != UINT32_MAX) {
-            if (l->dest == dest)
+            if (l->dest == dest) {
                 hit = l;
-            else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src)
+            } else if ((l->dest > dest && l->dest <= src) || l->src < dest || l->dest > src) {
+                end_run(t, f, l);
                 l->src = UINT32_MAX;
+            }
         }
         if (l->src == UINT32_MAX) {
             if (!freeslot)
@@ -208,15 +231,23 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         uint32_t insns = R.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(f->code_id, dest, src);
         uint64_t cycles = ts - hit->last_ts;
         oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
-        int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
-        W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
-                     (uint64_t)((double)cycles * R.ns_per_tick));
+        if (W.loops == OC_LOOPS_ITERATIONS) {
+            int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
+            W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+                         (uint64_t)((double)cycles * R.ns_per_tick));
+        }
+        if (!hit->run_iters++)
+            hit->run_first_ts = hit->last_ts;
+        hit->run_cycles += cycles;
         if (src > hit->src)
             hit->src = src;
     } else {
         hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
+        if (hit->src != UINT32_MAX)
+            end_run(t, f, hit);
         hit->src = src;
         hit->dest = dest;
+        hit->run_iters = hit->run_cycles = 0;
     }
     hit->last_ts = ts;
     hit->insn_mark = f->insns;
@@ -244,12 +275,20 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
     f->blk_self = 0;
     f->insn_unit = UINT32_MAX;
-    for (int k = 0; k < NLOOPS; k++)
+    for (int k = 0; k < NLOOPS; k++) {
         f->loops[k].src = UINT32_MAX;
+        f->loops[k].run_iters = 0;
+    }
     return f;
 }
 
 static inline int valid_code(uint32_t id) { return id < W.ncodes_alloc; }
+
+/* Depths in the renderer: 2d for a Python frame at frame depth d, 2d+1 for a C function called from it
+ * (so it nests inside its caller, and the Python functions it calls back, at 2d+2, nest inside it). */
+static inline int is_enter(uint32_t k) { return k == K_START || k == K_RESUME || k == K_THROW || k == K_CCALL; }
+static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD || k == K_UNWIND || k == K_CRETURN; }
+static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
@@ -259,30 +298,38 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
         if (kind != K_EXT && kind != K_PAUSE_END) {
             if (t->have_prev) {
                 uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
-                oc_stats_gap(delta);
+                /* own-cost calibration: only gaps between two records of one code object (a few
+                 * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
+                if (r->code_id == t->prev_code)
+                    oc_stats_gap(delta);
                 if (t->n > 0)
                     t->stack[t->n - 1].self += oc_stats_net(delta);
             }
             t->prev_ts = r->ts;
+            t->prev_code = r->code_id;
             t->have_prev = 1;
         }
-        if (kind <= K_INSN && kind != K_NONE && !valid_code(r->code_id))
+        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && !valid_code(r->code_id))
             continue;
         switch (kind) {
         case K_START:
         case K_RESUME:
-        case K_THROW: {
+        case K_THROW:
+        case K_CCALL: {
+            p = rdepth(kind, p);
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (push(t, r->code_id, p, r->ts, kind == K_START))
+            if (push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL))
                 W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
             break;
         }
         case K_RETURN:
         case K_YIELD:
-        case K_UNWIND: {
+        case K_UNWIND:
+        case K_CRETURN: {
+            p = rdepth(kind, p);
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
@@ -377,8 +424,8 @@ static void open_cut_frames(rthread *t) {
     for (uint32_t s = 0; s < t->nspans; s++)
         for (uint32_t i = 0; i < t->spans[s].n; i++) {
             const oc_rec *r = &t->spans[s].recs[i];
-            uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-            if (kind == K_START || kind == K_RESUME || kind == K_THROW) {
+            uint32_t kind = OC_KIND(r->info), p = rdepth(OC_KIND(r->info), OC_PAYLOAD(r->info));
+            if (is_enter(kind)) {
                 while (sp > 0 && depths[sp - 1] >= p)
                     sp--;
                 if (sp == spcap) {
@@ -388,7 +435,7 @@ static void open_cut_frames(rthread *t) {
                     depths = d;
                 }
                 depths[sp++] = p;
-            } else if (kind == K_RETURN || kind == K_YIELD || kind == K_UNWIND) {
+            } else if (is_leave(kind)) {
                 while (sp > 0 && depths[sp - 1] > p)
                     sp--;
                 if (sp > 0 && depths[sp - 1] == p) {
@@ -429,6 +476,16 @@ static inline uint64_t rd64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);
     return v;
+}
+
+/* Names shown in viewers carry no control characters (a `python -c` command line holds newlines). */
+static char *clean_name(const uint8_t *p, uint32_t n) {
+    char *s = oc_dup_raw((const char *)p, n);
+    if (s)
+        for (uint32_t i = 0; i < n; i++)
+            if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+                s[i] = ' ';
+    return s;
 }
 
 static void free_meta(void) {
@@ -549,7 +606,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)
                 BAD("corrupt header block");
-            char *raw = oc_dup_raw((const char *)p + OC_HEADER_FIXED, nl);
+            char *raw = clean_name(p + OC_HEADER_FIXED, nl);
             free(R.process_name);
             R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
             free(raw);
@@ -599,7 +656,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             th->ident = (unsigned long)rd64(p + 16);
             W.threads[idx].tid = th->tid;
             if (nl && !th->name_raw) {
-                th->name_raw = oc_dup_raw((const char *)p + 28, nl);
+                th->name_raw = clean_name(p + 28, nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
             }
             break;
@@ -669,9 +726,10 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
     (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
 }
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
-const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL};
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL};
 
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, oc_render_result *res) {
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+                   oc_render_result *res) {
     memset(res, 0, sizeof *res);
     free_render_state();
     free_meta();
@@ -723,8 +781,13 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
                     W.stop_ticks = sp->recs[sp->n - 1].ts;
             }
     }
+    W.loops = loops;
     W.sink = format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : format == OC_FORMAT_JSON ? &oc_sink_json
                                                                                         : &oc_sink_none;
+    if (format == OC_FORMAT_TREE)
+        W.sink = &oc_sink_tree;
+    else if (format == OC_FORMAT_SPEEDSCOPE)
+        W.sink = &oc_sink_speedscope;
     if (out_path) {
         W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (W.out.fd < 0) {
@@ -745,8 +808,14 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         t->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
         if (R.ring)
             open_cut_frames(t);
-        for (uint32_t s = 0; s < t->nspans; s++)
+        for (uint32_t s = 0; s < t->nspans; s++) {
             process_recs(t, t->spans[s].recs, t->spans[s].n);
+            /* done with these pages: out of the resident set (a long recording is mapped whole) */
+            uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
+            uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
+            if (hi > lo)
+                madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        }
         uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
         if (t->n)
             pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
@@ -760,7 +829,10 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     if (W.out.fd >= 0 && close(W.out.fd) != 0 && !W.out.err)
         W.out.err = errno;
     W.out.fd = -1;
-    res->events = W.events;
+    res->events = R.events = W.events;
+    R.wall_ns = (double)(int64_t)(W.stop_ticks - (R.ring && W.window_ticks ? W.window_ticks : R.tsc0)) * R.ns_per_tick;
+    if (R.wall_ns < 0)
+        R.wall_ns = 0;
     res->bytes = W.out.total;
     res->dropped = R.dropped;
     res->complete = W.complete;

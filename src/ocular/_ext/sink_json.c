@@ -283,6 +283,31 @@ void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int lin
     LIT(o, "}},\n");
 }
 
+/* one run of a loop: a complete slice from the end of its first iteration to the end of its last */
+static void json_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
+                          uint32_t offset, uint64_t iterations, uint64_t cycles) {
+    oc_codeent *e = oc_rcode(code_id);
+    LIT(o, "{\"ph\":\"X\",");
+    put_pid_tid(o, tid);
+    LIT(o, ",\"ts\":");
+    put_ts(o, first_ns);
+    LIT(o, ",\"dur\":");
+    put_ts(o, last_ns > first_ns ? last_ns - first_ns : 0);
+    LIT(o, ",\"cat\":\"loop\",\"name\":\"loop ");
+    put_str(o, e->qualname);
+    LIT(o, ":");
+    put_i64(o, line);
+    LIT(o, "\",\"args\":{\"line\":");
+    put_i64(o, line);
+    LIT(o, ",\"offset\":");
+    put_u64(o, offset);
+    LIT(o, ",\"iterations\":");
+    put_u64(o, iterations);
+    LIT(o, ",\"cycles\":");
+    put_u64(o, cycles);
+    LIT(o, "}},\n");
+}
+
 void oc_json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "{\"ph\":\"M\",\"name\":\"process_name\",");
     put_pid_tid(o, R.pid);
@@ -318,4 +343,5 @@ const oc_sink oc_sink_json = {
     .loop = oc_json_loop,
     .footer = oc_json_footer,
     .begin_cut = json_begin_cut,
+    .loop_run = json_loop_run,
 };

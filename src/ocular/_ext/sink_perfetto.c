@@ -1,22 +1,21 @@
-/* sink_perfetto.c -- native Perfetto protobuf encoding of the writer's events (format="perfetto").
+/* sink_perfetto.c -- the renderer's Perfetto protobuf encoding of the reconstructed events (format="perfetto").
  *
- * The file is a perfetto.protos.Trace: a stream of `repeated TracePacket packet = 1`, each packet built
- * in a local buffer by our own small protobuf writer.  Field numbers and semantics come from Perfetto's
- * published protos (protos/perfetto/trace/...); the names below follow them.
+ * The file is a perfetto.protos.Trace: a stream of `repeated TracePacket packet = 1`.  Field numbers and
+ * semantics come from Perfetto's published protos (protos/perfetto/trace/...); the names below follow
+ * them.
  *
- * Output: by default the packets are collected into batches of about 256 KiB, each compressed
- * (deflate.c, zlib format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's
- * trace processor expands in place, as it does for traces the tracing service compresses -- and
- * written through oc_out_write; the footer flushes the last batch.  Trace packets repeat almost byte
- * for byte, so a function event costs about one byte instead of ~21.  OCULAR_PERFETTO_DEFLATE=0 in the
- * environment writes every packet itself, as soon as it is built.  Either way memory stays bounded.
+ * Output: the packets are collected into batches of about 256 KiB, each compressed (deflate.c, zlib
+ * format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's trace processor
+ * expands in place, as it does for traces the tracing service compresses -- and written through
+ * oc_out_write; the footer flushes the last batch.  OCULAR_PERFETTO_DEFLATE=0 in the environment
+ * writes the batches' packets uncompressed.  Either way memory stays bounded.
  *
  * Layout:
- * - The writer's own sequence (id B+1, B derived from the pid, below): a ClockSnapshot tying
- *   CLOCK_MONOTONIC (our timestamps) to BOOTTIME
- *   (Perfetto's default trace clock), then the process TrackDescriptor (pid, process name).
+ * - The renderer's own sequence (id B+1, B derived from the pid, below): a ClockSnapshot tying
+ *   CLOCK_MONOTONIC (our timestamps) to BOOTTIME (Perfetto's default trace clock), then the process
+ *   TrackDescriptor (pid, process name).
  * - One packet sequence per traced thread (trusted_packet_sequence_id B+2, B+3, ...), as Perfetto's own
- *   SDK does: the writer delivers each thread's events in chunks, so the events of different threads
+ *   SDK does: the renderer delivers each thread's events in chunks, so the events of different threads
  *   arrive out of time order, and an incremental clock -- whose deltas cannot be negative -- can only
  *   be monotonic per thread.  The first packet of a thread's sequence sets
  *   SEQ_INCREMENTAL_STATE_CLEARED, first_packet_on_sequence and previous_packet_dropped (nothing was
@@ -27,17 +26,31 @@
  *   the process track, pid, tid) follows at once; its name is only known at the end, so the footer
  *   emits the descriptor again with thread_name (the trace processor keeps the track and takes the
  *   name: a descriptor re-emitted with the same uuid/parent/pid/tid is the same track).
- * - Interning per sequence: event names (function qualnames, "loop qualname:line"), the categories
- *   "python" and "loop", the debug annotation names, and file names (debug annotation string
- *   values), each emitted in the InternedData of the first packet that uses it on that sequence.
- *   Interning ids are global (the same name has the same iid on every sequence); each sequence keeps
- *   a bitmap of the ids it has emitted.
+ * - A slice begin names its function by TrackEvent.name_iid and its place by source_location_iid: an
+ *   interned SourceLocation (file_name, function_name = the qualname, line_number = the first line),
+ *   which the trace processor shows as the slice's args source.file_name/function_name/line_number.
+ *   A loop instant carries its figures as debug annotations (line, offset, instructions, cycles, ns).
+ * - Interning per sequence: event names (function qualnames, "loop qualname:line"), source locations,
+ *   the categories "python" and "loop" and the debug annotation names, each emitted in the
+ *   InternedData of the first packet that uses it on that sequence.  Interning ids are global (a code
+ *   object has the same name iid on every sequence, and the same number as its source location iid);
+ *   each sequence keeps a bitmap of the ids it has emitted.
  *
- * Runs on the writer thread only (the header on the thread that starts the session, before the writer
- * exists): no GIL, no Python API.  Memory failures set the output's error (ENOMEM), which
- * stop_tracing() reports like a failed write.
+ * Cost: the common packets are written straight into the batch from per-thread and per-code templates
+ * (a slice end differs from the thread's last one only in its timestamp delta; a slice begin whose
+ * name is already interned on its sequence is the code's cached TrackEvent bytes plus the delta; a
+ * loop instant once its names are interned), with the timestamp last.  Everything else goes through
+ * the small protobuf writer below.  Compression needs no search for the slice packets: the sink knows
+ * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
+ * same thread, code and timestamp delta (rep_slot), else of the last one of its kind followed by the
+ * timestamp bytes as literals.  Loop instants and the protobuf writer's packets get theirs from
+ * deflate.c's matcher, a run at a time.
+ *
+ * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
+ * (ENOMEM), which is reported like a failed write.
  */
 #include "ocular.h"
+#include "deflate.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,34 +97,44 @@ enum {
     TE_DEBUG_ANNOTATIONS = 4,
     TE_TYPE = 9,
     TE_NAME_IID = 10,
+    TE_SOURCE_LOCATION_IID = 34,
     DA_NAME_IID = 1, /* DebugAnnotation */
     DA_UINT_VALUE = 3,
     DA_INT_VALUE = 4,
-    DA_STRING_VALUE_IID = 17,
 
     ID_EVENT_CATEGORIES = 1, /* InternedData */
     ID_EVENT_NAMES = 2,
     ID_DEBUG_ANNOTATION_NAMES = 3,
-    ID_DEBUG_ANNOTATION_STRINGS = 29,
-    IN_IID = 1, /* EventCategory, EventName, DebugAnnotationName, InternedString */
+    ID_SOURCE_LOCATIONS = 4,
+    IN_IID = 1, /* EventCategory, EventName, DebugAnnotationName */
     IN_NAME = 2,
+    SL_IID = 1, /* SourceLocation */
+    SL_FILE_NAME = 2,
+    SL_FUNCTION_NAME = 3,
+    SL_LINE_NUMBER = 4,
 };
 enum { SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2 };
 enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_INSTANT = 3 };
 enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 };
 /* Sequence ids are unique across processes (the pid, below 2^22 on Linux, times 1024, plus 1 for the
- * writer's own sequence and 2, 3, ... for threads), so the traces of several processes can be merged
+ * renderer's own sequence and 2, 3, ... for threads), so the traces of several processes can be merged
  * by simply concatenating their packets (`python -m ocular merge`, `--follow`).  A process with more
  * than 1022 traced threads continues into the next pid's range. */
 enum { SEQS_PER_PROCESS_BITS = 10 };
 /* raw bytes per compressed_packets batch: Perfetto asks for compressed packets under 512 KiB */
-#define DEFLATE_BATCH (256u * 1024u)
+#define BATCH (256u * 1024u)
+/* room past BATCH that a template packet may use without a check (the largest is under 48 bytes) */
+#define BATCH_SLACK 256u
+
+/* one-byte protobuf tags (fields 1..15): field << 3 | wire type (0 varint, 2 length-delimited) */
+#define TAG_VARINT(f) ((uint8_t)((f) << 3))
+#define TAG_LEN(f) ((uint8_t)((f) << 3 | 2))
 
 /* fixed interned ids */
 enum { CAT_PYTHON = 1, CAT_LOOP = 2 };
 static const char *const cat_names[] = {NULL, "python", "loop"};
-enum { AN_FILE = 1, AN_LINE, AN_INSTRUCTIONS, AN_CYCLES, AN_NS, AN_OFFSET, AN_COUNT };
-static const char *const ann_names[] = {NULL, "file", "line", "instructions", "cycles", "ns", "offset"};
+enum { AN_INSTRUCTIONS = 1, AN_CYCLES, AN_NS, AN_LINE, AN_OFFSET, AN_COUNT };
+static const char *const ann_names[] = {NULL, "instructions", "cycles", "ns", "line", "offset"};
 
 /* ---- a small protobuf writer: one packet at a time into a growable buffer ---- */
 #define PB_DEPTH 8
@@ -169,7 +192,6 @@ static inline void pb_varint(pbw *w, uint64_t v) {
     w->n = (size_t)(put_varint(w->b + w->n, v) - w->b);
 }
 
-/* wire types: 0 varint, 2 length-delimited */
 static inline void pb_uint(pbw *w, uint32_t field, uint64_t v) {
     pb_varint(w, (uint64_t)field << 3);
     pb_varint(w, v);
@@ -178,13 +200,17 @@ static inline void pb_uint(pbw *w, uint32_t field, uint64_t v) {
 /* int32/int64 fields: two's complement as a varint (not zigzag) */
 static inline void pb_int(pbw *w, uint32_t field, int64_t v) { pb_uint(w, field, (uint64_t)v); }
 
-static void pb_bytes(pbw *w, uint32_t field, const char *s, size_t n) {
-    pb_varint(w, ((uint64_t)field << 3) | 2);
-    pb_varint(w, n);
+static void pb_raw(pbw *w, const void *s, size_t n) {
     if (!pb_reserve(w, n))
         return;
     memcpy(w->b + w->n, s, n);
     w->n += n;
+}
+
+static void pb_bytes(pbw *w, uint32_t field, const char *s, size_t n) {
+    pb_varint(w, ((uint64_t)field << 3) | 2);
+    pb_varint(w, n);
+    pb_raw(w, s, n);
 }
 
 static void pb_str(pbw *w, uint32_t field, const char *s) { pb_bytes(w, field, s ? s : "", s ? strlen(s) : 0); }
@@ -226,45 +252,66 @@ typedef struct {
     uint64_t uuid;         /* its thread track */
     uint64_t last_ns;      /* value of the sequence's incremental clock */
     uint32_t cats, anns;   /* bit i: fixed interned id i emitted on this sequence */
-    uint8_t *names;        /* bitmap by event name iid */
-    uint8_t *files;        /* bitmap by file string iid */
-    uint32_t names_cap, files_cap; /* in bits */
+    uint8_t *names;        /* bitmap by event name iid (a code's name and its source location) */
+    uint32_t names_cap;    /* in bits */
+    /* templates: {seq id, sequence flags} (zero-padded to 8 bytes); a slice end's TrackEvent follows
+     * in end[] (zero-padded to 24 bytes, then the timestamp tag) */
+    uint8_t hdr_len, end_len;
+    uint8_t end[24];
+    /* where this sequence's packets were written (stream offsets, see P.base; 0: never): the last one,
+     * and the last slice end by the length of its timestamp varint (that makes its length byte) */
+    uint64_t last_at, end_at[11];   /* end_at[0]: the last slice end of any length */
 } pf_thread;
 
+/* a code object's slice-begin TrackEvent, ready to copy: {type, category, name_iid,
+ * source_location_iid} as one length-delimited field 11, zero-padded to 24 bytes */
+#define MAX_IID ((1u << 28) - 1) /* 4-byte varints: the cached TrackEvent stays within te[] */
 typedef struct {
-    const char *s;         /* a code entry's filename_raw (lives until the table is cleared after stop) */
-    uint32_t hash, iid;
-} file_slot;
+    uint8_t te[24];
+    uint64_t at, te_at;    /* its last slice begin: stream offsets of the packet and of te[] in it */
+    uint32_t iid;          /* its event name and source location iid; 0: not assigned yet */
+    uint32_t th;           /* that packet's thread (index + 1) */
+    uint8_t len, tsl;      /* te[]'s length; that packet's timestamp varint length */
+} code_te;
 
 typedef struct {
     uint64_t key;          /* code_id << 32 | (uint32_t)line, +1 so that 0 means empty */
     uint32_t iid;
 } loop_slot;
 
+/* Where the last packet of a kind (slice end, or a code's begin; thread) with a given timestamp delta
+ * was written: a packet with the same key is the same bytes.  Direct-mapped by a hash of the key. */
+#define REP_BITS 12
+typedef struct {
+    uint64_t kind, delta, at;
+} rep_slot;
+
 static struct {
     int active;
     pbw w;
     uint64_t process_uuid;
-    uint64_t max_ns;           /* latest timestamp written (for threads named but never seen) */
+    uint64_t mono0;            /* MONOTONIC at the header */
     pf_thread *th;
     uint32_t nth, cap_th, last;
-    uint32_t writer_seq;   /* the writer's own sequence; threads follow it */
+    uint32_t own_seq;          /* the renderer's own sequence; threads follow it */
     uint32_t next_seq;
-    uint32_t *code_name, *code_file; /* code id -> event name iid / file string iid (0: not yet) */
+    code_te *codes;            /* by code id */
     uint32_t code_cap;
-    uint32_t next_name_iid, next_file_iid;
-    file_slot *files;
-    uint32_t files_cap, files_n;
+    uint32_t next_name_iid;
     loop_slot *loops;
     uint32_t loops_cap, loops_n;
-    int deflate;           /* batch packets into TracePacket.compressed_packets */
-    uint8_t *raw, *z;      /* the batch being collected, its compressed form */
+    int deflate;               /* batch packets into TracePacket.compressed_packets */
+    uint8_t *raw, *z;          /* the batch being collected, its compressed form */
     size_t raw_n, raw_cap, z_cap;
+    uint64_t base;             /* stream offset of raw[0]: all bytes of earlier batches, plus 1 */
+    size_t unscanned;          /* raw[unscanned..raw_n): packets with no tokens yet (see scan_pending) */
+    rep_slot reps[1u << REP_BITS];
 } P;
 
 static void fail(oc_out *o) {
     if (!o->err)
         o->err = ENOMEM;
+    P.active = 0;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
@@ -313,33 +360,77 @@ static char *json_unescape(const char *s) {
     return out;
 }
 
-/* ---- packets ---- */
+/* ---- batches ---- */
+/* Packets built by the protobuf writer get their tokens from deflate.c's matcher, a run of them at a
+ * time (so that a match can span several loop instants): before a template packet adds its own
+ * tokens, and before a batch is compressed. */
+static int scan_pending(void) {
+    int rc = 0;
+    if (P.unscanned < P.raw_n)
+        rc = oc_z_scan(P.raw, P.unscanned, P.raw_n);
+    P.unscanned = SIZE_MAX;
+    return rc;
+}
+
+/* Compress the collected packets into one TracePacket { compressed_packets = 50 } and write it (or,
+ * uncompressed, write the packets themselves). */
+static __attribute__((noinline)) void flush_batch(oc_out *o) {
+    if (P.deflate ? scan_pending() < 0 : (P.unscanned = SIZE_MAX, 0))
+        fail(o);
+    size_t n = P.raw_n;
+    P.raw_n = 0;
+    P.base += n;
+    if (!n)
+        return;
+    if (!P.deflate) {
+        oc_out_write(o, (const char *)P.raw, n);
+        if (o->err)
+            P.active = 0;
+        return;
+    }
+    size_t zn = oc_z_finish(P.raw, n, &P.z, &P.z_cap);
+    if (!zn) {
+        fail(o);
+        return;
+    }
+    uint8_t hdr[24], *h = hdr;
+    const uint64_t ztag = (uint64_t)TP_COMPRESSED_PACKETS << 3 | 2;
+    size_t inner = (size_t)varint_size(ztag) + (size_t)varint_size(zn) + zn;
+    h = put_varint(h, TAG_LEN(TRACE_PACKET));
+    h = put_varint(h, inner);
+    h = put_varint(h, ztag);
+    h = put_varint(h, zn);
+    oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
+    oc_out_write(o, (const char *)P.z, zn);
+    if (o->err)
+        P.active = 0;
+}
+
+/* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
+static inline int near(uint64_t pos, uint64_t cur) { return pos >= P.base && cur - pos <= OC_Z_WINDOW; }
+
+static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        oc_z_lit(z, p[k]);
+}
+
+static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
+    return &P.reps[((kind ^ delta * 0xff51afd7ed558ccdull) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
+}
+
+/* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
+static inline void batch_done(oc_out *o) {
+    if (UNLIKELY(P.raw_n >= BATCH))
+        flush_batch(o);
+}
+
+/* ---- packets built by the protobuf writer ---- */
 static pbw *pkt_start(void) {
     pbw *w = &P.w;
     w->n = 0;
     w->depth = 0;
     pb_open(w, TRACE_PACKET);
     return w;
-}
-
-/* Compress the collected packets into one TracePacket { compressed_packets = 50 } and write it. */
-static void flush_batch(oc_out *o) {
-    if (!P.raw_n)
-        return;
-    size_t zn = oc_deflate(P.raw, P.raw_n, &P.z, &P.z_cap);
-    P.raw_n = 0;
-    if (!zn) {
-        fail(o);
-        return;
-    }
-    uint8_t hdr[24], *h = hdr;
-    size_t inner = (size_t)varint_size((TP_COMPRESSED_PACKETS << 3) | 2) + (size_t)varint_size(zn) + zn;
-    h = put_varint(h, (TRACE_PACKET << 3) | 2);
-    h = put_varint(h, inner);
-    h = put_varint(h, (TP_COMPRESSED_PACKETS << 3) | 2);
-    h = put_varint(h, zn);
-    oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
-    oc_out_write(o, (const char *)P.z, zn);
 }
 
 static void pkt_end(oc_out *o) {
@@ -350,13 +441,9 @@ static void pkt_end(oc_out *o) {
         fail(o);
         return;
     }
-    if (!P.deflate) {
-        oc_out_write(o, (const char *)w->b, w->n);
-        return;
-    }
-    if (P.raw_n + w->n > P.raw_cap) {
-        size_t cap = P.raw_cap ? P.raw_cap : DEFLATE_BATCH + 4096;
-        while (cap < P.raw_n + w->n)
+    if (P.raw_n + w->n + BATCH_SLACK > P.raw_cap) {
+        size_t cap = P.raw_cap;
+        while (cap < P.raw_n + w->n + BATCH_SLACK)
             cap *= 2;
         uint8_t *r = realloc(P.raw, cap);
         if (!r) {
@@ -367,12 +454,15 @@ static void pkt_end(oc_out *o) {
         P.raw_cap = cap;
     }
     memcpy(P.raw + P.raw_n, w->b, w->n);
+    if (P.unscanned == SIZE_MAX)
+        P.unscanned = P.raw_n;
     P.raw_n += w->n;
-    if (P.raw_n >= DEFLATE_BATCH)
-        flush_batch(o);
+    batch_done(o);
 }
 
-static int bit_test(const uint8_t *bm, uint32_t cap, uint32_t i) { return i < cap && (bm[i >> 3] >> (i & 7)) & 1; }
+static inline int bit_test(const uint8_t *bm, uint32_t cap, uint32_t i) {
+    return i < cap && (bm[i >> 3] >> (i & 7)) & 1;
+}
 
 static int bit_set(uint8_t **bm, uint32_t *cap, uint32_t i) {
     if (i >= *cap) {
@@ -391,78 +481,39 @@ static int bit_set(uint8_t **bm, uint32_t *cap, uint32_t i) {
 }
 
 /* ---- global interning ids ---- */
-static int grow_codes(uint32_t code_id) {
-    if (code_id < P.code_cap)
-        return 0;
-    uint32_t cap = P.code_cap ? P.code_cap : 1024;
-    while (cap <= code_id)
-        cap *= 2;
-    uint32_t *a = realloc(P.code_name, cap * sizeof(uint32_t));
-    if (!a)
-        return -1;
-    P.code_name = a;
-    uint32_t *b = realloc(P.code_file, cap * sizeof(uint32_t));
-    if (!b)
-        return -1;
-    P.code_file = b;
-    memset(P.code_name + P.code_cap, 0, (cap - P.code_cap) * sizeof(uint32_t));
-    memset(P.code_file + P.code_cap, 0, (cap - P.code_cap) * sizeof(uint32_t));
-    P.code_cap = cap;
-    return 0;
-}
-
-static uint32_t str_hash(const char *s) {
-    uint32_t h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
-
-static uint32_t file_iid_of(const char *s) {
-    if (P.files_n * 2 >= P.files_cap) {
-        uint32_t cap = P.files_cap ? P.files_cap * 2 : 256;
-        file_slot *t = calloc(cap, sizeof(file_slot));
-        if (!t)
-            return 0;
-        for (uint32_t i = 0; i < P.files_cap; i++)
-            if (P.files[i].s) {
-                uint32_t j = P.files[i].hash & (cap - 1);
-                while (t[j].s)
-                    j = (j + 1) & (cap - 1);
-                t[j] = P.files[i];
-            }
-        free(P.files);
-        P.files = t;
-        P.files_cap = cap;
+/* The code's iid and its cached slice-begin TrackEvent (NULL on memory failure). */
+static code_te *code_entry(uint32_t code_id) {
+    if (code_id >= P.code_cap) {
+        uint32_t cap = P.code_cap ? P.code_cap : 1024;
+        while (cap <= code_id)
+            cap *= 2;
+        code_te *a = realloc(P.codes, cap * sizeof(code_te));
+        if (!a)
+            return NULL;
+        memset(a + P.code_cap, 0, (cap - P.code_cap) * sizeof(code_te));
+        P.codes = a;
+        P.code_cap = cap;
     }
-    uint32_t h = str_hash(s), j = h & (P.files_cap - 1);
-    while (P.files[j].s) {
-        if (P.files[j].hash == h && strcmp(P.files[j].s, s) == 0)
-            return P.files[j].iid;
-        j = (j + 1) & (P.files_cap - 1);
-    }
-    P.files[j].s = s;
-    P.files[j].hash = h;
-    P.files[j].iid = ++P.next_file_iid;
-    P.files_n++;
-    return P.files[j].iid;
-}
+    code_te *c = &P.codes[code_id];
+    if (!c->iid) {
+        if (P.next_name_iid >= MAX_IID)
+            return NULL;
+        c->iid = ++P.next_name_iid;
+        uint8_t *p = c->te + 2;
+        *p++ = TAG_VARINT(TE_TYPE);
+        *p++ = TYPE_SLICE_BEGIN;
+        *p++ = TAG_VARINT(TE_CATEGORY_IIDS);
+        *p++ = CAT_PYTHON;
+        *p++ = TAG_VARINT(TE_NAME_IID);
+        p = put_varint(p, c->iid);
+        p = put_varint(p, (uint64_t)TE_SOURCE_LOCATION_IID << 3);
+        p = put_varint(p, c->iid);
+        c->te[0] = TAG_LEN(TP_TRACK_EVENT);
+        c->te[1] = (uint8_t)(p - c->te - 2);
+        c->len = (uint8_t)(p - c->te);
 
-/* event name and file ids of a code object (0 on memory failure) */
-static int code_iids(uint32_t code_id, uint32_t *name, uint32_t *file) {
-    if (grow_codes(code_id) < 0)
-        return -1;
-    if (!P.code_name[code_id])
-        P.code_name[code_id] = ++P.next_name_iid;
-    if (!P.code_file[code_id]) {
-        const char *f = oc_rcode(code_id)->filename_raw;
-        P.code_file[code_id] = file_iid_of(f ? f : "?");
-        if (!P.code_file[code_id])
-            return -1;
     }
-    *name = P.code_name[code_id];
-    *file = P.code_file[code_id];
-    return 0;
+    return c;
 }
 
 static uint32_t loop_iid(uint32_t code_id, int line) {
@@ -518,24 +569,21 @@ static void put_thread_descriptor(pbw *w, pf_thread *t, const char *name) {
     pb_close(w);
 }
 
-/* Timestamp of a packet on t's sequence: a delta on the incremental clock, or (never expected: a
- * thread's events are in time order) an absolute MONOTONIC time that leaves the clock alone. */
+/* Timestamp of a packet on t's sequence, last in the packet: a delta on the incremental clock, or
+ * (never expected: a thread's events are in time order) an absolute MONOTONIC time that leaves the
+ * clock alone. */
 static inline void put_ts(pbw *w, pf_thread *t, uint64_t ts) {
     if (LIKELY(ts >= t->last_ns)) {
         pb_uint(w, TP_TIMESTAMP, ts - t->last_ns);
         t->last_ns = ts;
     } else {
-        pb_uint(w, TP_TIMESTAMP, ts);
         pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
+        pb_uint(w, TP_TIMESTAMP, ts);
     }
-    if (ts > P.max_ns)
-        P.max_ns = ts;
 }
 
-static void seq_header(pbw *w, pf_thread *t) {
-    pb_uint(w, TP_SEQUENCE_ID, t->seq);
-    pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_NEEDS_INCREMENTAL_STATE);
-}
+/* {trusted_packet_sequence_id, sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE}, as the template has it */
+static void seq_header(pbw *w, pf_thread *t) { pb_raw(w, t->end, t->hdr_len); }
 
 /* A new thread: open its sequence (defaults + incremental clock at ts) and announce its track. */
 static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
@@ -555,6 +603,18 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     t->seq = P.next_seq++;
     t->uuid = thread_uuid(tid);
     t->last_ns = ts;
+    uint8_t *p = t->end;
+    *p++ = TAG_VARINT(TP_SEQUENCE_ID);
+    p = put_varint(p, t->seq);
+    *p++ = TAG_VARINT(TP_SEQUENCE_FLAGS);
+    *p++ = SEQ_NEEDS_INCREMENTAL_STATE;
+    t->hdr_len = (uint8_t)(p - t->end);
+    *p++ = TAG_LEN(TP_TRACK_EVENT);
+    *p++ = 2;
+    *p++ = TAG_VARINT(TE_TYPE);
+    *p++ = TYPE_SLICE_END;
+    *p++ = TAG_VARINT(TP_TIMESTAMP);
+    t->end_len = (uint8_t)(p - t->end);
 
     pbw *w = pkt_start();
     pb_uint(w, TP_SEQUENCE_ID, t->seq);
@@ -574,16 +634,14 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     pkt_end(o);
 
     w = pkt_start();
-    put_ts(w, t, ts);
     seq_header(w, t);
     put_thread_descriptor(w, t, NULL);
+    put_ts(w, t, ts);
     pkt_end(o);
     return t;
 }
 
-static pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
-    if (LIKELY(P.last < P.nth && P.th[P.last].tid == tid))
-        return &P.th[P.last];
+static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uint64_t ts) {
     for (uint32_t i = 0; i < P.nth; i++)
         if (P.th[i].tid == tid) {
             P.last = i;
@@ -595,7 +653,18 @@ static pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
     return t;
 }
 
-static inline int ready(oc_out *o) { return P.active && o->fd >= 0 && !o->err; }
+static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
+    if (LIKELY(P.last < P.nth && P.th[P.last].tid == tid))
+        return &P.th[P.last];
+    return thread_slow(o, tid, ts);
+}
+
+/* The sink is writing: it has an output, and no write has failed (flush_batch and fail() clear
+ * P.active on an error, so the common path tests one flag). */
+static inline int ready(oc_out *o) {
+    (void)o;
+    return P.active;
+}
 
 /* ---- interned data of one packet ---- */
 typedef struct {
@@ -631,15 +700,6 @@ static void intern_ann(pbw *w, interning *in, pf_thread *t, uint32_t an) {
     }
 }
 
-static int intern_name(pbw *w, interning *in, pf_thread *t, uint32_t iid, const char *name) {
-    if (bit_test(t->names, t->names_cap, iid))
-        return 0;
-    if (bit_set(&t->names, &t->names_cap, iid) < 0)
-        return -1;
-    intern_entry(w, in, ID_EVENT_NAMES, iid, name);
-    return 0;
-}
-
 static void intern_end(pbw *w, interning *in) {
     if (in->open)
         pb_close(w);
@@ -661,22 +721,30 @@ static void put_annotation_int(pbw *w, uint32_t an, int64_t v) {
 
 /* ---- the sink ---- */
 static void pf_header(oc_out *o) {
-    /* A forked child inherits the parent's tables in whatever state the parent's writer had them:
-     * forget them (never free: they may be mid-update).  A normal session ends with a clean state. */
+    /* A forked child inherits the parent's tables in whatever state the parent had them: forget them
+     * (never free: they may be mid-update).  A normal session ends with a clean state. */
     memset(&P, 0, sizeof P);
-    P.active = 1;
-    P.writer_seq = (((uint32_t)R.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
-    P.next_seq = P.writer_seq + 1;
+    P.own_seq = (((uint32_t)R.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
+    P.next_seq = P.own_seq + 1;
     const char *env = getenv("OCULAR_PERFETTO_DEFLATE");
     P.deflate = !(env && strcmp(env, "0") == 0);
+    P.raw_cap = BATCH + 4096;
+    P.base = 1;
+    P.unscanned = SIZE_MAX;
+    oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
+    if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
+        fail(o);
+        return;
+    }
+    P.active = o->fd >= 0 && !o->err;
     /* MONOTONIC read on both sides of BOOTTIME: the midpoint is the best estimate of the pair */
     uint64_t m1 = clock_ns(CLOCK_MONOTONIC), boot = clock_ns(CLOCK_BOOTTIME), m2 = clock_ns(CLOCK_MONOTONIC);
     uint64_t mono = m1 + (m2 - m1) / 2;
-    P.max_ns = mono;
+    P.mono0 = mono;
     P.process_uuid = mix64(((uint64_t)R.pid << 32) ^ mono) | 1;
 
     pbw *w = pkt_start();
-    pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
+    pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
     pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
     pb_uint(w, TP_FIRST_PACKET_ON_SEQUENCE, 1);
     pb_uint(w, TP_PREVIOUS_PACKET_DROPPED, 1);
@@ -690,7 +758,7 @@ static void pf_header(oc_out *o) {
     w = pkt_start();
     pb_uint(w, TP_TIMESTAMP, mono);
     pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-    pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
+    pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
     pb_open(w, TP_TRACK_DESCRIPTOR);
     pb_uint(w, TD_UUID, P.process_uuid);
     pb_open(w, TD_PROCESS);
@@ -702,41 +770,107 @@ static void pf_header(oc_out *o) {
     free(pname);
 }
 
-static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
-    if (UNLIKELY(!ready(o)))
-        return;
-    pf_thread *t = thread_for(o, tid, ts_ns);
-    uint32_t name, file;
-    if (!t || code_iids(code_id, &name, &file) < 0) {
+/* A begin that interns its name and source location on the sequence first (or goes back in time). */
+static __attribute__((noinline)) void begin_slow(oc_out *o, pf_thread *t, uint64_t ts_ns, uint32_t code_id) {
+    code_te *c = code_entry(code_id);
+    if (!c) {
         fail(o);
         return;
     }
     oc_codeent *e = oc_rcode(code_id);
     pbw *w = pkt_start();
-    put_ts(w, t, ts_ns);
     seq_header(w, t);
     interning in = {0};
     intern_category(w, &in, t, CAT_PYTHON);
-    intern_ann(w, &in, t, AN_FILE);
-    intern_ann(w, &in, t, AN_LINE);
-    if (intern_name(w, &in, t, name, e->qualname_raw ? e->qualname_raw : "?") < 0)
-        w->oom = 1;
-    if (!bit_test(t->files, t->files_cap, file)) {
-        if (bit_set(&t->files, &t->files_cap, file) < 0)
+    if (!bit_test(t->names, t->names_cap, c->iid)) {
+        if (bit_set(&t->names, &t->names_cap, c->iid) < 0)
             w->oom = 1;
-        intern_entry(w, &in, ID_DEBUG_ANNOTATION_STRINGS, file, e->filename_raw ? e->filename_raw : "?");
+        const char *qn = e->qualname_raw ? e->qualname_raw : "?";
+        intern_entry(w, &in, ID_EVENT_NAMES, c->iid, qn);
+        pb_open(w, ID_SOURCE_LOCATIONS);
+        pb_uint(w, SL_IID, c->iid);
+        pb_str(w, SL_FILE_NAME, e->filename_raw ? e->filename_raw : "?");
+        pb_str(w, SL_FUNCTION_NAME, qn);
+        pb_uint(w, SL_LINE_NUMBER, (uint32_t)e->firstlineno);
+        pb_close(w);
     }
     intern_end(w, &in);
-    pb_open(w, TP_TRACK_EVENT);
-    pb_uint(w, TE_TYPE, TYPE_SLICE_BEGIN);
-    pb_uint(w, TE_CATEGORY_IIDS, CAT_PYTHON);
-    pb_uint(w, TE_NAME_IID, name);
-    pb_open(w, TE_DEBUG_ANNOTATIONS);
-    pb_uint(w, DA_NAME_IID, AN_FILE);
-    pb_uint(w, DA_STRING_VALUE_IID, file);
-    pb_close(w);
-    put_annotation_int(w, AN_LINE, e->firstlineno);
-    pb_close(w);
+    pb_raw(w, c->te, c->len);
+    put_ts(w, t, ts_ns);
+    pkt_end(o);
+}
+
+static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    if (UNLIKELY(!ready(o)))
+        return;
+    pf_thread *t = thread_for(o, tid, ts_ns);
+    if (UNLIKELY(!t))
+        return;
+    code_te *c;
+    if (LIKELY(code_id < P.code_cap && (c = &P.codes[code_id])->iid && bit_test(t->names, t->names_cap, c->iid) &&
+               ts_ns >= t->last_ns)) {
+        uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+        memcpy(b, t->end, 8);
+        b += t->hdr_len;
+        memcpy(b, c->te, sizeof c->te);
+        b += c->len;
+        *b++ = TAG_VARINT(TP_TIMESTAMP);
+        uint8_t *ts = b;
+        uint64_t last = t->last_ns;
+        b = put_varint(b, ts_ns - last);
+        t->last_ns = ts_ns;
+        p[0] = TAG_LEN(TRACE_PACKET);
+        p[1] = (uint8_t)(b - p - 2);
+        if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same code, thread and
+                          * timestamp delta), or else of the code's last begin on the thread and the
+                          * timestamp as literals, or else piecewise */
+            if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+                fail(o);
+            oc_ztokens z = oc_zt;
+            uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
+            uint32_t tsl = (uint32_t)(b - ts), th = (uint32_t)(t - P.th) + 1;
+            uint32_t pre = (uint32_t)(ts - p), te = 2u + t->hdr_len;
+            uint64_t kind = (uint64_t)c->iid << 32 | th;
+            rep_slot *r = rep_slot_of(kind, delta);
+            if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+                oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+            } else {
+                if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
+                    oc_z_match(&z, pre, (uint32_t)(cur - c->at));
+                } else {
+                    lits(&z, p, 2);
+                    if (near(t->last_at, cur))
+                        oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+                    else
+                        lits(&z, p + 2, t->hdr_len);
+                    if (near(c->te_at, cur + te))
+                        oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
+                    else
+                        lits(&z, p + te, pre - te);
+                }
+                lits(&z, ts, tsl);
+                r->kind = kind;
+                r->delta = delta;
+            }
+            r->at = cur;
+            oc_zt = z;
+            c->at = cur;
+            c->te_at = cur + te;
+            c->th = th;
+            c->tsl = (uint8_t)tsl;
+            t->last_at = cur;
+        }
+        P.raw_n = (size_t)(b - P.raw);
+        batch_done(o);
+        return;
+    }
+    begin_slow(o, t, ts_ns, code_id);
+}
+
+static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t ts_ns) {
+    pbw *w = pkt_start();
+    pb_raw(w, t->end, (size_t)t->end_len - 1u);
+    put_ts(w, t, ts_ns);
     pkt_end(o);
 }
 
@@ -744,17 +878,108 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     if (UNLIKELY(!ready(o)))
         return;
     pf_thread *t = thread_for(o, tid, ts_ns);
-    if (!t)
+    if (UNLIKELY(!t))
         return;
+    if (UNLIKELY(ts_ns < t->last_ns)) {
+        end_slow(o, t, ts_ns);
+        return;
+    }
+    uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+    memcpy(b, t->end, sizeof t->end);
+    b += t->end_len;
+    uint8_t *ts = b;
+    uint64_t delta = ts_ns - t->last_ns;
+    b = put_varint(b, delta);
+    t->last_ns = ts_ns;
+    p[0] = TAG_LEN(TRACE_PACKET);
+    p[1] = (uint8_t)(b - p - 2);
+    if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same thread and timestamp
+                      * delta), or else of the thread's last end and the timestamp as literals */
+        if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+            fail(o);
+        oc_ztokens z = oc_zt;
+        uint64_t cur = P.base + P.raw_n, kind = (uint32_t)(t - P.th) + 1;
+        uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
+        rep_slot *r = rep_slot_of(kind, delta);
+        if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+            oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+        } else {
+            if (near(t->end_at[tsl], cur)) {
+                oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
+            } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
+                lits(&z, p, 2);
+                oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
+            } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
+                lits(&z, p, 2);
+                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+                lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
+            } else {
+                lits(&z, p, pre);
+            }
+            lits(&z, ts, tsl);
+            r->kind = kind;
+            r->delta = delta;
+        }
+        r->at = cur;
+        oc_zt = z;
+        t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
+    }
+    P.raw_n = (size_t)(b - P.raw);
+    batch_done(o);
+}
+
+/* one DebugAnnotation {name_iid, value (field: 3 uint, 4 int)} of a loop instant, hand-written */
+static inline uint8_t *put_ann(uint8_t *b, uint32_t an, uint32_t field, uint64_t v) {
+    uint8_t *len = b + 1;
+    b[0] = TAG_LEN(TE_DEBUG_ANNOTATIONS);
+    b[2] = TAG_VARINT(DA_NAME_IID);
+    b[3] = (uint8_t)an;
+    b[4] = (uint8_t)(field << 3);
+    b = put_varint(b + 5, v);
+    *len = (uint8_t)(b - len - 1);
+    return b;
+}
+
+#define LOOP_ANNS (((1u << AN_COUNT) - 1) & ~1u)
+
+static __attribute__((noinline)) void loop_slow(oc_out *o, pf_thread *t, uint64_t ts_ns, uint32_t code_id, int line,
+                                                uint32_t offset, uint32_t insns, uint64_t cycles, uint64_t ns,
+                                                uint32_t name) {
     pbw *w = pkt_start();
-    put_ts(w, t, ts_ns);
     seq_header(w, t);
+    interning in = {0};
+    intern_category(w, &in, t, CAT_LOOP);
+    for (uint32_t an = 1; an < AN_COUNT; an++)
+        intern_ann(w, &in, t, an);
+    if (!bit_test(t->names, t->names_cap, name)) {
+        oc_codeent *e = oc_rcode(code_id);
+        const char *qn = e->qualname_raw ? e->qualname_raw : "?";
+        size_t n = strlen(qn) + 32;
+        char *s = malloc(n);
+        if (!s || bit_set(&t->names, &t->names_cap, name) < 0)
+            w->oom = 1;
+        else
+            intern_entry(w, &in, ID_EVENT_NAMES, name, (snprintf(s, n, "loop %s:%d", qn, line), s));
+        free(s);
+    }
+    intern_end(w, &in);
     pb_open(w, TP_TRACK_EVENT);
-    pb_uint(w, TE_TYPE, TYPE_SLICE_END);
+    pb_uint(w, TE_TYPE, TYPE_INSTANT);
+    pb_uint(w, TE_CATEGORY_IIDS, CAT_LOOP);
+    pb_uint(w, TE_NAME_IID, name);
+    put_annotation_int(w, AN_LINE, line);
+    put_annotation_uint(w, AN_OFFSET, offset);
+    put_annotation_uint(w, AN_INSTRUCTIONS, insns);
+    put_annotation_uint(w, AN_CYCLES, cycles);
+    put_annotation_uint(w, AN_NS, ns);
     pb_close(w);
+    put_ts(w, t, ts_ns);
     pkt_end(o);
 }
 
+/* A loop instant: {type, category, name_iid, debug annotations line, offset (the same every iteration,
+ * first), instructions, cycles, ns}.  Hand-written into the batch when everything it names is
+ * interned on the sequence; its tokens come from the matcher with the other such packets. */
 static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
                     uint32_t insns, uint64_t cycles, uint64_t ns) {
     if (UNLIKELY(!ready(o)))
@@ -765,57 +990,63 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
         fail(o);
         return;
     }
-    pbw *w = pkt_start();
-    put_ts(w, t, ts_ns);
-    seq_header(w, t);
-    interning in = {0};
-    intern_category(w, &in, t, CAT_LOOP);
-    for (uint32_t an = AN_LINE; an < AN_COUNT; an++)
-        intern_ann(w, &in, t, an);
-    if (!bit_test(t->names, t->names_cap, name)) {
-        oc_codeent *e = oc_rcode(code_id);
-        const char *qn = e->qualname_raw ? e->qualname_raw : "?";
-        size_t n = strlen(qn) + 32;
-        char *s = malloc(n);
-        if (!s || intern_name(w, &in, t, name, (snprintf(s, n, "loop %s:%d", qn, line), s)) < 0)
-            w->oom = 1;
-        free(s);
+    if (LIKELY((t->cats & (1u << CAT_LOOP)) && (t->anns & LOOP_ANNS) == LOOP_ANNS &&
+               bit_test(t->names, t->names_cap, name) && ts_ns >= t->last_ns)) {
+        uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+        memcpy(b, t->end, 8);
+        b += t->hdr_len;
+        uint8_t *te = b;
+        b[0] = TAG_LEN(TP_TRACK_EVENT);
+        b[2] = TAG_VARINT(TE_TYPE);
+        b[3] = TYPE_INSTANT;
+        b[4] = TAG_VARINT(TE_CATEGORY_IIDS);
+        b[5] = CAT_LOOP;
+        b[6] = TAG_VARINT(TE_NAME_IID);
+        b = put_varint(b + 7, name);
+        b = put_ann(b, AN_LINE, DA_INT_VALUE, (uint64_t)(int64_t)line);
+        b = put_ann(b, AN_OFFSET, DA_UINT_VALUE, offset);
+        b = put_ann(b, AN_INSTRUCTIONS, DA_UINT_VALUE, insns);
+        b = put_ann(b, AN_CYCLES, DA_UINT_VALUE, cycles);
+        b = put_ann(b, AN_NS, DA_UINT_VALUE, ns);
+        size_t tl = (size_t)(b - te) - 2;
+        *b++ = TAG_VARINT(TP_TIMESTAMP);
+        b = put_varint(b, ts_ns - t->last_ns);
+        if (LIKELY(tl < 128 && b - p - 2 < 128)) { /* one-byte lengths (else: the writer) */
+            te[1] = (uint8_t)tl;
+            p[0] = TAG_LEN(TRACE_PACKET);
+            p[1] = (uint8_t)(b - p - 2);
+            t->last_ns = ts_ns;
+            if (P.unscanned == SIZE_MAX)
+                P.unscanned = P.raw_n;
+            P.raw_n = (size_t)(b - P.raw);
+            batch_done(o);
+            return;
+        }
     }
-    intern_end(w, &in);
-    pb_open(w, TP_TRACK_EVENT);
-    pb_uint(w, TE_TYPE, TYPE_INSTANT);
-    pb_uint(w, TE_CATEGORY_IIDS, CAT_LOOP);
-    pb_uint(w, TE_NAME_IID, name);
-    put_annotation_uint(w, AN_INSTRUCTIONS, insns);
-    put_annotation_uint(w, AN_CYCLES, cycles);
-    put_annotation_uint(w, AN_NS, ns);
-    put_annotation_int(w, AN_LINE, line);
-    put_annotation_uint(w, AN_OFFSET, offset);
-    pb_close(w);
-    pkt_end(o);
+    loop_slow(o, t, ts_ns, code_id, line, offset, insns, cycles, ns, name);
 }
 
 static void free_state(void) {
-    for (uint32_t i = 0; i < P.nth; i++) {
+    for (uint32_t i = 0; i < P.nth; i++)
         free(P.th[i].names);
-        free(P.th[i].files);
-    }
     free(P.th);
-    free(P.code_name);
-    free(P.code_file);
-    free(P.files);
+    free(P.codes);
     free(P.loops);
     free(P.w.b);
     free(P.raw);
     free(P.z);
-    oc_deflate_free();
+    oc_z_free();
     memset(&P, 0, sizeof P);
 }
 
-/* Called with S.lock held: the thread names are final.  Re-emit each thread's descriptor, named. */
+/* The thread names are final: re-emit each thread's descriptor, named. */
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
-    if (ready(o)) {
+    if (P.active && !o->err) {
+        uint64_t max_ns = P.mono0; /* the latest timestamp written */
+        for (uint32_t k = 0; k < P.nth; k++)
+            if (P.th[k].last_ns > max_ns)
+                max_ns = P.th[k].last_ns;
         for (uint32_t i = 0; i < R.nthreads; i++) {
             oc_thread *th = &R.threads[i];
             char *unescaped = NULL;
@@ -828,14 +1059,14 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                     t = &P.th[k];
             pbw *w = pkt_start();
             if (t) { /* on its own sequence, at its last event */
-                put_ts(w, t, t->last_ns);
                 seq_header(w, t);
                 put_thread_descriptor(w, t, name ? name : "thread");
-            } else { /* a thread without events: on the writer's sequence */
+                put_ts(w, t, t->last_ns);
+            } else { /* a thread without events: on the renderer's own sequence */
                 pf_thread tmp = {.tid = th->tid, .uuid = thread_uuid(th->tid)};
-                pb_uint(w, TP_TIMESTAMP, P.max_ns);
+                pb_uint(w, TP_TIMESTAMP, max_ns);
                 pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-                pb_uint(w, TP_SEQUENCE_ID, P.writer_seq);
+                pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
                 put_thread_descriptor(w, &tmp, name ? name : "thread");
             }
             pkt_end(o);
@@ -854,4 +1085,5 @@ const oc_sink oc_sink_perfetto = {
     .loop = pf_loop,
     .footer = pf_footer,
     .begin_cut = NULL,
+    .loop_run = NULL,
 };

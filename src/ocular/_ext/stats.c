@@ -3,9 +3,9 @@
  * per basic block (adaptive mode) and per instruction (precise mode), plus the calibration of
  * Ocular's own per-event cost.
  *
- * Calibration: the smallest gap between two consecutive records of one thread, over the first 64K
- * gaps of the session, is the cost of one event (callback, dispatch and record) with no user work in
- * between.  Every gap charged to a frame's self time has that cost subtracted (clamped at zero), so
+ * Calibration: the smallest gap between two consecutive records of one thread and one code object (so
+ * that no untraced code can sit in it), over the first 64K such gaps, is the cost of one event
+ * (callback, dispatch and record) with no user work in between.  Every gap charged to a frame's self time has that cost subtracted (clamped at zero), so
  * self times and cycles per instruction/block are not inflated by our callbacks.  With the test clock
  * the calibration is off and every figure counts clock reads (deterministic, for golden tests).
  *
@@ -318,8 +318,9 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "python_hex", R.python_hex, "functions", funcs,
-                         "overhead_ticks",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "events", (unsigned long long)R.events,
+                         "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
+                         "python_hex", R.python_hex, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "functions_total", total);

@@ -26,8 +26,11 @@
  *
  * The probe path never allocates after the first event of a code object (the encoded names hang on
  * the code object through a co_extra index of our own), never calls repr() and never runs Python code.
- * Built without <sys/sdt.h> (or with -DOCULAR_NO_USDT) the probes are compiled out and
- * ocular.usdt.available() is False with the reason.
+ * The probe sites and their ELF notes come from Ocular's own macros (usdt_sdt.h) on x86-64 and aarch64
+ * Linux, so every build there has the probes, with or without systemtap-sdt-dev; -DOCULAR_USDT_SYS_SDT
+ * uses <sys/sdt.h> instead, and other Linux architectures use it when it is installed.  Without either
+ * (or with -DOCULAR_NO_USDT) the probes are compiled out and ocular.usdt.available() is False with the
+ * reason.
  */
 #include "ocular.h"
 #include <dirent.h>
@@ -41,9 +44,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#if !defined(OCULAR_NO_USDT) && defined(__linux__) && defined(__has_include)
+#include "usdt_sdt.h"
+
+#if defined(OCULAR_NO_USDT)
+#elif defined(OC_SDT_OWN) && !defined(OCULAR_USDT_SYS_SDT)
+#define OC_USDT 1
+#define OC_USDT_HOW "Ocular's own SDT notes"
+#define OC_PROBE5(name, ...) OC_SDT_PROBE5(ocular, name, ocular_##name##_semaphore, __VA_ARGS__)
+#define OC_PROBE6(name, ...) OC_SDT_PROBE6(ocular, name, ocular_##name##_semaphore, __VA_ARGS__)
+#elif defined(__linux__) && defined(__has_include)
 #if __has_include(<sys/sdt.h>)
 #define OC_USDT 1
+#define OC_USDT_HOW "<sys/sdt.h>"
+#define _SDT_HAS_SEMAPHORES 1
+#include <sys/sdt.h>
+#define OC_PROBE5(name, ...) STAP_PROBE5(ocular, name, __VA_ARGS__)
+#define OC_PROBE6(name, ...) STAP_PROBE6(ocular, name, __VA_ARGS__)
+#elif defined(OCULAR_USDT_SYS_SDT)
+#error "-DOCULAR_USDT_SYS_SDT asks for <sys/sdt.h>, which is not installed (Debian: systemtap-sdt-dev)"
 #endif
 #endif
 
@@ -53,13 +71,10 @@ static const char *const probe_names[N_PROBES] = {
 };
 
 #ifdef OC_USDT
-#define _SDT_HAS_SEMAPHORES 1
-#include <sys/sdt.h>
-
-/* The semaphores: sdt.h refers to them as <provider>_<name>_semaphore and records their addresses in
- * the .note.stapsdt entries, so tracers know what to increment. */
+/* The semaphores: the notes refer to them as <provider>_<name>_semaphore and record their addresses,
+ * so tracers know what to increment. */
 #define OC_SEMAPHORE(name) \
-    __extension__ unsigned short ocular_##name##_semaphore __attribute__((unused, section(".probes")))
+    __extension__ unsigned short ocular_##name##_semaphore __attribute__((used, section(".probes")))
 OC_SEMAPHORE(py_start);
 OC_SEMAPHORE(py_resume);
 OC_SEMAPHORE(py_return);
@@ -76,14 +91,19 @@ static unsigned short *const semaphores[N_PROBES] = {
     &ocular_line_semaphore,     &ocular_raise_semaphore,
 };
 static const char unavailable_reason[] = "";
+static const char probes_from[] = OC_USDT_HOW;
 #elif defined(OCULAR_NO_USDT)
 static const char unavailable_reason[] = "ocular was built with -DOCULAR_NO_USDT: the USDT probes are compiled out";
 #elif !defined(__linux__)
 static const char unavailable_reason[] = "USDT probes are only built on Linux";
 #else
 static const char unavailable_reason[] =
-    "ocular was built without <sys/sdt.h>: install it (Debian/Ubuntu: apt-get install systemtap-sdt-dev; "
+    "ocular was built without <sys/sdt.h> on an architecture other than x86-64 and aarch64 (where Ocular "
+    "writes its own probe notes): install it (Debian/Ubuntu: apt-get install systemtap-sdt-dev; "
     "Fedora: systemtap-sdt-devel) and rebuild ocular";
+#endif
+#ifndef OC_USDT
+static const char probes_from[] = "";
 #endif
 
 /* ---- state.  Fields marked (GIL) change only with the GIL held; the poller reads `applied` without it. */
@@ -116,7 +136,7 @@ static const char *const probe_events[N_PROBES][2] = {
 };
 
 #define TOOL_NAME "ocular-usdt"
-static const int tool_preference[] = {2, 3, 4, 5, 1, 0}; /* as ocular/__init__.py */
+static const int tool_preference[] = {3, 4, 5}; /* as ocular/__init__.py: 0-2 are pdb, coverage, cProfile */
 
 /* ---- per-code cache: encoded names, one malloc per code object, freed with the code object ---- */
 typedef struct {
@@ -201,8 +221,15 @@ static inline int as_int(PyObject *o) {
     return -1;
 }
 
+/* The line of a bytecode offset, from the code object's location table.  Not PyCode_Addr2Line: on
+ * 3.14+ it answers from the LINE instrumentation's own table while LINE events are on, and that table
+ * has -1 for offsets that are not an instruction's first code unit -- such as the offset a RAISE event
+ * reports in the frame an exception propagates into. */
 static inline int line_of(PyObject *code, int offset) {
-    return offset >= 0 ? PyCode_Addr2Line((PyCodeObject *)code, offset) : -1;
+    int line = -1, col, end_line, end_col;
+    if (offset < 0 || !PyCode_Addr2Location((PyCodeObject *)code, offset, &line, &col, &end_line, &end_col))
+        return -1;
+    return line;
 }
 
 /* LINE callbacks get no offset: read it from the executing frame, if that frame runs `code`. */
@@ -275,7 +302,7 @@ static PyTypeObject UsdtCallbackType = {
         CB_GUARD(probe, 2)                                                                       \
         const us_code *c = code_info(args[0]);                                                   \
         int off = as_int(args[1]);                                                               \
-        STAP_PROBE5(ocular, probe, c->name, c->filename, line_of(args[0], off), off, cur_tid()); \
+        OC_PROBE5(probe, c->name, c->filename, line_of(args[0], off), off, cur_tid()); \
         return Py_None;                                                                          \
     }
 FIRE5(py_resume, py_resume)
@@ -287,7 +314,7 @@ FIRE5(py_unwind, py_unwind)
 static PyObject *cb_py_start(CB_ARGS) {
     CB_GUARD(py_start, 2)
     const us_code *c = code_info(args[0]);
-    STAP_PROBE5(ocular, py_start, c->name, c->filename, c->firstlineno, as_int(args[1]), cur_tid());
+    OC_PROBE5(py_start, c->name, c->filename, c->firstlineno, as_int(args[1]), cur_tid());
     return Py_None;
 }
 
@@ -297,7 +324,7 @@ static PyObject *cb_call(CB_ARGS) {
     const us_code *c = code_info(args[0]);
     int off = as_int(args[1]);
     const char *callee = callee_name(args[2]);
-    STAP_PROBE6(ocular, call, c->name, c->filename, line_of(args[0], off), off, cur_tid(), callee);
+    OC_PROBE6(call, c->name, c->filename, line_of(args[0], off), off, cur_tid(), callee);
     return Py_None;
 }
 
@@ -306,7 +333,7 @@ static PyObject *cb_line(CB_ARGS) {
     CB_GUARD(line, 2)
     const us_code *c = code_info(args[0]);
     int line = as_int(args[1]);
-    STAP_PROBE5(ocular, line, c->name, c->filename, line, current_offset(args[0]), cur_tid());
+    OC_PROBE5(line, c->name, c->filename, line, current_offset(args[0]), cur_tid());
     return Py_None;
 }
 
@@ -316,7 +343,7 @@ static PyObject *cb_raise(CB_ARGS) {
     const us_code *c = code_info(args[0]);
     int off = as_int(args[1]);
     const char *exctype = Py_TYPE(args[2])->tp_name;
-    STAP_PROBE6(ocular, raise, c->name, c->filename, line_of(args[0], off), off, cur_tid(), exctype);
+    OC_PROBE6(raise, c->name, c->filename, line_of(args[0], off), off, cur_tid(), exctype);
     return Py_None;
 }
 
@@ -393,7 +420,8 @@ static void set_error_from_exception(const char *what) {
     PyErr_Clear();
 }
 
-/* Give the tool id back (only if it is still ours): events 0, callbacks unregistered, id freed. */
+/* Give the tool id back (only if it is still ours): events 0, callbacks unregistered, id freed -- on
+ * 3.14+ by clear_tool_id (global and local events, every callback), before that one by one. */
 static void release_tool(void) {
     if (U.tool_id < 0)
         return;
@@ -406,9 +434,16 @@ static void release_tool(void) {
             set_error_from_exception("releasing the sys.monitoring tool id");
         return; /* never free an id we do not hold */
     }
-    PyObject *r = mon_call("set_events", "(ii)", id, 0);
-    Py_XDECREF(r);
-    PyObject *events = r ? PyObject_GetAttrString(U.monitoring, "events") : NULL;
+    PyObject *r;
+    PyObject *events = NULL;
+    if (PyObject_HasAttrString(U.monitoring, "clear_tool_id")) {
+        r = mon_call("clear_tool_id", "(i)", id);
+        Py_XDECREF(r);
+    } else {
+        r = mon_call("set_events", "(ii)", id, 0);
+        Py_XDECREF(r);
+        events = r ? PyObject_GetAttrString(U.monitoring, "events") : NULL;
+    }
     for (size_t i = 0; events && i < N_CB; i++) {
         PyObject *ev = PyObject_GetAttrString(events, cb_table[i].event);
         PyObject *rr = ev ? mon_call("register_callback", "(iOO)", id, ev, Py_None) : NULL;
@@ -480,7 +515,9 @@ static int acquire_tool(void) {
         Py_XDECREF(h);
         PyErr_Clear();
     }
-    PyErr_Format(PyExc_RuntimeError, "every sys.monitoring tool id is in use (%s)", holders);
+    PyErr_Format(PyExc_RuntimeError,
+                 "sys.monitoring tool ids 3, 4 and 5 are all in use (%s); 0-2 are left to the debugger, "
+                 "coverage and profiler tools", holders);
     return -1;
 }
 
@@ -773,9 +810,10 @@ static PyObject *usdt_info(PyObject *mod, PyObject *unused) {
     for (int i = 0; applied_list && i < N_PROBES; i++)
         if ((applied & (1u << i)) && append_str(applied_list, probe_names[i]) < 0)
             Py_CLEAR(applied_list);
-    return Py_BuildValue("{s:O,s:s,s:O,s:I,s:N,s:N,s:N,s:N,s:l,s:k,s:s}",
+    return Py_BuildValue("{s:O,s:s,s:s,s:O,s:I,s:N,s:N,s:N,s:N,s:l,s:k,s:s}",
                          "available", available ? Py_True : Py_False,
                          "reason", unavailable_reason,
+                         "probes_from", probes_from,
                          "enabled", U.enabled ? Py_True : Py_False,
                          "poll_ms", U.poll_ms,
                          "semaphores", sem,

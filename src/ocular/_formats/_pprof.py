@@ -1,0 +1,106 @@
+"""pprof output (.pb.gz, .pprof): profile.proto (github.com/google/pprof, proto/profile.proto), gzipped.
+
+Sample types: ``calls/count`` and ``wall/nanoseconds`` (self time; the default).  One sample per
+call-tree node: its stack (leaf first) and its calls and self nanoseconds.  pprof sums a frame's
+samples to get its flat time and the samples under it for its cumulative time, counting a frame once
+per stack, so ``-top`` shows our self time as flat and our total time (recursion counted once) as cum.
+One location per function (line: its first line), with its function (name, file, start line; the
+name with ``[module]`` for ``<module>``, as pprof drops what is inside ``<>``, the system name as is); threads
+are summed and each sample carries a ``thread`` label.  The protobuf is encoded here by hand (a few
+field kinds suffice); field numbers are profile.proto's.
+"""
+
+import gzip
+
+
+def _varint(v):
+    out = bytearray()
+    v &= 0xFFFFFFFFFFFFFFFF
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
+def _key(field, wire):
+    return _varint(field << 3 | wire)
+
+
+def _int(field, v):
+    return _key(field, 0) + _varint(v) if v else b""
+
+
+def _msg(field, payload):
+    return _key(field, 2) + _varint(len(payload)) + payload
+
+
+def _packed(field, values):
+    if not values:
+        return b""
+    return _msg(field, b"".join(_varint(v) for v in values))
+
+
+class _Strings:
+    def __init__(self):
+        self.index = {"": 0}
+        self.table = [""]
+
+    def __call__(self, s):
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.table)
+            self.table.append(s)
+        return i
+
+
+def build(tree):
+    """profile.proto bytes (not compressed)."""
+    st = _Strings()
+    parts = []
+    for typ, unit in (("calls", "count"), ("wall", "nanoseconds")):
+        parts.append(_msg(1, _int(1, st(typ)) + _int(2, st(unit))))
+    func_ids = {}   # function key -> id (functions and locations share ids)
+    funcs, locs = [], []
+    for n in range(len(tree.code)):
+        c = tree.code[n]
+        if c < 0:
+            continue
+        k = tree.func(c)
+        if k not in func_ids:
+            fid = func_ids[k] = len(func_ids) + 1
+            file, line, name = k
+            shown = name.replace("<", "[").replace(">", "]")  # pprof would cut "<module>" away as template args
+            funcs.append(_msg(5, _int(1, fid) + _int(2, st(shown)) + _int(3, st(name)) + _int(4, st(file))
+                              + _int(5, line)))
+            locs.append(_msg(4, _int(1, fid) + _msg(4, _int(1, fid) + _int(2, line))))
+    thread_key = st("thread")
+    samples = []
+    first = last = None
+    for t in tree.threads:
+        label = _msg(3, _int(1, thread_key) + _int(2, st(tree.thread_label(t))))
+        first = t["first_ns"] if first is None else min(first, t["first_ns"])
+        last = t["last_ns"] if last is None else max(last, t["last_ns"])
+        stack = []
+        for n, d in tree.walk(t["root"]):
+            del stack[d:]
+            stack.append(func_ids[tree.func(tree.code[n])])
+            if tree.calls[n] or tree.self_ns[n]:
+                samples.append(_msg(2, _packed(1, stack[::-1]) + _packed(2, [tree.calls[n], tree.self_ns[n]])
+                                    + label))
+    parts += samples
+    parts += locs
+    parts += funcs
+    if first is not None:
+        parts.append(_int(10, last - first))    # duration_nanos
+    parts.append(_msg(11, _int(1, st("wall")) + _int(2, st("nanoseconds"))))  # period_type
+    parts.append(_int(12, 1))                   # period
+    parts.append(_int(14, st("wall")))          # default_sample_type
+    parts.append(b"".join(_msg(6, s.encode("utf-8", "replace")) for s in st.table))  # every string is in
+    return b"".join(parts)
+
+
+def write(tree, path, options):
+    data = build(tree)
+    with open(path, "wb") as fh:
+        fh.write(gzip.compress(data, mtime=0))

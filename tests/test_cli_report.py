@@ -1,0 +1,148 @@
+"""The user's program first (issue 17): `python -m ocular` records from the program's first line (its
+runner's frames never appear), the report ranks the user's code and folds the standard library,
+frozen importlib, site-packages and Ocular into one line each, and the command line behaves as a shell
+user expects (--version, ^C, missing modules, the script as output, closed pipes, clean names)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, SRC, check_balanced, load_trace, python_cmd
+
+SCRIPT = """
+import json, re
+def parse(n):
+    t = 0
+    for i in range(n):
+        t += len(re.findall(r"[0-9]+", f"a{i}b{i * 2}"))
+    return t
+def main():
+    for _ in range(3):
+        parse(300)
+    json.dumps({"a": list(range(100))})
+main()
+"""
+
+
+def cli(args, cwd, **kw):
+    e = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([*python_cmd(), "-m", "ocular", *args], cwd=cwd, env=e, capture_output=True, text=True,
+                          timeout=120, **kw)
+
+
+@pytest.fixture
+def script(tmp_path):
+    p = tmp_path / "prog.py"
+    p.write_text(SCRIPT)
+    return p
+
+
+def test_the_runner_is_never_recorded(tmp_path):
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    p = cli(["--threshold", "0", "-o", "t.json", "hello.py"], tmp_path)
+    assert p.returncode == 0 and p.stdout == "hello\n", p.stderr
+    ev = load_trace(tmp_path / "t.json")["traceEvents"]
+    files = {e["args"]["file"] for e in ev if e["ph"] == "B"}
+    assert files == {"hello.py", "~"}, files  # no runpy, pkgutil, importlib, typing: the program (and print)
+    # -m and -c too
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "tool.py").write_text("import sys\ndef go():\n    print(__name__, sys.argv[1:])\ngo()\n")
+    p = cli(["--threshold", "0", "-o", "m.json", "-m", "pkg.tool", "x"], tmp_path)
+    assert p.returncode == 0 and p.stdout == "__main__ ['x']\n", p.stderr
+    names = [e["name"] for e in load_trace(tmp_path / "m.json")["traceEvents"] if e["ph"] == "B"]
+    assert [n for n in names if not n.startswith("<built-in")] == ["<module>", "go"], names
+    p = cli(["--threshold", "0", "-o", "c.json", "-c", "def f(): pass\nf()"], tmp_path)
+    assert [e["name"] for e in load_trace(tmp_path / "c.json")["traceEvents"] if e["ph"] == "B"] == ["<module>", "f"]
+    # C functions are their own slices, named as cProfile names them
+    p = cli(["--threshold", "0", "-o", "b.json", "-c", "import time\ndef f(): time.sleep(0.001); len('ab')\nf()"],
+            tmp_path)
+    names = [e["name"] for e in load_trace(tmp_path / "b.json")["traceEvents"] if e["ph"] == "B"]
+    assert names == ["<module>", "f", "<built-in method time.sleep>", "<built-in method builtins.len>"], names
+    p = cli(["--threshold", "0", "--no-c-functions", "-o", "n.json", "-c", "import time\ndef f(): time.sleep(0)\nf()"],
+            tmp_path)
+    assert [e["name"] for e in load_trace(tmp_path / "n.json")["traceEvents"] if e["ph"] == "B"] == ["<module>", "f"]
+
+
+def test_report_ranks_the_users_code_and_folds_the_rest(tmp_path, script):
+    p = cli(["-o", "t.json", str(script)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    err = p.stderr
+    head, _, rest = err.partition("Your code")
+    assert "events" in head and "dropped" in head and "traced for" in head
+    rows = rest.split("\n\n")[0].splitlines()[2:]
+    user_rows = [r for r in rows if "prog.py" in r]
+    assert user_rows and rows[0] == user_rows[0]  # the user's functions come first
+    assert not any("re/__init__.py" in r for r in rows)
+    assert any("[standard library:" in r and "folded" in r for r in rows)
+    loops = re.findall(r"^Hot loop (\S+) at (\S+)", err, re.M)
+    assert loops and all(f.endswith("prog.py") or "prog.py:" in f for _, f in loops)
+    assert 0 < len(loops) <= 3 * 2
+    # --all ranks everything; --top and --sort change the table; --report writes a file
+    p = cli(["-o", "t.json", "--all", "--top", "3", "--sort", "calls", "--loops", "1", "--report", "rep.txt",
+             str(script)], tmp_path)
+    assert p.returncode == 0 and "Hot loop" not in p.stderr
+    rep = (tmp_path / "rep.txt").read_text()
+    assert "Functions (by calls)" in rep and "folded" not in rep
+    table = rep.split("Functions (by calls)")[1].split("\n\n")[0].splitlines()[2:]
+    calls = [int(r.split()[0].rstrip("*")) for r in table if r.strip() and not r.strip().startswith("...")]
+    assert len(calls) == 3 and calls == sorted(calls, reverse=True)
+    assert len(re.findall(r"^Hot loop ", rep, re.M)) <= 2
+
+
+def test_version_and_command_line_errors(tmp_path, script):
+    import ocular
+
+    p = cli(["--version"], tmp_path)
+    assert p.returncode == 0 and p.stdout.startswith(f"ocular {ocular.__version__} ")
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        assert f'version = "{ocular.__version__}"' in f.read()
+    # a module or script that cannot be found: the error line and nothing else
+    for args, what in ((["-m", "no_such_module_xyz"], "no_such_module_xyz"), (["missing.py"], "missing.py")):
+        p = cli(args, tmp_path)
+        assert p.returncode == 2 and p.stdout == "", p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and what in lines[0] and lines[0].count("ocular:") == 1, p.stderr
+    # -o naming the script itself is refused before the script runs
+    p = cli(["-o", str(script), str(script)], tmp_path)
+    assert p.returncode == 2 and "is the script being run" in p.stderr
+    assert script.read_text() == SCRIPT
+    # one ocular: prefix, naming the user's path
+    p = cli(["-o", "nodir/t.json", str(script)], tmp_path)
+    assert p.returncode == 2 and p.stderr.count("ocular:") == 1 and "nodir" in p.stderr, p.stderr
+    assert ".tmp" not in p.stderr
+
+
+def test_ctrl_c_exits_130_after_saving(tmp_path):
+    (tmp_path / "k.py").write_text("def spin():\n    raise KeyboardInterrupt\nspin()\n")
+    p = cli(["--threshold", "0", "-o", "t.json", "k.py"], tmp_path)
+    assert p.returncode == 130, p.stderr
+    assert "KeyboardInterrupt" in p.stderr
+    names = [e["name"] for e in load_trace(tmp_path / "t.json")["traceEvents"] if e["ph"] == "B"]
+    assert "spin" in names
+
+
+def test_trace_saved_when_stderr_is_a_closed_pipe(tmp_path, script):
+    e = dict(os.environ, PYTHONPATH=SRC)
+    cmd = " ".join([*python_cmd(), "-m", "ocular", "-o", "t.json", str(script)])
+    p = subprocess.run(f"{cmd} 2>&1 | head -1", shell=True, cwd=tmp_path, env=e, capture_output=True, text=True,
+                       timeout=120)
+    assert p.stdout.startswith("ocular report")
+    data = load_trace(tmp_path / "t.json")
+    check_balanced(data["traceEvents"])
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_process_and_thread_names_have_no_control_characters(tmp_path):
+    code = "import threading\ndef f(): pass\nt = threading.Thread(target=f, name='a\\nb\\tc')\nt.start(); t.join()\nf()"
+    p = cli(["--threshold", "0", "-o", "t.json", "-c", code, "x\ny"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    meta = [e for e in load_trace(tmp_path / "t.json")["traceEvents"] if e["ph"] == "M"]
+    names = [e["args"]["name"] for e in meta if e["name"] in ("process_name", "thread_name")]
+    assert names and all(not any(ord(ch) < 32 for ch in n) for n in names), names
+    assert "a b c" in names

@@ -1,0 +1,549 @@
+"""Profile formats chosen by suffix (pstats, folded, speedscope, pprof, Firefox Profiler, HTML), each read
+back by a real reader: pstats.Stats, go tool pprof, headless Chromium, or checks written from the
+format's published specification."""
+
+import collections
+import gzip
+import json
+import os
+import pstats
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import SRC, python_cmd
+
+PROGRAM = '''
+import threading
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+def ping(n):
+    return pong(n) if n > 0 else 0
+
+def pong(n):
+    return ping(n - 1) + 1
+
+def gen(k):
+    for i in range(k):
+        yield i
+
+def leaf(i):
+    return i * 2
+
+def worker():
+    for i in range(50):
+        leaf(i)
+
+def main():
+    fib(12)
+    ping(7)
+    for _ in range(3):
+        for _ in gen(5):  # not sum(gen(5)): C functions are not traced, cProfile would name sum the caller
+            pass
+    for _ in range(4):
+        fib(3)
+    t = threading.Thread(target=worker, name="helper")
+    t.start()
+    t.join()
+
+main()
+'''
+
+
+def _env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = SRC + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    """One recording of PROGRAM, converted to every format at once."""
+    d = tmp_path_factory.mktemp("formats")
+    prog = d / "prog.py"
+    prog.write_text(PROGRAM)
+    rec = d / "run.ocular"
+    subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", str(rec),
+                    str(prog)], env=_env(), check=True, timeout=120)
+    outs = {name: d / name for name in ("p.pstats", "p.prof", "p.folded", "p.collapsed", "p.speedscope.json",
+                                        "p.pb.gz", "p.pprof", "p.gecko.json", "p.html", "p.json")}
+    args = [a for p in outs.values() for a in ("-o", str(p))]
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), *args], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    # the call tree itself, to compare the outputs' totals with
+    code = ("import json, sys, ocular; from ocular import _ocular\n"
+            "from ocular._report import Report\n"
+            "r = _ocular._render(sys.argv[1], 3, None, False)\n"
+            "rep = Report(_ocular._report_data(False, 5000), 'adaptive', None, r['clock'])\n"
+            "print(json.dumps(dict(_ocular._calltree(), functions=rep.functions, pid=r['pid'])))")
+    t = subprocess.run([*python_cmd(), "-c", code, str(rec)], env=_env(), capture_output=True, text=True,
+                       check=True, timeout=120)
+    return dict(dir=d, prog=prog, rec=rec, outs=outs, tree=json.loads(t.stdout))
+
+
+def _self_by_name(tree):
+    out = collections.Counter()
+    for parent, code, calls, total, self_ns in tree["nodes"]:
+        if code >= 0:
+            out[tree["codes"][code][0]] += self_ns
+    return out
+
+
+def _self_by_func(tree):
+    """{(file, first line, qualname): self ns}"""
+    out = collections.Counter()
+    for parent, code, calls, total, self_ns in tree["nodes"]:
+        if code >= 0:
+            q, f, line = tree["codes"][code]
+            out[(f, line, q)] += self_ns
+    return out
+
+
+def _expected_folded(tree, thread_roots=False):
+    """Folded stacks written independently from the call tree (frame names as the format documents)."""
+    def name(code):
+        q, f, line = tree["codes"][code]
+        text = f"{q} ({os.path.basename(f)}:{line})" if line else f"{q} ({os.path.basename(f)})"
+        return re.sub(r"\s", " ", text).replace(";", ":")
+
+    nodes = tree["nodes"]
+    roots = {t[2]: f"{t[1]} ({t[0]})" if t[1] else f"thread {t[0]}" for t in tree["threads"]}
+    out = collections.Counter()
+    for i, (parent, code, calls, total, self_ns) in enumerate(nodes):
+        if code < 0 or not self_ns:
+            continue
+        path, n = [], i
+        while nodes[n][1] >= 0:
+            path.append(name(nodes[n][1]))
+            n = nodes[n][0]
+        if thread_roots:
+            path.append(roots[n].replace(";", ":"))
+        out[";".join(reversed(path))] += self_ns
+    return {k: round(v / 1000) for k, v in out.items() if round(v / 1000)}
+
+
+def test_call_tree_equals_the_timeline(rendered):
+    """The call tree (what every profile format is written from) against the Chrome JSON timeline of the
+    same recording: per function, the same calls and the same self nanoseconds."""
+    events = json.loads(rendered["outs"]["p.json"].read_text())["traceEvents"]
+    calls, self_ns = collections.Counter(), collections.Counter()
+    stacks = collections.defaultdict(list)
+    for e in events:
+        if e["ph"] == "B":
+            calls[e["name"]] += 1
+            stacks[e["tid"]].append([e["name"], round(e["ts"] * 1000), 0])
+        elif e["ph"] == "E":
+            name, begin, child = stacks[e["tid"]].pop()
+            d = round(e["ts"] * 1000) - begin
+            self_ns[name] += d - child
+            if stacks[e["tid"]]:
+                stacks[e["tid"]][-1][2] += d
+    tree = rendered["tree"]
+    tcalls = collections.Counter()
+    for parent, code, c, total, s in tree["nodes"]:
+        if code >= 0:
+            tcalls[tree["codes"][code][0]] += c
+    assert +calls == +tcalls
+    assert +self_ns == +_self_by_name(tree)
+
+
+# ---- pstats ----------------------------------------------------------------------------------
+
+def _prog_stats(stats, prog):
+    """{(line, short name): (cc, nc, {(caller line, caller name): (nc, cc)})} for functions of prog"""
+    out = {}
+    for (file, line, name), (cc, nc, tt, ct, callers) in stats.items():
+        if os.path.basename(file) == os.path.basename(prog):
+            out[(line, name.rsplit(".", 1)[-1])] = (cc, nc, {
+                (cl, cn.rsplit(".", 1)[-1]): (v[0], v[1]) for (cf, cl, cn), v in callers.items()
+                if os.path.basename(cf) == os.path.basename(prog)})
+    return out
+
+
+def test_pstats_counts_equal_cprofiles(rendered):
+    d = rendered["dir"]
+    cp = d / "cprofile.pstats"
+    subprocess.run([*python_cmd(), "-m", "cProfile", "-o", str(cp), str(rendered["prog"])], check=True, timeout=120)
+    theirs = _prog_stats(pstats.Stats(str(cp)).stats, rendered["prog"])
+    for out in ("p.pstats", "p.prof"):
+        st = pstats.Stats(str(rendered["outs"][out]))  # the real reader
+        ours = _prog_stats(st.stats, rendered["prog"])
+        assert ours == theirs  # every function of the program, both threads (cProfile on sys.monitoring sees all)
+    # recursion as cProfile counts it: fib(12) + 4 x fib(3) = 465 + 4*5 calls, 5 of them primitive
+    assert ours[(4, "fib")][:2] == (5, 485)
+    assert ours[(7, "ping")][:2] == (1, 8)
+    assert ours[(13, "gen")][:2] == (18, 18)
+    assert ours[(17, "leaf")][:2] == (50, 50) and ours[(20, "worker")][2] == {}  # a generator's resumes are calls (primitive ones), as in cProfile
+
+
+def test_pstats_times_are_the_call_trees(rendered):
+    st = pstats.Stats(str(rendered["outs"]["p.pstats"]))
+    tree = rendered["tree"]
+    by_func = _self_by_func(tree)
+    for key, (cc, nc, tt, ct, callers) in st.stats.items():
+        assert tt == pytest.approx(by_func[key] / 1e9, abs=1e-12)
+        assert ct >= tt - 1e-12
+    total = sum(n[3] for n in tree["nodes"] if n[1] < 0) / 1e9
+    assert st.total_tt == pytest.approx(total, rel=1e-9)
+    main = next(v for k, v in st.stats.items() if k[2] == "main")
+    assert main[0] == main[1] == 1 and main[3] <= total
+    st.sort_stats("cumulative").print_stats(5)  # the printer works on it too
+
+
+# ---- folded ----------------------------------------------------------------------------------
+
+FOLDED_LINE = re.compile(r"^([^;\s][^;]*)(;[^;]+)* (\d+)$")
+
+
+def _folded(path):
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        assert FOLDED_LINE.match(line), line
+        stack, n = line.rsplit(" ", 1)
+        assert stack not in out, f"duplicate stack {stack}"
+        out[stack] = int(n)
+    return out
+
+
+def test_folded_stacks_are_the_call_trees_self_times(rendered):
+    tree = rendered["tree"]
+    expected = _expected_folded(tree)
+    for out in ("p.folded", "p.collapsed"):
+        folded = _folded(rendered["outs"][out])
+        assert folded == expected
+        assert any(s.endswith(";fib (prog.py:4)") for s in folded)
+        assert any(";worker (prog.py:20);leaf (prog.py:17)" in s for s in folded)
+        assert not any(s.startswith(("MainThread", "helper")) for s in folded)
+
+
+def test_folded_thread_roots_on_request(rendered, tmp_path):
+    out = tmp_path / "t.folded"
+    subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rendered["rec"]), "-o", str(out), "--thread-roots",
+                    "-q"], env=_env(), check=True, timeout=120)
+    folded = _folded(out)
+    assert folded == _expected_folded(rendered["tree"], thread_roots=True)
+    roots = {s.split(";", 1)[0] for s in folded}
+    assert any(r.startswith("MainThread (") for r in roots)
+    assert any(r.startswith("helper (") for r in roots)
+    assert any(";worker (prog.py:20)" in s for s in folded if s.startswith("helper ("))
+    assert not any(";worker (prog.py:20)" in s for s in folded if s.startswith("MainThread ("))
+
+
+# ---- speedscope --------------------------------------------------------------------------------
+
+def _check_speedscope(doc):
+    """The constraints of https://www.speedscope.app/file-format-schema.json (and of its importer: events
+    ordered, each close matching the innermost open frame, every frame closed)."""
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    frames = doc["shared"]["frames"]
+    assert isinstance(frames, list)
+    for f in frames:
+        assert isinstance(f["name"], str)
+        assert set(f) <= {"name", "file", "line", "col"}
+        assert isinstance(f.get("file", ""), str)
+        assert isinstance(f.get("line", 0), int)
+    assert isinstance(doc["profiles"], list) and doc["profiles"]
+    assert 0 <= doc.get("activeProfileIndex", 0) < len(doc["profiles"])
+    assert isinstance(doc.get("name", ""), str) and isinstance(doc.get("exporter", ""), str)
+    for p in doc["profiles"]:
+        assert p["type"] == "evented"
+        assert isinstance(p["name"], str)
+        assert p["unit"] in ("none", "nanoseconds", "microseconds", "milliseconds", "seconds", "bytes")
+        assert isinstance(p["startValue"], (int, float)) and isinstance(p["endValue"], (int, float))
+        assert set(p) <= {"type", "name", "unit", "startValue", "endValue", "events"}
+        stack, last = [], p["startValue"]
+        for e in p["events"]:
+            assert set(e) == {"type", "frame", "at"}
+            assert 0 <= e["frame"] < len(frames)
+            assert e["at"] >= last
+            last = e["at"]
+            if e["type"] == "O":
+                stack.append(e["frame"])
+            else:
+                assert e["type"] == "C"
+                assert stack and stack.pop() == e["frame"]
+        assert not stack
+        assert last <= p["endValue"]
+
+
+def test_speedscope_evented_profile_per_thread(rendered):
+    doc = json.loads(rendered["outs"]["p.speedscope.json"].read_text(encoding="utf-8"))
+    _check_speedscope(doc)
+    names = [p["name"] for p in doc["profiles"]]
+    assert any(n.startswith("MainThread") for n in names) and any(n.startswith("helper") for n in names)
+    frames = doc["shared"]["frames"]
+    tree = rendered["tree"]
+    # exact: per frame name, the opens equal the call tree's calls and the self time its self time
+    opens, self_ns = collections.Counter(), collections.Counter()
+    for p in doc["profiles"]:
+        stack = []  # [frame, open at, child time]
+        for e in p["events"]:
+            name = frames[e["frame"]]["name"]
+            if e["type"] == "O":
+                opens[name] += 1
+                stack.append([name, e["at"], 0])
+            else:
+                n, at, child = stack.pop()
+                d = e["at"] - at
+                self_ns[n] += d - child
+                if stack:
+                    stack[-1][2] += d
+    calls = collections.Counter()
+    for parent, code, c, total, s in tree["nodes"]:
+        if code >= 0:
+            calls[tree["codes"][code][0]] += c
+    assert opens == calls
+    assert +self_ns == +_self_by_name(tree)
+    fib = next(f for f in frames if f["name"] == "fib")
+    assert fib["line"] == 4 and fib["file"].endswith("prog.py")
+
+
+# ---- pprof ---------------------------------------------------------------------------------------
+
+def _go():
+    go = shutil.which("go")
+    if not go:
+        print("go is not installed (apt-get install golang-go): skipping the go tool pprof check")
+        pytest.skip("go is not installed (apt-get install golang-go)")
+    return go
+
+
+def _pprof_top(path, index):
+    go = _go()
+    env = dict(os.environ, GOCACHE=os.environ.get("GOCACHE", "/tmp/ocular-gocache"), HOME=os.environ.get("HOME", "/tmp"))
+    p = subprocess.run([go, "tool", "pprof", "-top", f"-sample_index={index}", "-nodecount=100000",
+                        "-nodefraction=0", "-edgefraction=0", "-unit=ns" if index == "wall" else "-unit=minimum",
+                        str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = {}
+    total = None
+    for line in p.stdout.splitlines():
+        m = re.search(r"Total samples = (\d+)", line)
+        if m:
+            total = int(m.group(1))
+        m = re.match(r"^\s*(\d+)(?:ns)?\s+[\d.]+%\s+[\d.]+%\s+(\d+)(?:ns)?\s+[\d.]+%\s+(.+)$", line)
+        if m:
+            rows[m.group(3).strip()] = (int(m.group(1)), int(m.group(2)))
+    return total, rows, p.stdout
+
+
+@pytest.mark.parametrize("out", ["p.pb.gz", "p.pprof"])
+def test_pprof_read_by_go_tool_pprof(rendered, out):
+    path = rendered["outs"][out]
+    with gzip.open(path) as fh:
+        assert fh.read(1)  # gzipped
+    tree = rendered["tree"]
+    total_ns = sum(n[4] for n in tree["nodes"] if n[1] >= 0)
+    total, rows, text = _pprof_top(path, "wall")
+    assert "Type: wall" in text
+    assert total == total_ns, text
+    by_name = _self_by_name(tree)
+    assert rows["fib"][0] == by_name["fib"]
+    # cum of fib: its outermost activations' totals (recursion counted once)
+    fib_code = next(i for i, c in enumerate(tree["codes"]) if c and c[0] == "fib")
+    nodes = tree["nodes"]
+    cum = sum(n[3] for n in nodes if n[1] == fib_code and nodes[n[0]][1] != fib_code)
+    assert rows["fib"][1] == cum
+    assert rows["[module]"][0] == by_name["<module>"]
+    calls_total, calls, text = _pprof_top(path, "calls")
+    assert calls_total == sum(n[2] for n in nodes if n[1] >= 0), text
+    assert calls["fib"][0] == 485 and calls["leaf"][0] == 50 and calls["gen"][0] == 18
+
+
+# ---- Firefox Profiler ------------------------------------------------------------------------------
+
+def _check_table(t, columns):
+    assert isinstance(t["length"], int)
+    for c in columns:
+        assert isinstance(t[c], list) and len(t[c]) == t["length"], c
+
+
+def _check_gecko(doc):
+    """Structure of the Firefox Profiler's processed profile format (src/types/profile.js of
+    firefox-devtools/profiler: tables of columns with a length, indices into each other, shared strings)."""
+    meta = doc["meta"]
+    assert isinstance(meta["version"], int) and isinstance(meta["preprocessedProfileVersion"], int)
+    assert isinstance(meta["interval"], (int, float)) and isinstance(meta["startTime"], (int, float))
+    cats = meta["categories"]
+    for c in cats:
+        assert isinstance(c["name"], str) and isinstance(c["color"], str) and c["subcategories"]
+    assert isinstance(meta["markerSchema"], list)
+    assert isinstance(doc["libs"], list)
+    strings = doc["shared"]["stringArray"]
+    assert all(isinstance(x, str) for x in strings)
+    assert doc["threads"]
+    for th in doc["threads"]:
+        assert isinstance(th["name"], str) and isinstance(th["pid"], str)
+        assert isinstance(th["processType"], str) and isinstance(th["isMainThread"], bool)
+        smp, stk, frm, fn, res = th["samples"], th["stackTable"], th["frameTable"], th["funcTable"], th["resourceTable"]
+        _check_table(smp, ("stack", "time", "weight"))
+        assert smp["weightType"] in ("samples", "tracing-ms", "bytes")
+        _check_table(stk, ("frame", "category", "subcategory", "prefix"))
+        _check_table(frm, ("address", "category", "subcategory", "func", "innerWindowID", "implementation", "line",
+                           "column", "inlineDepth", "nativeSymbol"))
+        _check_table(fn, ("name", "isJS", "relevantForJS", "resource", "fileName", "lineNumber", "columnNumber"))
+        _check_table(res, ("lib", "name", "host", "type"))
+        _check_table(th["markers"], ("data", "name", "startTime", "endTime", "phase", "category"))
+        _check_table(th["nativeSymbols"], ("libIndex", "address", "name", "functionSize"))
+        last = None
+        for st, t, w in zip(smp["stack"], smp["time"], smp["weight"]):
+            assert st is None or 0 <= st < stk["length"]
+            assert last is None or t >= last
+            last = t
+            assert w >= 0
+        for i in range(stk["length"]):
+            p = stk["prefix"][i]
+            assert p is None or 0 <= p < i  # a prefix comes before its stacks
+            assert 0 <= stk["frame"][i] < frm["length"]
+            c = stk["category"][i]
+            assert 0 <= c < len(cats) and 0 <= stk["subcategory"][i] < len(cats[c]["subcategories"])
+        for i in range(frm["length"]):
+            assert 0 <= frm["func"][i] < fn["length"]
+            assert 0 <= frm["category"][i] < len(cats)
+        for i in range(fn["length"]):
+            assert 0 <= fn["name"][i] < len(strings)
+            assert fn["fileName"][i] is None or 0 <= fn["fileName"][i] < len(strings)
+            assert fn["resource"][i] == -1 or 0 <= fn["resource"][i] < res["length"]
+        for i in range(res["length"]):
+            assert 0 <= res["name"][i] < len(strings)
+
+
+def test_gecko_processed_profile_with_tracing_weights(rendered):
+    doc = json.loads(rendered["outs"]["p.gecko.json"].read_text(encoding="utf-8"))
+    _check_gecko(doc)
+    tree = rendered["tree"]
+    strings = doc["shared"]["stringArray"]
+    names = {t["name"] for t in doc["threads"]}
+    assert {"MainThread", "helper"} <= names
+    assert sum(t["isMainThread"] for t in doc["threads"]) == 1
+    # weights: per function (leaf frame of each sample) the call tree's self time, in ms
+    self_ms = collections.Counter()
+    for th in doc["threads"]:
+        assert th["samples"]["weightType"] == "tracing-ms"
+        stk, frm, fn = th["stackTable"], th["frameTable"], th["funcTable"]
+        for st, w in zip(th["samples"]["stack"], th["samples"]["weight"]):
+            self_ms[strings[fn["name"][frm["func"][stk["frame"][st]]]]] += w
+    for name, ns in _self_by_name(tree).items():
+        assert self_ms[name] == pytest.approx(ns / 1e6, rel=1e-9, abs=1e-9), name
+    main = next(t for t in doc["threads"] if t["name"] == "MainThread")
+    fn = main["funcTable"]
+    fib = [i for i in range(fn["length"]) if strings[fn["name"][i]] == "fib"]
+    assert len(fib) == 1 and fn["lineNumber"][fib[0]] == 4 and strings[fn["fileName"][fib[0]]].endswith("prog.py")
+
+
+# ---- HTML ------------------------------------------------------------------------------------------
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    print("chromium is not installed (apt-get install chromium): skipping the browser check")
+    pytest.skip("chromium is not installed (apt-get install chromium)")
+
+
+def _browser(args, page, tmp_path):
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", *args,
+           page.as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
+    page = rendered["outs"]["p.html"]
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing from the network
+    p = _browser(["--dump-dom"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert not console, console
+    dom = p.stdout
+    assert 'data-error=""' in dom and 'data-ready="1"' in dom, dom[:2000]
+    # the function table: the statistics' calls, self and total (ms, 3 decimals) for each function
+    rows = re.findall(r'<tr class="fn"><td class="l name">([^<]*)</td><td class="l">([^<]*)</td>'
+                      r'<td class="calls">(\d+)</td><td class="self">([\d.]+)</td><td class="total">([\d.]+)</td>', dom)
+    funcs = rendered["tree"]["functions"]
+    assert len(rows) == len(funcs) > 0
+    import html as _html
+    want = {(f["name"], f"{f['file']}:{f['line']}"): (f["calls"], f"{f['self_ns'] / 1e6:.3f}",
+                                                      f"{f['total_ns'] / 1e6:.3f}") for f in funcs}
+    got = {(_html.unescape(n), _html.unescape(w)): (int(c), s, t) for n, w, c, s, t in rows}
+    assert got == want
+    fib = next(v for k, v in got.items() if k[0] == "fib")
+    assert fib[0] == 485
+    # sorted by self time, descending
+    selfs = [float(r[3]) for r in rows]
+    assert selfs == sorted(selfs, reverse=True)
+    # the icicle: a frame per visible node, named, with its figures in the tooltip
+    assert 'title="fib (' in dom
+    assert dom.count('class="fr"') > 10
+    assert "Hot loops" in dom and 'class="loop"' in dom
+    # the screenshot: a PNG of the window's size
+    shot = tmp_path / "page.png"
+    p = _browser(["--window-size=1200,900", f"--screenshot={shot}"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 900
+    assert len(data) > 20000  # not a blank page
+
+
+# ---- the ways to ask for them ------------------------------------------------------------------------
+
+def test_several_outputs_from_one_run(rendered, tmp_path):
+    """python -m ocular -o A -o B ...: recorded once, rendered into each, the recording removed."""
+    outs = [tmp_path / "run.pstats", tmp_path / "run.folded", tmp_path / "run.json", tmp_path / "run.speedscope.json"]
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "--no-report",
+                        *[a for o in outs for a in ("-o", str(o))], str(rendered["prog"])], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path)) == sorted(o.name for o in outs)  # no recording left behind
+    assert pstats.Stats(str(outs[0])).stats
+    assert _folded(outs[1])
+    assert json.loads(outs[2].read_text())["traceEvents"]
+    _check_speedscope(json.loads(outs[3].read_text()))
+    fib = [v for k, v in pstats.Stats(str(outs[0])).stats.items() if k[2] == "fib"]
+    assert fib[0][:2] == (5, 485)
+
+
+def test_start_tracing_writes_a_profile_at_stop(tmp_path):
+    out = tmp_path / "t.prof"
+    code = f"""
+        import ocular
+        def f(n):
+            return 1 if n < 1 else f(n - 1) + 1
+        with ocular.tracing(output={str(out)!r}, deinstrument_threshold=0, report=False) as t:
+            for _ in range(3):
+                f(4)
+        """
+    p = subprocess.run([*python_cmd(), "-c", __import__("textwrap").dedent(code)], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    st = pstats.Stats(str(out)).stats
+    f = next(v for k, v in st.items() if k[2] == "f")
+    assert f[:2] == (3, 15)  # 3 primitive calls, 15 in all
+    assert sorted(os.listdir(tmp_path)) == ["t.prof"]
+
+
+def test_profile_suffixes_and_format_names(tmp_path):
+    code = """
+        import ocular
+        from ocular import _formats
+        for name, fmt in [("a.pstats", "pstats"), ("a.PROF", "pstats"), ("a.folded", "folded"),
+                          ("a.collapsed", "folded"), ("a.speedscope.json", "speedscope"), ("a.json", "json"),
+                          ("a.gecko.json", "gecko"), ("a.pb.gz", "pprof"), ("a.pprof", "pprof"), ("a.pb", "perfetto"),
+                          ("a.html", "html"), ("a.ocular", "recording")]:
+            assert ocular._format_for(name, None) == fmt, name
+        assert _formats.split_suffix("x/a.speedscope.json") == ("x/a", ".speedscope.json")
+        assert _formats.split_suffix("a.pb.gz") == ("a", ".pb.gz")
+        assert _formats.split_suffix("a.txt") == ("a", ".txt")
+        print("ok")
+        """
+    p = subprocess.run([*python_cmd(), "-c", __import__("textwrap").dedent(code)], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and "ok" in p.stdout, p.stderr
