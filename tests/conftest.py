@@ -181,3 +181,26 @@ def names(events, ph="B"):
 @pytest.fixture
 def trace_path(tmp_path):
     return str(tmp_path / "trace.json")
+
+
+def run_on_pty(cmd, cwd, env, timeout=120):
+    """Run cmd with its stderr on a pseudo-terminal; returns (exit status, what it wrote there)."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        return p.wait(timeout=timeout), out.decode(errors="replace")
+    finally:
+        os.close(master)

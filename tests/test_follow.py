@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from conftest import SRC, check_balanced, load_trace, python_cmd
+from conftest import run_on_pty, SRC, check_balanced, load_trace, python_cmd
 
 # The traced program: a pool of the given start method, a subprocess, an os.fork child; it prints what
 # it sees of itself and exits 3.
@@ -323,32 +323,14 @@ def test_fork_warning_is_not_ours(tmp_path):
 
 def test_merge_progress_on_a_terminal_only(tmp_path):
     """A large merge redraws a progress line on a terminal; piped, stderr only gets the summary."""
-    import pty
-
     big = traced(tmp_path, "big.json", "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(22)")
     assert big.stat().st_size > 8 << 20
     e = dict(os.environ, PYTHONPATH=SRC)
     cmd = [*python_cmd(), "-m", "ocular", "merge", "big.json", "-o", "m.json"]
     piped = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "%" not in piped.stderr and "merged 1 trace" in piped.stderr
-    master, slave = pty.openpty()
-    try:
-        p = subprocess.Popen(cmd, cwd=tmp_path, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=slave)
-        os.close(slave)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        assert p.wait(timeout=120) == 0
-    finally:
-        os.close(master)
-    text = out.decode()
+    rc, text = run_on_pty(cmd, tmp_path, e)
+    assert rc == 0, text
     assert "\rocular: merging 1 traces: " in text and "% (" in text and "merged 1 trace" in text, text
 
 

@@ -314,7 +314,12 @@ def test_settrace_and_setprofile_users(tmp_path):
     traced_out = run([path], tmp_path, True)
     assert plain and ("('trace', 'line', 'leaf'), " in plain[0]), plain
     assert "('profile', 'call', 'leaf'), 350)" in plain[0], plain
-    assert [ln for ln in traced_out.splitlines() if ln.startswith("SEEN")] == plain
+    seen = [ln for ln in traced_out.splitlines() if ln.startswith("SEEN")]
+    # One difference is CPython's, not Ocular's: where any tool monitors CALL (Ocular records C functions),
+    # C_RETURN is delivered for that call site, so the legacy profiler that `sys.setprofile(None)` removes
+    # still gets that call's c_return (a no-op tool with CALL events does the same).
+    quirk = "(('profile', 'c_return', 'hooked'), 1), "
+    assert [ln.replace(quirk, "") for ln in seen] == plain
     check_trace_threads(tmp_path)
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import SRC, check_balanced, load_trace, python_cmd, run_py
+from conftest import run_on_pty, SRC, check_balanced, load_trace, python_cmd, run_py
 
 WORKLOAD = """
 import threading
@@ -271,29 +271,11 @@ def test_convert_errors_are_clear(tmp_path):
 def test_render_progress_on_a_terminal_only(tmp_path):
     """Rendering at stop shows a progress line on a terminal (here at once: the test hook lowers the
     one-second delay); piped, nothing but the summary."""
-    import pty
-
     e = dict(os.environ, PYTHONPATH=SRC, OCULAR_TEST_PROGRESS_AFTER_MS="0")
     cmd = [*python_cmd(), "-m", "ocular", "--threshold", "0", "-o", "t.json", "-c",
            "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(18)"]
     piped = subprocess.run(cmd, cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "rendering" not in piped.stderr and "trace written" in piped.stderr
-    master, slave = pty.openpty()
-    try:
-        p = subprocess.Popen(cmd, cwd=tmp_path, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=slave)
-        os.close(slave)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        assert p.wait(timeout=120) == 0
-    finally:
-        os.close(master)
-    text = out.decode(errors="replace")
+    rc, text = run_on_pty(cmd, tmp_path, e)
+    assert rc == 0, text
     assert "\rocular: rendering " in text and "100%" in text, text

@@ -548,6 +548,13 @@ def _stop():
                 _install(tmp, out)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
+            if _report_tree and s["report"] in (True, "text"):
+                try:
+                    from ._formats._tree import tree_text
+
+                    _print_err("\nCall tree\n" + tree_text(rec))
+                except Exception as exc:
+                    _print_err(f"ocular: could not build the call tree: {exc!r}")
         if figures["internal_error"]:
             raise RuntimeError(f"ocular: internal error during tracing: {figures['internal_error']} "
                                f"(the trace was saved to {out!r})")
@@ -559,6 +566,7 @@ def _stop():
 
 _report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
 _report_file = None  # where the CLI's --report FILE puts it instead of stderr
+_report_tree = False  # the CLI's --tree: the call tree after the report
 
 
 def _make_report(s, clock, with_code):

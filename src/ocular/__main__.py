@@ -124,6 +124,9 @@ def build_parser():
     p.add_argument("--all", action="store_true", dest="all_code",
                    help="rank every function and loop in the report; by default the standard library, frozen "
                         "importlib, site-packages and Ocular are folded into one line each")
+    p.add_argument("--tree", action="store_true",
+                   help="also print the call tree: per thread, total and self time and calls per node, children by "
+                        "total time, nodes under 1%% of the thread left out")
     p.add_argument("--report", metavar="FILE", default=None, dest="report_file",
                    help="write the report to FILE instead of stderr")
     p.add_argument("--version", action="version", version=f"ocular {_version()}")
@@ -366,6 +369,7 @@ def main(argv=None):
     if not 0 <= ns.loops <= 1000:
         parser.error("argument --loops: must be from 0 to 1000")
     ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
+    ocular._report_tree = ns.tree
     if ns.report_file:
         ocular._report_file = os.path.abspath(ns.report_file)
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan

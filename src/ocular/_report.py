@@ -89,9 +89,15 @@ _STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdl
 _STDLIB_RE = re.compile(r"[/\\]lib[/\\]python3\.\d+t?[/\\]")  # another machine's standard library
 
 
+C_FUNCTIONS = "C functions"
+
+
 def category(path):
-    """Where a file belongs: "your code", "standard library", "frozen importlib", "site-packages" or
-    "ocular" (by its path: the report ranks the user's own code and folds the others into one line each)."""
+    """Where a file belongs: "your code", "C functions" (file "~", as cProfile names them), "standard
+    library", "frozen importlib", "site-packages" or "ocular" (by its path: the report ranks the user's own
+    code, then the C functions, and folds the others into one line each)."""
+    if path == "~":
+        return C_FUNCTIONS
     if path.startswith("<frozen "):
         return "frozen importlib"
     if path.startswith(_OCULAR_DIR):
@@ -377,6 +383,14 @@ class Report:
         elif len(mine) > top:
             out.append(f"        ... {len(mine) - top} more (--top N shows more)")
         if not all_code:
+            cfuncs = [f for f in rows if f["category"] == C_FUNCTIONS]
+            for f in cfuncs[:max(top // 3, 5)]:
+                line = (f"{f['calls']:>8}{'*' if f['sample'] else ' '} {_fmt_ns(f['self_ns']):>9} "
+                        f"{_fmt_ns(f['total_ns']):>9} {_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  "
+                        f"{f['name']}  [C function]")
+                out.append(line[:width])
+            if len(cfuncs) > max(top // 3, 5):
+                out.append(f"        ... {len(cfuncs) - max(top // 3, 5)} more C functions (--all shows them)")
             for cat in FOLDED:
                 fs = [f for f in rows if f["category"] == cat]
                 if fs:

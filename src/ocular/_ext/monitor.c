@@ -228,6 +228,23 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     RETURN_NONE;
 }
 
+static inline int is_cfunc(PyObject *callable) {
+    return PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type);
+}
+
+/* one K_CCALL or K_CRETURN record of a C function */
+static inline void record_cfunc(PyObject *callable, uint32_t kind) {
+    uint32_t id = oc_cfunc_id(callable);
+    if (UNLIKELY(id == UINT32_MAX))
+        return;
+    oc_rec *r = reserve();
+    if (LIKELY(r != NULL)) {
+        r->ts = oc_now();
+        r->code_id = id;
+        r->info = OC_INFO(kind, frame_depth());
+    }
+}
+
 /* CALL: (code, offset, callable, arg0).  Only C functions are recorded (a Python callee has its own
  * PY_START): a call site whose callable is anything else answers DISABLE at once, and a C call site
  * after `threshold` hits, like a jump. */
@@ -241,7 +258,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
     PyObject *callable = args[2];
-    if (!PyCFunction_Check(callable) && !Py_IS_TYPE(callable, &PyMethodDescr_Type))
+    if (!is_cfunc(callable))
         RETURN_DISABLE;
     uint32_t off = small_int(args[1]) >> 1;
     if (S.threshold) {
@@ -258,15 +275,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
             RETURN_DISABLE;
         }
     }
-    uint32_t id = oc_cfunc_id(callable);
-    if (UNLIKELY(id == UINT32_MAX))
-        RETURN_NONE;
-    oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = id;
-        r->info = OC_INFO(K_CCALL, frame_depth());
-    }
+    record_cfunc(callable, K_CCALL);
     RETURN_NONE;
 }
 
@@ -279,18 +288,8 @@ static PyObject *cb_creturn(PyObject *self, PyObject *const *args, size_t nargsf
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex || (ex->flags & CF_EXCLUDED)))
         RETURN_NONE;
-    PyObject *callable = args[2];
-    if (!PyCFunction_Check(callable) && !Py_IS_TYPE(callable, &PyMethodDescr_Type))
-        RETURN_NONE;
-    uint32_t id = oc_cfunc_id(callable);
-    if (UNLIKELY(id == UINT32_MAX))
-        RETURN_NONE;
-    oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = id;
-        r->info = OC_INFO(K_CRETURN, frame_depth());
-    }
+    if (is_cfunc(args[2]))
+        record_cfunc(args[2], K_CRETURN);
     RETURN_NONE;
 }
 
