@@ -130,7 +130,7 @@ test-valgrind: build
 # test-stdlib: CPython's own test modules, untraced and then under `python -m ocular` in both modes: same
 # exit status, same regrtest summary, valid trace (tests/stdlib_compare.py); the modules that differ under
 # any sys.monitoring tool are compared with a no-op tool instead (docs/stdlib-differences.md).
-# STDLIB_SET=ci: 36 of the 62 modules, without the longest (what .ci/run uses on every interpreter).
+# STDLIB_SET=ci: 36 of the 63 modules, without the longest (what .ci/run uses on every interpreter).
 STDLIB_SET ?= full
 test-stdlib: build
 	@for v in $(filter $(STDLIB_VERSIONS),$(VERSIONS)); do \
