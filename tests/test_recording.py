@@ -279,3 +279,24 @@ def test_render_progress_on_a_terminal_only(tmp_path):
     rc, text = run_on_pty(cmd, tmp_path, e)
     assert rc == 0, text
     assert "\rocular: rendering " in text and "100%" in text, text
+
+
+def test_tracing_keeps_no_code_object_alive(tmp_path):
+    """Issue 16: a code object that the program drops dies while tracing goes on (the code table holds a
+    weak reference), and its calls are still in the trace, named from the recording."""
+    p = run_py("""
+        import gc, sys, weakref, ocular
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        ns = {}
+        exec("def generated(x):\\n    return x + 1\\n", ns)
+        ns["generated"](1)
+        ref = weakref.ref(ns["generated"].__code__)
+        del ns
+        gc.collect()
+        alive_during = ref() is not None
+        ocular.stop_tracing()
+        print(alive_during)
+    """, str(tmp_path / "t.json"))
+    assert p.stdout.split()[-1] == "False"
+    names = [e["name"] for e in load_trace(tmp_path / "t.json")["traceEvents"] if e["ph"] == "B"]
+    assert "generated" in names
