@@ -202,3 +202,26 @@ def test_the_loop_header_is_not_charged_with_the_way_into_the_loop(tmp_path):
     (lp,) = [lp for lp in rep["loops"] if lp["function"] == "primes"]
     header = next(r for r in lp["rows"] if r["base"] == "FOR_ITER")
     assert header["cycles"] is not None and header["cycles"] < lp["cycles_per_iteration"], (header, lp)
+
+
+def test_a_callers_self_time_names_its_deinstrumented_callees(tmp_path):
+    """After the threshold a callee's calls are no longer measured and land in its caller's self time: the
+    report says so, naming the callee, instead of passing it off as the caller's own work."""
+    (tmp_path / "m.py").write_text(textwrap.dedent("""
+        def child():
+            return sum(range(50))
+        def main():
+            for _ in range(2000):
+                child()
+        main()
+    """))
+    p = cli(["--threshold", "100", "--report-json", "-o", "t.json", "m.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
+    f = {r["name"]: r for r in rep["functions"]}
+    assert f["child"]["deinstrumented"] and f["main"]["untraced_callees"] == ["child"]
+    p = cli(["--threshold", "100", "-o", "t.json", "m.py"], tmp_path)
+    assert "main's self time also holds the unmeasured calls it made to child" in p.stderr
+    p = cli(["--threshold", "0", "--report-json", "-o", "t.json", "m.py"], tmp_path)
+    rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
+    assert all(not r["untraced_callees"] for r in rep["functions"])  # nothing de-instrumented: nothing said

@@ -195,6 +195,7 @@ class Report:
                 "min_ns": f["min"] * ns,
                 "max_ns": f["max"] * ns,
                 "deinstrumented": f["deinstrumented"],
+                "untraced_callees": list(f.get("untraced_callees", ())),
                 "sample": sample,
                 "truncated": f["truncated"],
             })
@@ -381,6 +382,11 @@ class Report:
             line = (f"{f['calls']:>8}{star} {_fmt_ns(f['self_ns']):>9} {_fmt_ns(f['total_ns']):>9} "
                     f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
             out.append(line[:width])
+        shares = [f for f in mine[:top] if f["untraced_callees"]]
+        for f in shares[:5]:
+            names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
+            out.append(f"        ^ {f['name']}'s self time also holds the unmeasured calls it made to {names} "
+                       f"after {'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented"[:width])
         if not mine:
             out.append("        (no function of your own code was recorded)")
         elif len(mine) > top:

@@ -381,6 +381,7 @@ void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
+void oc_stats_deinst_callee(uint32_t caller, uint32_t callee); /* caller's self holds callee's later calls */
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);

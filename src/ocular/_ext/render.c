@@ -168,6 +168,9 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
         /* total time counts each recursion tree once: a counted activation adds what its counted
          * same-code descendants did not already add; an uncounted one passes theirs down */
         oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
+        if (f->code_id < R.ncodes && UNLIKELY(R.codes[f->code_id].flags & CF_START_DISABLED) && t->n > 0 &&
+            f->is_call)
+            oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
         if (same)
             same->same += counted ? incl : f->same;
         if (t->n > 0)

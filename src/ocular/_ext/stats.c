@@ -33,6 +33,9 @@ typedef struct {
     uint32_t nunits;            /* of the code, once unit_cycles is allocated */
     loop_stat *loops;
     uint32_t nloops, caploops;
+    uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
+                                   this function's self time, unmeasured */
+    uint32_t ncallees, capcallees;
 } code_stat;
 
 static code_stat *cs;
@@ -48,6 +51,7 @@ void oc_stats_reset(void) {
         free(cs[i].unit_count);
         free(cs[i].block_end);
         free(cs[i].loops);
+        free(cs[i].callees_deinst);
     }
     free(cs);
     cs = NULL;
@@ -99,6 +103,26 @@ void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint
         c->min = incl;
     if (incl > c->max)
         c->max = incl;
+}
+
+void oc_stats_deinst_callee(uint32_t caller, uint32_t callee) {
+    code_stat *c = get(caller);
+    if (!c)
+        return;
+    for (uint32_t i = 0; i < c->ncallees; i++)
+        if (c->callees_deinst[i] == callee)
+            return;
+    if (c->ncallees == c->capcallees) {
+        uint32_t cap = c->capcallees ? c->capcallees * 2 : 4;
+        uint32_t *n = realloc(c->callees_deinst, cap * sizeof *n);
+        if (!n) {
+            failed = 1;
+            return;
+        }
+        c->callees_deinst = n;
+        c->capcallees = cap;
+    }
+    c->callees_deinst[c->ncallees++] = callee;
 }
 
 static int units(code_stat *c, uint32_t id) {
@@ -282,6 +306,20 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                 }
             }
         }
+        PyObject *untraced = PyList_New(0);
+        for (uint32_t i = 0; untraced && i < c->ncallees; i++) {
+            oc_codeent *ce = oc_rcode(c->callees_deinst[i]);
+            PyObject *nm = PyUnicode_DecodeUTF8(ce->qualname_raw ? ce->qualname_raw : "?",
+                                                (Py_ssize_t)strlen(ce->qualname_raw ? ce->qualname_raw : "?"), "replace");
+            if (!nm || PyList_Append(untraced, nm) < 0)
+                Py_CLEAR(untraced);
+            Py_XDECREF(nm);
+        }
+        if (!untraced) {
+            Py_DECREF(loops);
+            Py_DECREF(unitd);
+            goto fail;
+        }
         PyObject *code_obj = with_code_objects && id < S.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
         PyObject *bytecode = Py_NewRef(Py_None), *lines = Py_NewRef(Py_None);
         if (!code_obj) {
@@ -292,6 +330,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                 if (!bytecode || !lines) {
                     Py_XDECREF(bytecode);
                     Py_XDECREF(lines);
+                    Py_DECREF(untraced);
                     Py_DECREF(code_obj);
                     Py_DECREF(loops);
                     Py_DECREF(unitd);
@@ -300,7 +339,8 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             }
         }
         PyObject *d = Py_BuildValue(
-            "{s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}", "code", code_obj,
+            "{s:N,s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}",
+            "untraced_callees", untraced, "code", code_obj,
             "bytecode", bytecode, "lines", lines,
             "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
             "file", PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
