@@ -428,8 +428,9 @@ def test_remote_debugging_disabled_in_attacher(needs_attach, targets):
 
 
 def test_ocular_not_importable_in_target(needs_attach, targets, tmp_path):
-    # -I: neither PYTHONPATH nor the script's directory on sys.path, so no `ocular`
-    t = targets(args=("-I",))
+    # -I: neither PYTHONPATH nor the script's directory on sys.path; -S: nor site-packages (make
+    # test-installed installs Ocular there), so no `ocular`
+    t = targets(args=("-I", "-S"))
     out = tmp_path / "none.json"
     refused(attach(t.pid, "--duration", "1", "-o", out), f"Ocular is not importable in process {t.pid}",
             "(started with -I", "No module named 'ocular'")
