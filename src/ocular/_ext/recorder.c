@@ -45,7 +45,13 @@ int oc_recorder_errno(void) { return RC.out.err; }
 static inline void put_u32(oc_out *o, uint32_t v) { oc_out_write(o, (const char *)&v, 4); }
 static inline void put_u64(oc_out *o, uint64_t v) { oc_out_write(o, (const char *)&v, 8); }
 
+/* Every block starts at a multiple of 8 bytes (records are read in place, 8-byte aligned): zeros pad
+ * the previous block's payload. */
 static void block(oc_out *o, uint32_t type, uint32_t len) {
+    static const char zeros[8];
+    size_t pos = (size_t)(o->total + o->len);
+    if (pos & 7)
+        oc_out_write(o, zeros, 8 - (pos & 7));
     put_u32(o, type);
     put_u32(o, len);
 }

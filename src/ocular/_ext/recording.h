@@ -3,7 +3,8 @@
  * another process (`python -m ocular convert`).  docs/recording.md describes the same layout in prose.
  *
  * A recording is a sequence of blocks, each an 8-byte header {u32 type, u32 length} followed by
- * `length` payload bytes; all integers little-endian, fixed width.  The first block is OC_BLK_HEADER.
+ * `length` payload bytes, then zeros up to the next multiple of 8 bytes (every block starts 8-byte
+ * aligned, so records are read in place); all integers little-endian, fixed width.  The first block is OC_BLK_HEADER.
  * A renderer skips block types it does not know, so new block types need no version change; a change
  * to an existing payload bumps OC_REC_VERSION.  A recording that ends without OC_BLK_END was cut short
  * (the process was killed): every complete block before the cut is still valid.
@@ -14,7 +15,7 @@
 #include <stdint.h>
 
 #define OC_REC_MAGIC "OCULARRC"  /* the HEADER block's payload starts with these 8 bytes */
-#define OC_REC_VERSION 1
+#define OC_REC_VERSION 2
 
 enum oc_block {
     /* magic[8], u32 version, u32 flags (OC_REC_F_*), u32 threshold, u32 pid, u64 tsc0, u64 mono0_ns,

@@ -740,6 +740,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             break; /* a newer block type: skip it */
         }
         off += OC_BLK_HDR + len;
+        off = (off + 7) & ~(size_t)7; /* blocks start at multiples of 8 */
     }
     if (!have_header)
         BAD("not an Ocular recording (empty or no header block)");
