@@ -1,12 +1,14 @@
 """A sys.monitoring tool that does nothing, to show what any tool changes in a program (CPython's own tests):
 
-    python tests/noop_tool.py [--mode adaptive|precise] [--threshold N] [--tool-id ID] -m MODULE [args...]
+    python tests/noop_tool.py [--mode adaptive|precise] [--threshold N] [--tool-id ID] [--no-c-functions]
+                              -m MODULE [args...]
     python tests/noop_tool.py --mode precise -m test test_opcache     # e.g.
 
 It takes tool id ID (default: the first free of 2, 3, 4, 5, 1, 0; stdlib_compare.py passes the id Ocular
 takes by default, which some tests see), asks for the events Ocular asks for in
 MODE (PY_START, PY_RESUME, PY_THROW, PY_RETURN, PY_YIELD, PY_UNWIND, JUMP, BRANCH -- BRANCH_LEFT/RIGHT on
-3.14+ -- and INSTRUCTION in precise mode) with callbacks that record nothing, and, like Ocular's
+3.14+ -- INSTRUCTION in precise mode, and CALL, C_RETURN, C_RAISE unless --no-c-functions, as Ocular's
+C-function slices, on by default) with callbacks that record nothing, and, like Ocular's
 threshold, answers DISABLE at a location's N-th hit (default 500; 0 = never).  Then it runs MODULE as
 ``python -m MODULE`` would and exits with its status.  Nothing of Ocular is imported.
 
@@ -23,6 +25,7 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive")
 ap.add_argument("--threshold", type=int, default=500)
 ap.add_argument("--tool-id", type=int, default=None)
+ap.add_argument("--no-c-functions", action="store_false", dest="c_functions")
 ap.add_argument("-m", dest="module", required=True)
 argv = sys.argv[1:]
 cut = argv.index("-m") + 2 if "-m" in argv else len(argv)  # what follows the module is the module's
@@ -34,8 +37,9 @@ E = mon.events
 names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
 names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(E, "BRANCH_LEFT") else ["BRANCH"]
 names += ["INSTRUCTION"] if ns.mode == "precise" else []
+names += ["CALL", "C_RETURN", "C_RAISE"] if ns.c_functions else []
 LOCAL = {"PY_START", "PY_RESUME", "PY_RETURN", "PY_YIELD", "JUMP", "BRANCH", "BRANCH_LEFT", "BRANCH_RIGHT",
-         "INSTRUCTION"}  # the events DISABLE works for
+         "INSTRUCTION", "CALL"}  # the events DISABLE works for
 hits = {}
 limit = ns.threshold
 
