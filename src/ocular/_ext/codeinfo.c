@@ -324,34 +324,42 @@ static int cf_grow(void) {
     return 0;
 }
 
-/* cProfile's names: "<built-in method builtins.len>", "<method 'append' of 'list' objects>" */
-static PyObject *cfunc_name(PyObject *callable, PyMethodDef *ml) {
+/* cProfile's names: "<built-in method builtins.len>", "<method 'append' of 'list' objects>".  Built
+ * with snprintf from C strings, so it cannot fail on an odd object (a module name that is not a str). */
+static void cfunc_name(PyObject *callable, PyMethodDef *ml, char *buf, size_t cap) {
+    const char *name = ml && ml->ml_name ? ml->ml_name : "?";
     if (PyCFunction_Check(callable)) {
         PyObject *self = PyCFunction_GET_SELF(callable);
-        if (self && !PyModule_Check(self))
-            return PyUnicode_FromFormat("<method '%s' of '%s' objects>", ml->ml_name, Py_TYPE(self)->tp_name);
+        if (self && !PyModule_Check(self)) {
+            snprintf(buf, cap, "<method '%s' of '%s' objects>", name, Py_TYPE(self)->tp_name);
+            return;
+        }
         PyObject *mod = ((PyCFunctionObject *)callable)->m_module;
-        if (mod && PyUnicode_Check(mod))
-            return PyUnicode_FromFormat("<built-in method %U.%s>", mod, ml->ml_name);
-        return PyUnicode_FromFormat("<built-in method %s>", ml->ml_name);
+        const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+        if (!m)
+            PyErr_Clear();
+        if (m)
+            snprintf(buf, cap, "<built-in method %s.%s>", m, name);
+        else
+            snprintf(buf, cap, "<built-in method %s>", name);
+        return;
     }
     PyTypeObject *t = PyDescr_TYPE(callable);
-    return PyUnicode_FromFormat("<method '%s' of '%s' objects>", ml->ml_name, t ? t->tp_name : "?");
+    snprintf(buf, cap, "<method '%s' of '%s' objects>", name, t && t->tp_name ? t->tp_name : "?");
 }
 
 static uint32_t cfunc_register(PyObject *callable, PyMethodDef *ml) {
     if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE || ((CF.n + 1) * 2 > CF.cap && cf_grow() < 0))
         return UINT32_MAX;
     PyObject *exc = PyErr_GetRaisedException();
-    PyObject *name = cfunc_name(callable, ml);
-    PyObject *u = name ? PyUnicode_AsEncodedString(name, "utf-8", "backslashreplace") : NULL;
-    Py_XDECREF(name);
+    char name[512];
+    cfunc_name(callable, ml, name, sizeof name);
     uint32_t id = UINT32_MAX;
     uint32_t page = S.ncodes >> OC_PAGE_BITS;
-    if (u && (S.pages[page] || (S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent))))) {
+    if (S.pages[page] || (S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent)))) {
         id = S.ncodes;
         oc_codeent *e = oc_code_entry(id);
-        e->qualname_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+        e->qualname_raw = oc_dup_raw(name, (Py_ssize_t)strlen(name));
         e->filename_raw = oc_dup_raw("~", 1);
         if (!e->qualname_raw || !e->filename_raw) {
             free(e->qualname_raw);
@@ -368,7 +376,6 @@ static uint32_t cfunc_register(PyObject *callable, PyMethodDef *ml) {
             CF.n++;
         }
     }
-    Py_XDECREF(u);
     PyErr_Clear();
     PyErr_SetRaisedException(exc);
     if (id == UINT32_MAX)
