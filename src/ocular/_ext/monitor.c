@@ -184,6 +184,30 @@ static PyObject *cb_unwind(PyObject *self, PyObject *const *args, size_t nargsf,
     return on_leave(args, K_UNWIND);
 }
 
+/* The per-site threshold shared by jumps, instructions and C calls (which: 0, 1, 2 as in
+ * oc_code_counters): SITE_RECORD, SITE_DISABLE after `threshold` hits (the site answers DISABLE), or
+ * SITE_SKIP when its counters cannot be allocated (nothing recorded, the failure reported at stop). */
+enum { SITE_RECORD, SITE_DISABLE, SITE_SKIP };
+static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit) {
+    static const char *const oom[] = {"out of memory for jump counters", "out of memory for instruction counters",
+                                      "out of memory for call counters"};
+    if (!S.threshold)
+        return SITE_RECORD;
+    uint32_t *hits = which == 2 ? ex->call_hits : which ? ex->insn_hits : ex->edge_hits;
+    if (UNLIKELY(!hits)) {
+        hits = oc_code_counters(ex, which);
+        if (!hits) {
+            oc_internal_error(oom[which]);
+            return SITE_SKIP;
+        }
+    }
+    if (LIKELY(unit < ex->nunits) && UNLIKELY(++hits[unit] > S.threshold)) {
+        ex->sites_disabled = 1;
+        return SITE_DISABLE;
+    }
+    return SITE_RECORD;
+}
+
 /* JUMP and BRANCH: (code, offset, destination) */
 static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
     (void)self, (void)kw;
@@ -195,19 +219,11 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
     uint32_t src = small_int(args[1]) >> 1, dest = small_int(args[2]) >> 1;
-    if (S.threshold) {
-        uint32_t *hits = ex->edge_hits;
-        if (UNLIKELY(!hits)) {
-            hits = oc_code_counters(ex, 0);
-            if (!hits) {
-                oc_internal_error("out of memory for jump counters");
-                RETURN_NONE;
-            }
-        }
-        if (LIKELY(src < ex->nunits) && UNLIKELY(++hits[src] > S.threshold)) {
-            ex->sites_disabled = 1;
+    int verdict = site_verdict(ex, 0, src);
+    if (UNLIKELY(verdict != SITE_RECORD)) {
+        if (verdict == SITE_DISABLE)
             RETURN_DISABLE;
-        }
+        RETURN_NONE;
     }
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
@@ -261,19 +277,11 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (!is_cfunc(callable))
         RETURN_DISABLE;
     uint32_t off = small_int(args[1]) >> 1;
-    if (S.threshold) {
-        uint32_t *hits = ex->call_hits;
-        if (UNLIKELY(!hits)) {
-            hits = oc_code_counters(ex, 2);
-            if (!hits) {
-                oc_internal_error("out of memory for call counters");
-                RETURN_NONE;
-            }
-        }
-        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold)) {
-            ex->sites_disabled = 1;
+    int verdict = site_verdict(ex, 2, off);
+    if (UNLIKELY(verdict != SITE_RECORD)) {
+        if (verdict == SITE_DISABLE)
             RETURN_DISABLE;
-        }
+        RETURN_NONE;
     }
     record_cfunc(callable, K_CCALL);
     RETURN_NONE;
@@ -302,19 +310,11 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
     uint32_t off = small_int(args[1]) >> 1;
-    if (S.threshold) {
-        uint32_t *hits = ex->insn_hits;
-        if (UNLIKELY(!hits)) {
-            hits = oc_code_counters(ex, 1);
-            if (!hits) {
-                oc_internal_error("out of memory for instruction counters");
-                RETURN_NONE;
-            }
-        }
-        if (LIKELY(off < ex->nunits) && UNLIKELY(++hits[off] > S.threshold)) {
-            ex->sites_disabled = 1;
+    int verdict = site_verdict(ex, 1, off);
+    if (UNLIKELY(verdict != SITE_RECORD)) {
+        if (verdict == SITE_DISABLE)
             RETURN_DISABLE;
-        }
+        RETURN_NONE;
     }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
