@@ -65,7 +65,9 @@ class TraceResult(dict):
 
     Keys: ``output`` (final path, or None with ``perfetto=False``), ``events`` (records written),
     ``dropped``, ``bytes``, ``threads``, ``codes`` (code objects seen), ``clock``, ``ns_per_tick``,
-    ``mode``, ``tool_id``.
+    ``mode``, ``tool_id``; with a rendered output also ``live_events``: of ``events``, those rendered
+    while the program was still running (with a second CPU the first thread's part of a JSON or
+    ``.pftrace`` output is rendered as it is recorded; 0 if all was rendered at stop).
     """
 
     def __getattr__(self, name):
@@ -543,6 +545,7 @@ def _stop():
             result["bytes"] = rendered["bytes"]
             result["pauses"] = rendered["pauses"]
             result["events"] = rendered["events"]
+            result["live_events"] = rendered["live_events"]
             if out:  # saved before anything is printed: a closed stderr must not lose the trace
                 if rendered["write_errno"]:
                     _discard(tmp)

@@ -2,7 +2,7 @@
  * elsewhere, and the calibration of ticks to nanoseconds against CLOCK_MONOTONIC.
  *
  * Calibration never pauses the program: start_tracing samples (ticks, monotonic) once, and the writer
- * thread takes the second sample ~50 ms later (or at stop, if sooner).  The rate is then fixed for the
+ * thread takes the second sample ~20 ms later (or at stop, if sooner).  The rate is then fixed for the
  * session, so converted timestamps stay monotonic per thread.  A test mode replaces the counter with
  * one that advances by exactly one tick per read (deterministic reports in tests).
  */

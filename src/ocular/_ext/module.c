@@ -256,7 +256,8 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s", res.error);
         return NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O}", "events", (unsigned long long)res.events,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O}", "events", (unsigned long long)res.events,
+                         "live_events", (unsigned long long)res.live_events,
                          "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
                          "pauses", (unsigned long long)res.pauses, "complete", res.complete ? Py_True : Py_False,
                          "write_errno", res.write_errno, "pid", R.pid, "clock", R.clock, "ns_per_tick",

@@ -267,11 +267,13 @@ int oc_recorder_errno(void);
 int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as a recording; errno */
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"
+#define OC_RENDER_THREAD_NAME "ocular-render"
 int oc_only_helper_threads_left(void); /* recorder.c: no thread but those two is alive (fork children) */
 
 /* render.c: a recording -> stack reconstruction -> statistics and one sink */
 typedef struct {
     uint64_t events, bytes, dropped, pauses;
+    uint64_t live_events; /* of events, those rendered while the program was still recording */
     int complete;        /* the recording has its END block */
     int write_errno;     /* output write failure */
     char error[256];     /* a malformed or unreadable recording; empty if fine */
@@ -282,6 +284,11 @@ enum { OC_RENDER_NONE = -1 };
 int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
                    oc_render_result *res);
 void oc_render_release(void);            /* free what the last render kept for the report */
+/* Start rendering the recording being written to rec_path into out_path while it is recorded (with a
+ * second CPU; OCULAR_LIVE_RENDER=0 never, 1 even on one CPU); oc_render_file with the same arguments
+ * takes it over.  Nothing is reported if it cannot start: the render at stop does it all. */
+void oc_render_live_start(const char *rec_path, int format, const char *out_path, int loops);
+void oc_render_live_fork_child(void);    /* forget the parent's live render */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
  * sinks and statistics. */
@@ -375,13 +382,15 @@ static inline void oc_stats_gap(uint64_t delta) {
     }
 }
 uint64_t oc_stats_overhead(void);
-void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated);
+/* caller: the calling frame's code id, or UINT32_MAX */
+void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
+                    uint32_t caller);
 void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
-void oc_stats_deinst_callee(uint32_t caller, uint32_t callee); /* caller's self holds callee's later calls */
+void oc_stats_finish(void); /* after rendering: callers of de-instrumented callees (their self holds later calls) */
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);

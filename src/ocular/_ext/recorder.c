@@ -316,7 +316,8 @@ int oc_only_helper_threads_left(void) {
             continue;
         *close_paren = 0;
         const char *comm = open_paren + 1;
-        if (strcmp(comm, OC_USDT_THREAD_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0)
+        if (strcmp(comm, OC_USDT_THREAD_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0 &&
+            strcmp(comm, OC_RENDER_THREAD_NAME) != 0)
             others = 1;
     }
     closedir(d);
@@ -379,7 +380,7 @@ static void *recorder_main(void *arg) {
     pthread_mutex_lock(&S.lock);
     for (;;) {
         if (!S.calibrated) {
-            if (S.stopping || mono_now_ns() - RC.start_ns >= 50000000ull) {
+            if (S.stopping || mono_now_ns() - RC.start_ns >= 20000000ull) {
                 oc_clock_calibrate();
                 if (!S.ring_bytes)
                     write_calib(&RC.out);
@@ -494,6 +495,8 @@ int oc_recorder_start(void) {
         return -1;
     }
     S.writer_started = 1;
+    if (!S.ring_bytes && S.write_json && S.tmp_path && (S.format == OC_FORMAT_JSON || S.format == OC_FORMAT_PERFETTO))
+        oc_render_live_start(S.rec_path, S.format, S.tmp_path, S.loops);
     return 0;
 }
 
@@ -521,6 +524,7 @@ void oc_recorder_stop(uint64_t stop_ticks) {
 void oc_recorder_fork_child(void) {
     in_fork_child = 1;
     S.writer_started = 0;
+    oc_render_live_fork_child();
     if (S.rec_fd >= 0)
         close(S.rec_fd); /* our copy only; the parent keeps writing its own */
     S.rec_fd = -1;

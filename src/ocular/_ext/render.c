@@ -2,7 +2,8 @@
  * its records, feeding the statistics (stats.c) and one sink (Chrome JSON, Perfetto protobuf, or none).
  *
  * It runs after the program stopped recording (at stop_tracing(), or in another process by
- * `python -m ocular convert`), without the GIL and without the Python API.  The recording is mapped
+ * `python -m ocular convert`), without the GIL and without the Python API; with a second CPU it starts
+ * while the program records (see "rendering while recording" below) and finishes at stop.  The recording is mapped
  * read-only; a first pass indexes its blocks (code table, thread names, calibration, each thread's
  * chunks in order), then every thread's record stream is rendered on its own, start to end.
  *
@@ -26,6 +27,11 @@
 #include "recording.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +105,11 @@ static struct {
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
     int loops;               /* OC_LOOPS_*: what the trace shows of loops */
+    int have_header;         /* the header block was indexed */
+    int calibrated;          /* a calibration block was indexed: the clock's final mapping is known */
+    int live_failed;         /* rendering while recording met what it cannot render early (a pause) */
+    int anon;                /* the output is an unnamed file (O_TMPFILE), named when complete */
+    uint64_t live_events;    /* records rendered while the program was recording */
     int progress;
     uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
@@ -167,10 +178,8 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
         int counted = matched && t->n == keep;
         /* total time counts each recursion tree once: a counted activation adds what its counted
          * same-code descendants did not already add; an uncounted one passes theirs down */
-        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
-        if (f->code_id < R.ncodes && UNLIKELY(R.codes[f->code_id].flags & CF_START_DISABLED) && t->n > 0 &&
-            f->is_call)
-            oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
+        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
+                       t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
         if (same)
             same->same += counted ? incl : f->same;
         if (t->n > 0)
@@ -412,6 +421,10 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
             break;
         case K_PAUSE_END:
             /* the wait is its own slice, and not the running function's time */
+            if (UNLIKELY(W.pause_code == UINT32_MAX)) { /* rendering while recording: no pause code yet */
+                W.live_failed = 1;
+                return;
+            }
             if (t->pause_begin) {
                 uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
                 W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
@@ -598,15 +611,15 @@ static int grow_codes(uint32_t id) {
         return -1;                                                                                      \
     } while (0)
 
-static int index_recording(const uint8_t *base, size_t size, oc_render_result *res) {
-    size_t off = 0;
-    int have_header = 0;
+/* Index the complete blocks in [*offp, size); *offp moves past them (a block cut short waits for more). */
+static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_render_result *res) {
+    size_t off = *offp;
     while (off + OC_BLK_HDR <= size) {
         uint32_t type = rd32(base + off), len = rd32(base + off + 4);
         if ((uint64_t)len > size - off - OC_BLK_HDR)
             break; /* cut short: every complete block before it counts */
         const uint8_t *p = base + off + OC_BLK_HDR;
-        if (!have_header && type != OC_BLK_HEADER)
+        if (!W.have_header && type != OC_BLK_HEADER)
             BAD("not an Ocular recording (no header block)");
         switch (type) {
         case OC_BLK_HEADER: {
@@ -638,7 +651,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
             free(R.process_name);
             R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
             free(raw);
-            have_header = 1;
+            W.have_header = 1;
             break;
         }
         case OC_BLK_CODE: {
@@ -713,6 +726,7 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
                 R.tsc0 = rd64(p);
                 R.mono0_ns = rd64(p + 8);
                 memcpy(&R.ns_per_tick, p + 16, 8);
+                W.calibrated = 1;
             }
             break;
         case OC_BLK_CODESTATE:
@@ -741,9 +755,8 @@ static int index_recording(const uint8_t *base, size_t size, oc_render_result *r
         }
         off += OC_BLK_HDR + len;
         off = (off + 7) & ~(size_t)7; /* blocks start at multiples of 8 */
+        *offp = off;
     }
-    if (!have_header)
-        BAD("not an Ocular recording (empty or no header block)");
     return 0;
 }
 
@@ -757,51 +770,373 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL};
 
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
-                   oc_render_result *res) {
-    memset(res, 0, sizeof *res);
+/* ---- the driver ---- */
+
+static void reset_render(void) {
     free_render_state();
     free_meta();
     memset(&W, 0, sizeof W);
     W.out.fd = -1;
     oc_stats_reset();
-    int rc = -1;
-    size_t off = 0;
-    int fd = open(rec_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(res->error, sizeof res->error, "cannot open the recording: %s", strerror(errno));
+}
+
+/* same_top and insn_prefix cover every code id indexed so far (the code table grows while recording) */
+static int grow_code_arrays(void) {
+    if (W.ncodes_alloc >= R.ncodes)
+        return 0;
+    size_t n = (size_t)R.ncodes + 1, old = W.same_top ? (size_t)W.ncodes_alloc + 1 : 0;
+    uint32_t *st = realloc(W.same_top, n * sizeof *st);
+    if (!st)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        snprintf(res->error, sizeof res->error, "the recording is not a regular file");
+    W.same_top = st;
+    uint32_t **ip = realloc(W.insn_prefix, n * sizeof *ip);
+    if (!ip)
         return -1;
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-    close(fd);
-    if (map == MAP_FAILED) {
-        snprintf(res->error, sizeof res->error, size ? "cannot map the recording: %s" : "%s",
-                 size ? strerror(errno) : "the recording is empty");
-        return -1;
-    }
-    madvise(map, size, MADV_SEQUENTIAL);
-    if (index_recording(map, size, res) < 0)
-        goto out;
-    W.pause_code = R.ncodes;
-    if (grow_codes(W.pause_code) < 0 || !(R.codes[W.pause_code].qualname = strdup(OC_PAUSE_NAME)) ||
-        !(R.codes[W.pause_code].qualname_raw = strdup(OC_PAUSE_NAME)) ||
-        !(R.codes[W.pause_code].filename = strdup("<ocular>")) ||
-        !(R.codes[W.pause_code].filename_raw = strdup("<ocular>")))
-        BAD("out of memory");
+    W.insn_prefix = ip;
+    memset(st + old, 0, (n - old) * sizeof *st);
+    memset(ip + old, 0, (n - old) * sizeof *ip);
     W.ncodes_alloc = R.ncodes;
-    W.same_top = calloc((size_t)R.ncodes + 1, sizeof *W.same_top);
-    W.insn_prefix = calloc((size_t)R.ncodes + 1, sizeof *W.insn_prefix);
+    return 0;
+}
+
+static int open_output(int format, const char *out_path, int loops, oc_render_result *res) {
     W.out.cap = 1 << 20;
     W.out.buf = malloc(W.out.cap);
-    if (!W.same_top || !W.insn_prefix || !W.out.buf)
-        BAD("out of memory");
+    if (!W.out.buf) {
+        snprintf(res->error, sizeof res->error, "out of memory");
+        return -1;
+    }
+    W.loops = loops;
+    W.sink = format == OC_FORMAT_PERFETTO    ? &oc_sink_perfetto
+             : format == OC_FORMAT_JSON      ? &oc_sink_json
+             : format == OC_FORMAT_TREE      ? &oc_sink_tree
+             : format == OC_FORMAT_SPEEDSCOPE ? &oc_sink_speedscope
+                                              : &oc_sink_none;
+    if (out_path) {
+        /* A file with no name until it is complete (linked at the end): a process killed while
+         * rendering, or while rendering as it records, leaves no partial output behind. */
+        W.anon = 0;
+#ifdef O_TMPFILE
+        if (access("/proc/thread-self/fd", X_OK) == 0) { /* thread-self: /proc/self/fd is gone once the
+                                                        * main thread has exited (a thread-forked child) */
+            char dir[4096];
+            const char *slash = strrchr(out_path, '/');
+            size_t n = slash ? (size_t)(slash - out_path) : 0;
+            if (n < sizeof dir) {
+                if (!slash)
+                    strcpy(dir, ".");
+                else if (!n)
+                    strcpy(dir, "/");
+                else {
+                    memcpy(dir, out_path, n);
+                    dir[n] = 0;
+                }
+                W.out.fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+                W.anon = W.out.fd >= 0;
+            }
+        }
+#endif
+        if (W.out.fd < 0)
+            W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (W.out.fd < 0) {
+            snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
+            return -1;
+        }
+    }
+    W.sink->header(&W.out);
+    return 0;
+}
+
+/* The output is complete: give the unnamed file its name; errno on failure, else 0. */
+static int name_output(const char *out_path) {
+    if (!W.anon || W.out.fd < 0)
+        return 0;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", W.out.fd);
+    if (unlink(out_path) != 0 && errno != ENOENT)
+        return errno;
+    return linkat(AT_FDCWD, proc, AT_FDCWD, out_path, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
+}
+
+/* The recorded pauses are slices of a code id made up after every recorded one. */
+static int add_pause_code(void) {
+    W.pause_code = R.ncodes;
+    return grow_codes(W.pause_code) < 0 || !(R.codes[W.pause_code].qualname = strdup(OC_PAUSE_NAME)) ||
+                   !(R.codes[W.pause_code].qualname_raw = strdup(OC_PAUSE_NAME)) ||
+                   !(R.codes[W.pause_code].filename = strdup("<ocular>")) ||
+                   !(R.codes[W.pause_code].filename_raw = strdup("<ocular>"))
+               ? -1
+               : 0;
+}
+
+static inline void set_tid(uint32_t i) {
+    W.threads[i].tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
+}
+
+static void render_span(rthread *t, uint32_t s, int drop) {
+    process_recs(t, t->spans[s].recs, t->spans[s].n);
+    if (!drop)
+        return;
+    /* done with these pages: out of the resident set (a long recording is mapped whole) */
+    uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* ---- rendering while recording ----
+ * With a second CPU, a thread renders the first recorded thread's stream (threads are rendered in
+ * order, so it is the first one a render writes) as the recorder appends it, once the clock's
+ * calibration is in the recording; it runs at a lower priority than the program, reads the recording
+ * through a shared read-only mapping (reserved large, filled as the file grows), and never makes
+ * anyone wait.  At stop, oc_render_file takes its state over and renders the rest, so the output is
+ * the one a render from scratch makes.  What it cannot render early (a recorded pause, whose made-up
+ * code id comes after the whole code table) makes it give up: the render at stop starts over. */
+static struct {
+    int on;                  /* a live render was started and not yet taken over or discarded */
+    pthread_t thread;
+    int stop;                /* __atomic: asked to stop */
+    int failed, opened;
+    char *rec_path, *out_path;
+    int format, loops;
+    int fd;
+    uint8_t *map;
+    size_t reserve;
+    size_t off;              /* blocks indexed up to here */
+    size_t dropped;          /* mapped pages before this were given back */
+    uint32_t done;           /* spans of thread 0 rendered */
+    oc_render_result res;
+} L = {.fd = -1};
+
+static void live_step(void) {
+    struct stat st;
+    if (fstat(L.fd, &st) != 0 || (uint64_t)st.st_size > L.reserve) {
+        L.failed = 1;
+        return;
+    }
+    if (index_recording(L.map, (size_t)st.st_size, &L.off, &L.res) < 0) {
+        L.failed = 1;
+        return;
+    }
+    if (!W.have_header || !W.calibrated || !W.nthreads || !W.threads[0].nspans)
+        return;
+    if (grow_code_arrays() < 0) {
+        L.failed = 1;
+        return;
+    }
+    if (!L.opened) {
+        if (open_output(L.format, L.out_path, L.loops, &L.res) < 0) {
+            L.failed = 1;
+            return;
+        }
+        L.opened = 1;
+        W.pause_code = UINT32_MAX;
+        set_tid(0);
+    }
+    rthread *t = &W.threads[0];
+    while (L.done < t->nspans && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
+        render_span(t, L.done, 0);
+        if (W.live_failed) {
+            L.failed = 1;
+            return;
+        }
+        L.done++;
+    }
+    /* Out of the resident set in large steps: every madvise interrupts the program's CPU (a TLB
+     * shootdown), so not per chunk as after stop.  The pages stay in the file; nothing is lost. */
+    uintptr_t upto = L.done ? (uintptr_t)t->spans[L.done - 1].recs & ~(uintptr_t)4095 : 0;
+    if (upto >= (uintptr_t)L.map + L.dropped + (64u << 20)) {
+        madvise(L.map + L.dropped, upto - ((uintptr_t)L.map + L.dropped), MADV_DONTNEED);
+        L.dropped = upto - (uintptr_t)L.map;
+    }
+}
+
+static void *live_main(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
+    pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* the program comes first */
+    while (!__atomic_load_n(&L.stop, __ATOMIC_ACQUIRE)) {
+        live_step();
+        if (L.failed)
+            break;
+        struct timespec ts = {0, 5000000}; /* 5 ms: the recorder writes in 1 MiB pieces */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void live_join(void) {
+    if (L.on == 1) {
+        __atomic_store_n(&L.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(L.thread, NULL);
+        L.on = 2; /* joined, state kept */
+    }
+}
+
+static void live_free(void) {
+    if (L.map)
+        munmap(L.map, L.reserve);
+    if (L.fd >= 0)
+        close(L.fd);
+    free(L.rec_path);
+    free(L.out_path);
+    L.map = NULL;
+    L.fd = -1;
+    L.rec_path = L.out_path = NULL;
+    L.on = 0;
+}
+
+/* Stop a live render and forget it (its partial output is removed). */
+static void live_discard(void) {
+    if (!L.on)
+        return;
+    live_join();
+    if (L.opened) {
+        if (W.out.fd >= 0)
+            close(W.out.fd);
+        W.out.fd = -1;
+        free(W.out.buf);
+        W.out.buf = NULL;
+        if (L.out_path && !W.anon)
+            unlink(L.out_path);
+    }
+    live_free();
+    reset_render();
+}
+
+static int cpus_available(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+void oc_render_live_start(const char *rec_path, int format, const char *out_path, int loops) {
+    live_discard();
+    const char *env = getenv("OCULAR_LIVE_RENDER"); /* 0: never; 1: even on one CPU */
+    int want = env && *env ? strcmp(env, "0") != 0 : 1;
+    if (!want || !out_path || (cpus_available() < 2 && !(env && strcmp(env, "1") == 0)))
+        return;
+    L.fd = open(rec_path, O_RDONLY | O_CLOEXEC);
+    if (L.fd < 0)
+        return;
+    for (L.reserve = (size_t)1 << 38; L.reserve >= ((size_t)1 << 30); L.reserve >>= 2) {
+        void *m = mmap(NULL, L.reserve, PROT_READ, MAP_SHARED | MAP_NORESERVE, L.fd, 0);
+        if (m != MAP_FAILED) {
+            L.map = m;
+            break;
+        }
+    }
+    L.rec_path = strdup(rec_path);
+    L.out_path = strdup(out_path);
+    if (!L.map || !L.rec_path || !L.out_path) {
+        live_free();
+        return;
+    }
+    reset_render();
+    L.format = format;
+    L.loops = loops;
+    L.stop = 0;
+    L.failed = L.opened = 0;
+    L.off = L.dropped = 0;
+    L.done = 0;
+    memset(&L.res, 0, sizeof L.res);
+    if (pthread_create(&L.thread, NULL, live_main, NULL) != 0) {
+        live_free();
+        return;
+    }
+    L.on = 1;
+}
+
+/* In a fork child: the live thread does not exist here, and its state may be mid-update; forget it. */
+void oc_render_live_fork_child(void) {
+    if (!L.on)
+        return;
+    if (W.out.fd >= 0)
+        close(W.out.fd); /* the parent's output */
+    memset(&W, 0, sizeof W);
+    W.out.fd = -1;
+    memset(&R, 0, sizeof R);
+    oc_stats_abandon();
+    L.rec_path = L.out_path = NULL; /* a one-time leak: they may be in use */
+    live_free();
+}
+
+/* 1: the live render of this very output is taken over (joined; W and R hold its state). */
+static int live_takeover(const char *rec_path, int format, const char *out_path, int loops) {
+    if (!L.on)
+        return 0;
+    live_join();
+    if (L.failed || !L.opened || format != L.format || loops != L.loops || !out_path ||
+        strcmp(rec_path, L.rec_path) != 0 || strcmp(out_path, L.out_path) != 0) {
+        live_discard();
+        return 0;
+    }
+    return 1;
+}
+
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+                   oc_render_result *res) {
+    memset(res, 0, sizeof *res);
+    int cont = live_takeover(rec_path, format, out_path, loops);
+    int rc = -1;
+    size_t off = 0, size = 0;
+    const uint8_t *base = NULL;
+    void *map = MAP_FAILED;
+    uint32_t first0 = 0;
+    if (cont) {
+        struct stat st;
+        if (fstat(L.fd, &st) != 0 || (uint64_t)st.st_size > L.reserve) {
+            live_discard();
+            cont = 0;
+        } else {
+            base = L.map;
+            size = (size_t)st.st_size;
+            off = L.off;
+            first0 = L.done;
+            W.live_events = W.events;
+        }
+    }
+    if (!cont) {
+        reset_render();
+        int fd = open(rec_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            snprintf(res->error, sizeof res->error, "cannot open the recording: %s", strerror(errno));
+            return -1;
+        }
+        struct stat st;
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            snprintf(res->error, sizeof res->error, "the recording is not a regular file");
+            return -1;
+        }
+        size = (size_t)st.st_size;
+        map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        close(fd);
+        if (map == MAP_FAILED) {
+            snprintf(res->error, sizeof res->error, size ? "cannot map the recording: %s" : "%s",
+                     size ? strerror(errno) : "the recording is empty");
+            return -1;
+        }
+        madvise(map, size, MADV_SEQUENTIAL);
+        base = map;
+    }
+    if (index_recording(base, size, &off, res) < 0)
+        goto out;
+    if (!W.have_header) {
+        snprintf(res->error, sizeof res->error, "not an Ocular recording (empty or no header block)");
+        goto out;
+    }
+    if (add_pause_code() < 0 || grow_code_arrays() < 0) {
+        snprintf(res->error, sizeof res->error, "out of memory");
+        goto out;
+    }
+    if (!cont && open_output(format, out_path, loops, res) < 0)
+        goto out;
     if (!W.complete) { /* cut short: end where the last record of any thread is */
         for (uint32_t i = 0; i < W.nthreads; i++)
             for (uint32_t s = 0; s < W.threads[i].nspans; s++) {
@@ -810,47 +1145,36 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
                     W.stop_ticks = sp->recs[sp->n - 1].ts;
             }
     }
-    W.loops = loops;
-    W.sink = format == OC_FORMAT_PERFETTO ? &oc_sink_perfetto : format == OC_FORMAT_JSON ? &oc_sink_json
-                                                                                        : &oc_sink_none;
-    if (format == OC_FORMAT_TREE)
-        W.sink = &oc_sink_tree;
-    else if (format == OC_FORMAT_SPEEDSCOPE)
-        W.sink = &oc_sink_speedscope;
-    if (out_path) {
-        W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (W.out.fd < 0) {
-            snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
-            goto out;
-        }
-    }
     W.progress = progress && isatty(2);
     W.progress_name = out_path ? out_path : rec_path;
     W.progress_start_ns = mono_now_ns();
+    W.done = W.events;
     const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
     W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
-    W.sink->header(&W.out);
     for (uint32_t i = 0; i < W.nthreads; i++) {
         rthread *t = &W.threads[i];
+        uint32_t s = i == 0 ? first0 : 0;
         if (!t->nspans)
             continue;
-        t->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
-        if (R.ring)
-            open_cut_frames(t);
-        for (uint32_t s = 0; s < t->nspans; s++) {
-            process_recs(t, t->spans[s].recs, t->spans[s].n);
-            /* done with these pages: out of the resident set (a long recording is mapped whole) */
-            uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
-            uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
-            if (hi > lo)
-                madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        if (!s) {
+            set_tid(i);
+            if (R.ring)
+                open_cut_frames(t);
         }
+        for (; s < t->nspans; s++)
+            render_span(t, s, 1);
         uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
         if (t->n)
             pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
     }
     W.sink->footer(&W.out, R.clock, R.precise);
     oc_out_flush(&W.out);
+    if (out_path && !W.out.err) {
+        int err = name_output(out_path);
+        if (err)
+            W.out.err = err;
+    }
+    oc_stats_finish();
     if (W.progress) {
         W.done = W.total;
         show_progress(1);
@@ -859,6 +1183,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         W.out.err = errno;
     W.out.fd = -1;
     res->events = R.events = W.events;
+    res->live_events = W.live_events;
     R.wall_ns = (double)(int64_t)(W.stop_ticks - (R.ring && W.window_ticks ? W.window_ticks : R.tsc0)) * R.ns_per_tick;
     if (R.wall_ns < 0)
         R.wall_ns = 0;
@@ -873,7 +1198,10 @@ out:
     W.out.fd = -1;
     free(W.out.buf);
     W.out.buf = NULL;
-    munmap(map, size);
+    if (cont)
+        live_free();
+    else
+        munmap(map, size);
     for (uint32_t i = 0; i < W.nthreads; i++) { /* the spans pointed into the mapping */
         free(W.threads[i].spans);
         W.threads[i].spans = NULL;
@@ -884,6 +1212,7 @@ out:
 
 /* The renderer's figures stay until the next render (the report reads R and the statistics) or this. */
 void oc_render_release(void) {
+    live_discard();
     free_render_state();
     free_meta();
     oc_stats_reset();

@@ -36,6 +36,8 @@ typedef struct {
     uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
                                    this function's self time, unmeasured */
     uint32_t ncallees, capcallees;
+    uint32_t callers[4];        /* the first functions that called this one (for callees_deinst) */
+    uint32_t ncallers;
 } code_stat;
 
 static code_stat *cs;
@@ -84,10 +86,18 @@ static inline code_stat *get(uint32_t id) {
 
 uint64_t oc_stats_overhead(void) { return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap; }
 
-void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated) {
+void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
+                    uint32_t caller) {
     code_stat *c = get(id);
     if (!c)
         return;
+    if (is_call && caller != UINT32_MAX && c->ncallers < 4 && (!c->ncallers || c->callers[0] != caller)) {
+        uint32_t k = 1;
+        while (k < c->ncallers && c->callers[k] != caller)
+            k++;
+        if (k >= c->ncallers)
+            c->callers[c->ncallers++] = caller;
+    }
     if (truncated) {
         c->truncated++;
         return;
@@ -105,7 +115,7 @@ void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint
         c->max = incl;
 }
 
-void oc_stats_deinst_callee(uint32_t caller, uint32_t callee) {
+static void deinst_callee(uint32_t caller, uint32_t callee) {
     code_stat *c = get(caller);
     if (!c)
         return;
@@ -123,6 +133,16 @@ void oc_stats_deinst_callee(uint32_t caller, uint32_t callee) {
         c->capcallees = cap;
     }
     c->callees_deinst[c->ncallees++] = callee;
+}
+
+/* Rendering is over and the recording's final code states are known: a callee whose start was
+ * de-instrumented has later calls that sit, unmeasured, in its callers' self time. */
+void oc_stats_finish(void) {
+    uint32_t n = ncs < R.ncodes ? ncs : R.ncodes;
+    for (uint32_t id = 0; id < n; id++)
+        if (R.codes[id].flags & CF_START_DISABLED)
+            for (uint32_t k = 0; k < cs[id].ncallers; k++)
+                deinst_callee(cs[id].callers[k], id);
 }
 
 static int units(code_stat *c, uint32_t id) {
