@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
 import tempfile
 import time
 
@@ -171,6 +172,12 @@ def run(ctx, repeats=None) -> Section:
     encode_jobs = ["encode-" + f for f in ENCODE_FORMATS] if encode else []
     jobs = configs + encode_jobs
 
+    # the bytecode cache of every package a tool imports exists before the first timed run
+    for pkg in ("ocular", "viztracer"):
+        subprocess.run([ctx.python, "-c", "import importlib, sys, compileall, os\n"
+                        "try:\n m = importlib.import_module(sys.argv[1])\n"
+                        " compileall.compile_dir(os.path.dirname(m.__file__), quiet=1)\n"
+                        "except Exception: pass", pkg], env=ctx.env, capture_output=True, timeout=300)
     samples = {(s, c): [] for s in sizes for c in jobs}
     failures = {}
     outputs = {}

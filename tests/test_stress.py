@@ -241,7 +241,8 @@ def forker():
     pid = os.fork()
     if pid == 0:
         # the child: this thread is its only Python thread; returning from it is the end of the program
-        assert ocular.usdt.is_enabled() and len(os.listdir("/proc/self/task")) == (3 if trace else 2)
+        # this thread, the USDT poller and, tracing, the recorder and the renderer (OCULAR_LIVE_RENDER=1)
+        assert ocular.usdt.is_enabled() and len(os.listdir("/proc/self/task")) == (4 if trace else 2)
         child_work()
         threading.Thread(target=late, name="late").start()
         return
@@ -286,7 +287,7 @@ def test_fork_from_thread_with_usdt_poller(tmp_path, trace, poll_ms):
         pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
     wait = TIMEOUT / 4
     p = run_py(USDT_FORK, str(tmp_path), "1" if trace else "0", str(poll_ms), str(wait), timeout=TIMEOUT,
-               env={"OCULAR_USDT_POLL_MS": "", "OCULAR_USDT_WAIT": ""})
+               env={"OCULAR_USDT_POLL_MS": "", "OCULAR_USDT_WAIT": "", "OCULAR_LIVE_RENDER": "1"})
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["exit"] == 0, (info, p.stderr)
     pid = info["child"]

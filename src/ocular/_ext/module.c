@@ -381,6 +381,7 @@ static void atfork_parent(void) {
         pthread_mutex_unlock(&S.lock);
 }
 static void atfork_child(void) {
+    oc_render_live_fork_child(); /* a render may still follow a recording that just stopped */
     if (fork_locked) {
         init_sync(); /* the writer thread does not exist here; the lock must start free */
         oc_recorder_fork_child(); /* at once: a callback before _after_fork_child must not wait for it */

@@ -905,6 +905,7 @@ static struct {
     size_t off;              /* blocks indexed up to here */
     size_t dropped;          /* mapped pages before this were given back */
     uint32_t done;           /* spans of thread 0 rendered */
+    uint32_t known;          /* code ids below this all have their table entry */
     oc_render_result res;
 } L = {.fd = -1};
 
@@ -933,8 +934,22 @@ static void live_step(void) {
         W.pause_code = UINT32_MAX;
         set_tid(0);
     }
+    while (L.known < R.ncodes && R.codes[L.known].qualname)
+        L.known++;
     rthread *t = &W.threads[0];
     while (L.done < t->nspans && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
+        /* the code table entries a chunk needs are usually written before it, but not always (a
+         * thread's last chunk, handed over as it exits, comes before the codes it registered): a chunk
+         * naming a code not in the table yet waits, if need be for the render at stop */
+        const span *sp = &t->spans[L.done];
+        uint32_t top = 0;
+        for (uint32_t i = 0; i < sp->n; i++) {
+            uint32_t k = OC_KIND(sp->recs[i].info), id = sp->recs[i].code_id;
+            if (k != K_NONE && k != K_PAUSE && k != K_PAUSE_END && id > top)
+                top = id;
+        }
+        if (top >= L.known)
+            break;
         render_span(t, L.done, 0);
         if (W.live_failed) {
             L.failed = 1;
@@ -1043,7 +1058,7 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     L.stop = 0;
     L.failed = L.opened = 0;
     L.off = L.dropped = 0;
-    L.done = 0;
+    L.done = L.known = 0;
     memset(&L.res, 0, sizeof L.res);
     if (pthread_create(&L.thread, NULL, live_main, NULL) != 0) {
         live_free();

@@ -1,0 +1,239 @@
+"""Rendering while recording (issue 14): with a second CPU, the first thread's part of a JSON or .pftrace
+output is rendered as the recording grows, and stop renders only the rest.  The output must be the one a
+render from scratch makes; anything the early render cannot do (a recorded pause) falls back to a render
+from scratch; a killed process leaves no partial output behind.  OCULAR_LIVE_RENDER=1 forces it on (also
+with one CPU), =0 off, so each test compares the two on the same workload."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import SRC, check_balanced, load_trace, python_cmd, run_py
+
+# single-threaded, so that two runs with the test clock give the same timestamps; long enough (sleeps)
+# for the clock's calibration (20 ms) and several recorder writes to happen while it runs
+WORKLOAD = """
+import time
+def leaf(i):
+    return i * 2
+def mid(n):
+    t = 0
+    for i in range(n):
+        t += leaf(i)
+    return t
+def gen():
+    for i in range(3):
+        yield i
+def fails():
+    raise ValueError("x")
+def rec(n):
+    return n if n < 2 else rec(n - 1) + rec(n - 2)
+for k in range(40):
+    mid(300)
+    list(gen())
+    try:
+        fails()
+    except ValueError:
+        pass
+    rec(12)
+    sorted([3, 1, 2])
+    time.sleep(0.004)
+"""
+
+RUN = """
+import json, sys, ocular, ocular._ocular as o
+o._set_test_clock(True)
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=int(sys.argv[2]), report=False)
+exec(compile(WORKLOAD, "<workload>", "exec"), {})
+r = ocular.stop_tracing()
+print(json.dumps(dict(events=r["events"], live=r["live_events"], pid=r.get("pid"))))
+"""
+
+
+def run(tmp_path, name, live, threshold=0, env=None):
+    out = tmp_path / name
+    e = {"OCULAR_LIVE_RENDER": "1" if live else "0", **(env or {})}
+    p = run_py("WORKLOAD = " + repr(WORKLOAD) + "\n" + RUN, str(out), str(threshold), env=e)
+    return out, json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def normalized(path):
+    """The JSON trace's events with pid and tid taken out (two runs are two processes)."""
+    evs = []
+    for e in load_trace(path)["traceEvents"]:
+        e = dict(e)
+        e.pop("pid", None)
+        e.pop("tid", None)
+        evs.append(e)
+    return evs
+
+
+@pytest.mark.parametrize("threshold", [0, 500])
+def test_json_rendered_while_recording_equals_render_at_stop(tmp_path, threshold):
+    live, live_info = run(tmp_path, "live.json", True, threshold)
+    stop, stop_info = run(tmp_path, "stop.json", False, threshold)
+    assert stop_info["live"] == 0
+    assert 0 < live_info["live"] <= live_info["events"] == stop_info["events"]
+    a, b = normalized(live), normalized(stop)
+    assert a == b
+    assert sum(1 for e in a if e.get("name") == "leaf" and e["ph"] == "B") == (40 * 300 if not threshold else threshold)
+    check_balanced(load_trace(live)["traceEvents"])
+    assert sorted(os.listdir(tmp_path)) == ["live.json", "stop.json"]  # nothing temporary left
+
+
+def _fields(b):
+    """(field, wire type, value) of a protobuf message."""
+    def varint(i):
+        v = s = 0
+        while True:
+            c = b[i]
+            i += 1
+            v |= (c & 0x7F) << s
+            s += 7
+            if c < 0x80:
+                return v, i
+
+    i = 0
+    while i < len(b):
+        k, i = varint(i)
+        f, t = k >> 3, k & 7
+        if t == 0:
+            v, i = varint(i)
+        elif t == 2:
+            n, i = varint(i)
+            v, i = b[i:i + n], i + n
+        elif t == 1:
+            v, i = b[i:i + 8], i + 8
+        elif t == 5:
+            v, i = b[i:i + 4], i + 4
+        else:
+            raise AssertionError(f"wire type {t}")
+        yield f, t, v
+
+
+def _packets(path):
+    """Every TracePacket of a .pftrace, compressed ones expanded (field 50 of a packet: zlib)."""
+    import zlib
+
+    out = []
+    with open(path, "rb") as fh:
+        for f, _, v in _fields(fh.read()):
+            assert f == 1
+            sub = [x for x in _fields(v) if x[0] == 50]
+            if sub:
+                out.extend(p for _, _, p in _fields(zlib.decompress(sub[0][2])))
+            else:
+                out.append(v)
+    return out
+
+
+def test_pftrace_rendered_while_recording_has_the_same_packets(tmp_path):
+    live, live_info = run(tmp_path, "live.pftrace", True)
+    stop, stop_info = run(tmp_path, "stop.pftrace", False)
+    assert live_info["live"] > 0 and stop_info["live"] == 0
+    a, b = _packets(live), _packets(stop)
+    # the same packets in the same order: their fields, and the slice and instant packets (TrackEvent,
+    # field 11) byte for byte but for the sequence id (field 10; the process's pid and uuids differ)
+    shape = lambda ps: [tuple(f for f, _, _ in _fields(p)) for p in ps]
+    assert shape(a) == shape(b)
+    events = lambda ps: [bytes(b"".join(v if isinstance(v, bytes) else str(v).encode() for f, _, v in _fields(p)
+                                        if f != 10)) for p in ps if any(f == 11 for f, _, _ in _fields(p))]
+    ea, eb = events(a), events(b)
+    assert len(ea) > 40 * 300 * 2 and ea == eb
+
+
+def test_recorded_pause_falls_back_to_a_render_from_scratch(tmp_path):
+    # a recorder that cannot keep up: the program waits, and the waits are recorded as pauses (slices of a
+    # code id made up after the whole code table, which an early render cannot know yet)
+    slow = {"OCULAR_TEST_RECORDER_DELAY_US": "3000", "OCULAR_TEST_RECORDER_QUEUE": "2"}
+    live, info = run(tmp_path, "live.json", True, env=slow)
+    stop, _ = run(tmp_path, "stop.json", False, env=slow)
+    evs = load_trace(live)["traceEvents"]
+    check_balanced(evs)
+    pauses = [e for e in evs if e.get("name") == "ocular: waiting for the disk" and e["ph"] == "B"]
+    assert pauses
+    # everything else is the same as the render at stop (the pauses' timing depends on the recorder)
+    same = lambda evs: [(e["ph"], e.get("name")) for e in evs
+                        if e.get("name") != "ocular: waiting for the disk" and e["ph"] in "BE"]
+    stop_evs = load_trace(stop)["traceEvents"]
+    drop_pause_ends = lambda evs: _without_pause_ends(evs)
+    assert same(drop_pause_ends(evs)) == same(drop_pause_ends(stop_evs))
+
+
+def _without_pause_ends(evs):
+    """Drop each pause slice's E (the event right after its B on the same thread)."""
+    out, skip = [], set()
+    for i, e in enumerate(evs):
+        if i in skip:
+            continue
+        if e.get("name") == "ocular: waiting for the disk" and e["ph"] == "B":
+            for j in range(i + 1, len(evs)):
+                if evs[j].get("tid") == e.get("tid"):
+                    skip.add(j)
+                    break
+            continue
+        out.append(e)
+    return out
+
+
+def test_threads_after_the_first_are_rendered_at_stop(tmp_path):
+    code = """
+        import sys, threading, time, ocular
+        def leaf(i):
+            return i
+        def work(n):
+            for i in range(n):
+                leaf(i)
+                if i % 500 == 0:
+                    time.sleep(0.001)
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        ts = [threading.Thread(target=work, args=(20000,), name=f"w{k}") for k in range(3)]
+        for t in ts:
+            t.start()
+        work(20000)
+        for t in ts:
+            t.join()
+        r = ocular.stop_tracing()
+        print(r["live_events"], r["events"])
+    """
+    out = tmp_path / "t.json"
+    p = run_py(code, str(out), env={"OCULAR_LIVE_RENDER": "1"})
+    live_events, events = map(int, p.stdout.split())
+    assert 0 < live_events < events
+    evs = load_trace(out)["traceEvents"]
+    check_balanced(evs)
+    per_thread = {}
+    for e in evs:
+        if e.get("name") == "leaf" and e["ph"] == "B":
+            per_thread[e["tid"]] = per_thread.get(e["tid"], 0) + 1
+    assert sorted(per_thread.values()) == [20000] * 4
+
+
+def test_killed_while_rendering_as_it_records_leaves_only_the_recording(tmp_path):
+    out = tmp_path / "k.json"
+    mark = tmp_path / "ready"
+    code = """
+        import sys, time, ocular
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        def f(i):
+            return i
+        for i in range(200000):
+            f(i)
+        time.sleep(0.2)               # the live render catches up
+        open(sys.argv[2], "w").close()
+        time.sleep(60)
+    """
+    e = dict(os.environ, PYTHONPATH=SRC, OCULAR_LIVE_RENDER="1")
+    proc = subprocess.Popen([*python_cmd(), "-c", __import__("textwrap").dedent(code), str(out), str(mark)], env=e)
+    deadline = time.monotonic() + 120
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # the output being rendered has no name until it is complete: only the recording is left
+    assert sorted(os.listdir(tmp_path)) == sorted([f"k.json.{proc.pid}.tmp", "ready"])
