@@ -149,7 +149,8 @@ def run_encode(ctx, script, size, fmt):
         result = os.path.join(tmp, "result.txt")
         cmd = ctx.prefix() + [ctx.python, "-m", "bench._encode_child", result,
                               os.path.join(tmp, "trace." + fmt), "0", script_path(script), str(size)]
-        proc = run_timed(cmd, tmp, ctx.env)
+        # the recorder's CPU alone: nothing rendered while recording (that thread's CPU would count too)
+        proc = run_timed(cmd, tmp, dict(ctx.env, OCULAR_LIVE_RENDER="0"))
         if proc.status != 0 or not os.path.exists(result):
             raise ChildError("exit {}:\n    {}".format(proc.status, tail(proc.stderr or proc.stdout)))
         with open(result) as f:
