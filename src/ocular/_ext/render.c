@@ -960,7 +960,7 @@ static void live_step(void) {
     /* Out of the resident set in large steps: every madvise interrupts the program's CPU (a TLB
      * shootdown), so not per chunk as after stop.  The pages stay in the file; nothing is lost. */
     uintptr_t upto = L.done ? (uintptr_t)t->spans[L.done - 1].recs & ~(uintptr_t)4095 : 0;
-    if (upto >= (uintptr_t)L.map + L.dropped + (64u << 20)) {
+    if (upto >= (uintptr_t)L.map + L.dropped + (16u << 20)) {
         madvise(L.map + L.dropped, upto - ((uintptr_t)L.map + L.dropped), MADV_DONTNEED);
         L.dropped = upto - (uintptr_t)L.map;
     }
