@@ -237,3 +237,15 @@ def test_killed_while_rendering_as_it_records_leaves_only_the_recording(tmp_path
     proc.wait()
     # the output being rendered has no name until it is complete: only the recording is left
     assert sorted(os.listdir(tmp_path)) == sorted([f"k.json.{proc.pid}.tmp", "ready"])
+
+
+def test_a_bad_setting_is_refused_before_tracing(tmp_path):
+    p = run_py("""
+        import sys, ocular
+        try:
+            ocular.start_tracing(output=sys.argv[1])
+        except ValueError as exc:
+            print(exc)
+        print(ocular.is_tracing())
+    """, str(tmp_path / "t.json"), env={"OCULAR_LIVE_RENDER": "yes"})
+    assert "OCULAR_LIVE_RENDER='yes' is not valid" in p.stdout and p.stdout.split()[-1] == "False"

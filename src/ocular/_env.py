@@ -11,6 +11,7 @@ import os
 
 CLOCK = "OCULAR_CLOCK"                      # clock.c: "monotonic" = clock_gettime instead of the TSC
 PERFETTO_DEFLATE = "OCULAR_PERFETTO_DEFLATE"  # sink_perfetto.c: "0" = plain packets, "1" = deflated (default)
+LIVE_RENDER = "OCULAR_LIVE_RENDER"          # render.c: "0" = never render while recording, "1" = even on one CPU
 
 
 def shown(value, limit=60):
@@ -34,6 +35,8 @@ def check(perfetto_file):
     """Raise ValueError if a variable the coming session uses has a value the engine does not accept."""
     _check_choice(CLOCK, ("monotonic",), "use 'monotonic' (clock_gettime instead of the CPU's time-stamp "
                                          "counter), or leave it unset for the default")
+    _check_choice(LIVE_RENDER, ("0", "1"), "use 0 (render only at stop) or 1 (render while recording, even with "
+                                           "one CPU), or leave it unset (render while recording with two CPUs)")
     if perfetto_file:
         _check_choice(PERFETTO_DEFLATE, ("0", "1"), "use 0 (plain packets) or 1 (deflated, the default), or "
                                                     "leave it unset")
