@@ -176,6 +176,14 @@ static void write_codestate(oc_out *o) {
     }
 }
 
+/* the sampling windows (sampling.c), before the END block */
+static void write_sampling(oc_out *o) {
+    uint32_t len;
+    const void *p = oc_sampling_payload(&len);
+    block(o, OC_BLK_SAMPLING, len);
+    oc_out_write(o, p, len);
+}
+
 static void write_end(oc_out *o, uint64_t events) {
     block(o, OC_BLK_END, 32);
     put_u64(o, RC.stop_ticks);
@@ -256,6 +264,7 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     }
     events += oc_buffer_write_partial(&o, write_chunk);
     write_codestate(&o);
+    write_sampling(&o);
     uint64_t saved = RC.stop_ticks;
     RC.stop_ticks = end_ticks;
     write_end(&o, events);
@@ -352,6 +361,7 @@ static void finish_locked(void) {
     write_new_threads(&RC.out, 1);
     write_calib(&RC.out);
     write_codestate(&RC.out);
+    write_sampling(&RC.out);
     write_end(&RC.out, RC.events);
     oc_out_flush(&RC.out);
 }

@@ -1,0 +1,288 @@
+/* attrib.c -- honest attribution in adaptive mode: estimates, from the sampling windows, the time and
+ * calls of de-instrumented callees that the recording shows only as their callers' self time.
+ *
+ * Renderer side (no GIL, constant cost per event).  The recording's SAMPLING block lists the windows
+ * (sampling.c), global [begin, end) tick intervals during which de-instrumented enters were recorded,
+ * each after a K_MARK record: such a frame is *hidden* (outside windows it would not be there).  For
+ * every gap between two records the renderer charges to the top frame, the part inside windows is
+ * found with a per-thread cursor over the sorted windows, and:
+ *   - top frame visible (code C): outside-window ticks go to A[C], inside-window ticks to B[C];
+ *   - top frame hidden: its inside-window ticks go to the pair (C, X) where C is the nearest visible
+ *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self)
+ *     and the outermost hidden frame's code (inclusive); its ticks after a window closed are measured
+ *     time of a recorded call, in neither.
+ * Windows are a sample of time that does not depend on what the program does, so inside them C's
+ * "recorded self" state splits into its own time B[C] and hidden callees' time H[C] = sum of pairs
+ * (C, X), and the same split holds outside: of A[C], A*H/(B+H) is the callees' (each by its share, its
+ * calls scaled alike: calls * A/(B+H)), the rest C's own.  Before a callee is de-instrumented its calls
+ * are recorded also inside windows (visible frames), so they count in neither B nor H: the estimate
+ * stays unbiased over the whole run.
+ * A window opens at a moment the program chooses (a pending call), possibly inside an unrecorded call:
+ * the end of that call is recorded (the callbacks keep unbegun returns inside windows), and the gap
+ * before it is moved from B[C] to the callee's pair (oc_attr_unmatched_leave).
+ * Not covered: the inclusive time of hidden frames between the outermost and the top one (their self
+ * time is counted); windows that a killed process did not write (its recording has no SAMPLING block).
+ */
+#include "ocular.h"
+#include "recording.h"
+#include <stdlib.h>
+#include <string.h>
+
+int oc_attr_on;
+
+typedef struct {
+    uint32_t code;
+    uint64_t self, incl, calls;
+} pair;
+
+typedef struct {
+    uint64_t a, b;          /* visible self ticks outside / inside windows */
+    pair *pairs;            /* hidden callees seen inside windows under this code */
+    uint32_t npairs, cap;
+} anchor_stat;
+
+typedef struct {
+    double calls, self, incl; /* estimated, outside windows, as a hidden callee */
+    double removed;           /* estimated callees' ticks taken out of this code's self time */
+} estimate;
+
+static struct {
+    uint64_t (*win)[2];
+    uint32_t nwin, skipped, status;
+    uint64_t win_ticks;
+    char other[33];
+    anchor_stat *st;
+    uint32_t nst;
+    estimate *est;
+    uint32_t nest;
+    int failed;
+} AT;
+
+void oc_attr_reset(void) {
+    for (uint32_t i = 0; i < AT.nst; i++)
+        free(AT.st[i].pairs);
+    free(AT.st);
+    free(AT.win);
+    free(AT.est);
+    memset(&AT, 0, sizeof AT);
+    oc_attr_on = 0;
+}
+
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+void oc_attr_block(const uint8_t *p, uint32_t len) {
+    if (len < 48)
+        return;
+    uint32_t n;
+    memcpy(&AT.status, p, 4);
+    memcpy(&n, p + 4, 4);
+    memcpy(&AT.skipped, p + 8, 4);
+    memcpy(AT.other, p + 16, 32);
+    AT.other[32] = 0;
+    if ((uint64_t)n * 16 > len - 48)
+        n = (len - 48) / 16;
+    free(AT.win);
+    AT.win = n ? malloc((size_t)n * sizeof *AT.win) : NULL;
+    AT.nwin = AT.win ? n : 0;
+    AT.win_ticks = 0;
+    for (uint32_t i = 0; i < AT.nwin; i++) {
+        AT.win[i][0] = rd64(p + 48 + 16 * (size_t)i);
+        AT.win[i][1] = rd64(p + 56 + 16 * (size_t)i);
+        AT.win_ticks += AT.win[i][1] > AT.win[i][0] ? AT.win[i][1] - AT.win[i][0] : 0;
+    }
+    oc_attr_on = AT.nwin > 0;
+}
+
+static anchor_stat *stat_of(uint32_t id) {
+    if (UNLIKELY(id >= AT.nst)) {
+        if (id == OC_NO_CODE)
+            return NULL;
+        uint32_t n = id + 256;
+        anchor_stat *s = realloc(AT.st, (size_t)n * sizeof *s);
+        if (!s) {
+            AT.failed = 1;
+            return NULL;
+        }
+        memset(s + AT.nst, 0, (size_t)(n - AT.nst) * sizeof *s);
+        AT.st = s;
+        AT.nst = n;
+    }
+    return &AT.st[id];
+}
+
+static pair *pair_of(uint32_t anchor, uint32_t code) {
+    anchor_stat *s = stat_of(anchor);
+    if (!s)
+        return NULL;
+    for (uint32_t i = 0; i < s->npairs; i++)
+        if (s->pairs[i].code == code)
+            return &s->pairs[i];
+    if (s->npairs == s->cap) {
+        uint32_t cap = s->cap ? s->cap * 2 : 4;
+        pair *np = realloc(s->pairs, cap * sizeof *np);
+        if (!np) {
+            AT.failed = 1;
+            return NULL;
+        }
+        s->pairs = np;
+        s->cap = cap;
+    }
+    pair *q = &s->pairs[s->npairs++];
+    memset(q, 0, sizeof *q);
+    q->code = code;
+    return q;
+}
+
+/* ticks of [t0, t1) inside windows; the cursor only moves forward (a thread's time does) */
+static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1) {
+    while (a->wcur < AT.nwin && AT.win[a->wcur][1] <= t0)
+        a->wcur++;
+    uint64_t in = 0;
+    for (uint32_t k = a->wcur; k < AT.nwin && AT.win[k][0] < t1; k++) {
+        uint64_t b = AT.win[k][0] > t0 ? AT.win[k][0] : t0, e = AT.win[k][1] < t1 ? AT.win[k][1] : t1;
+        if (e > b)
+            in += e - b;
+    }
+    return in;
+}
+
+void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
+                 uint32_t anchor, uint32_t head) {
+    uint64_t span = t1 > t0 ? t1 - t0 : 0;
+    uint64_t in = span ? inside(a, t0, t1) : 0;
+    uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
+    a->last_in = 0;
+    if (!hidden) {
+        anchor_stat *s = stat_of(top);
+        if (s) {
+            s->a += net - in_net;
+            s->b += in_net;
+            a->last_code = top;
+            a->last_in = in_net;
+        }
+        return;
+    }
+    if (!in_net || anchor == OC_NO_CODE)
+        return;
+    pair *q = pair_of(anchor, top);
+    if (q) {
+        q->self += in_net;
+        q->incl += in_net;
+    }
+    if (head != top && (q = pair_of(anchor, head)) != NULL)
+        q->incl += in_net;
+}
+
+void oc_attr_call(uint32_t anchor, uint32_t code) {
+    if (anchor == OC_NO_CODE)
+        return;
+    pair *q = pair_of(anchor, code);
+    if (q)
+        q->calls++;
+}
+
+void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
+    if (!a->last_in || code >= R.ncodes || !(R.codes[code].flags & CF_START_DISABLED))
+        return;
+    if (inside(a, ts, ts + 1) == 0)
+        return;
+    anchor_stat *s = stat_of(a->last_code);
+    pair *q = s ? pair_of(a->last_code, code) : NULL;
+    s = stat_of(a->last_code); /* pair_of may have moved the array */
+    if (!s || !q)
+        return;
+    uint64_t d = a->last_in < s->b ? a->last_in : s->b;
+    s->b -= d;
+    q->self += d;
+    q->incl += d;
+    a->last_in = 0;
+}
+
+/* once, after the render: every code's estimate */
+static int compute(void) {
+    if (AT.est)
+        return 0;
+    AT.nest = AT.nst;
+    AT.est = calloc((size_t)AT.nest + 1, sizeof *AT.est);
+    if (!AT.est)
+        return -1;
+    for (uint32_t c = 0; c < AT.nst; c++) {
+        anchor_stat *s = &AT.st[c];
+        if (!s->npairs)
+            continue;
+        uint64_t h = 0;
+        for (uint32_t i = 0; i < s->npairs; i++)
+            h += s->pairs[i].self;
+        if (!h)
+            continue;
+        double scale = (double)s->a / (double)(s->b + h);
+        AT.est[c].removed += scale * (double)h;
+        for (uint32_t i = 0; i < s->npairs; i++) {
+            pair *q = &s->pairs[i];
+            if (q->code >= AT.nest)
+                continue;
+            AT.est[q->code].calls += scale * (double)q->calls;
+            AT.est[q->code].self += scale * (double)q->self;
+            AT.est[q->code].incl += scale * (double)q->incl;
+        }
+    }
+    return 0;
+}
+
+static PyObject *name_of(uint32_t id) {
+    oc_codeent *e = oc_rcode(id);
+    const char *q = e->qualname_raw ? e->qualname_raw : "?";
+    return PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
+}
+
+/* GIL held: adds to one function's row "estimate": None, or {"calls", "self", "incl": estimated extra
+ * calls and ticks as a de-instrumented callee, outside windows; "removed": ticks taken out of its own
+ * self time; "callees": [{"name", "incl", "calls"}] the estimated share of each hidden callee} */
+int oc_attr_export(PyObject *func, uint32_t id) {
+    if (!oc_attr_on || compute() < 0 || id >= AT.nest ||
+        (AT.est[id].calls == 0 && AT.est[id].removed == 0 && AT.est[id].incl == 0))
+        return PyDict_SetItemString(func, "estimate", Py_None);
+    anchor_stat *s = &AT.st[id];
+    PyObject *callees = PyList_New(0);
+    if (!callees)
+        return -1;
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < s->npairs; i++)
+        h += s->pairs[i].self;
+    double scale = h ? (double)s->a / (double)(s->b + h) : 0.0;
+    for (uint32_t i = 0; h && i < s->npairs; i++) {
+        pair *q = &s->pairs[i];
+        PyObject *nm = name_of(q->code);
+        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * (double)q->incl,
+                                         "self", scale * (double)q->self, "calls", scale * (double)q->calls,
+                                         "window_calls", (unsigned long long)q->calls,
+                                         "window_incl", (unsigned long long)q->incl)
+                         : NULL;
+        if (!d || PyList_Append(callees, d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(callees);
+            return -1;
+        }
+        Py_DECREF(d);
+    }
+    PyObject *e = Py_BuildValue("{s:d,s:d,s:d,s:d,s:N,s:K,s:K}", "calls", AT.est[id].calls, "self", AT.est[id].self,
+                                "incl", AT.est[id].incl, "removed", AT.est[id].removed, "callees", callees,
+                                "window_self", (unsigned long long)s->b, "outside_self", (unsigned long long)s->a);
+    if (!e)
+        return -1;
+    int rc = PyDict_SetItemString(func, "estimate", e);
+    Py_DECREF(e);
+    return rc;
+}
+
+/* GIL held: {"status": "on"|"off"|"absent", "windows", "window_ticks", "skipped", "other_tool"} */
+PyObject *oc_attr_summary(void) {
+    const char *st = AT.status == OC_SAMPLING_ON ? "on" : "off";
+    return Py_BuildValue("{s:s,s:I,s:K,s:I,s:s,s:O}", "status", st, "windows", AT.nwin,
+                         "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
+                         AT.other, "incomplete", AT.failed ? Py_True : Py_False);
+}

@@ -1,0 +1,235 @@
+/* sampling.c -- sampling windows: keeps de-instrumented functions measured in adaptive mode.
+ *
+ * After the threshold a function's PY_START answers DISABLE, and its later calls land in its caller's
+ * self time.  So every `period` a timer thread (no GIL, no Python API) asks the main thread, through
+ * Py_AddPendingCall, to open a window: with the GIL, it checks that no other sys.monitoring tool is
+ * registered, calls sys.monitoring.restart_events() (the only way to re-arm a site that answered
+ * DISABLE; set_local_events does not) and sets oc_win_end to `window` from now.  Until then the
+ * callbacks record, on their DISABLE path only, what they would have disabled (function enters and
+ * leaves, C calls), each sampled enter preceded by a K_MARK record; after it, each re-armed site answers
+ * DISABLE again at its next event.  The renderer (attrib.c) reads the windows from the recording's
+ * SAMPLING block and estimates what happened outside them.
+ *
+ * restart_events() re-arms every tool's disabled sites, so a window is opened only while no other tool
+ * holds a tool id (checked at each window; a skipped window is counted, and the report says the split
+ * is not estimated).  Pending calls run in the main thread only: while it is blocked (in a join, a
+ * long C call) no window opens.  The hot path at threshold 0 is unchanged: the check sits behind the
+ * branches that answer DISABLE.
+ */
+#include "ocular.h"
+#include "recording.h"
+#include <string.h>
+#include <time.h>
+
+uint64_t oc_win_end;
+
+typedef struct {
+    uint64_t begin, end;
+} win;
+
+static struct {
+    pthread_t thread;
+    int running;
+    pthread_mutex_t lock;       /* guards stop and cond */
+    pthread_cond_t cond;
+    int stop;
+    atomic_int pending;         /* a pending call is queued and has not run yet */
+    uint32_t gen;               /* the session the windows belong to */
+    int tool_id;
+    PyObject *get_tool, *restart;
+    uint64_t period_ns, window_ns;
+    /* the SAMPLING block: header then windows; grown with the GIL held */
+    uint8_t *buf;
+    uint32_t n, cap, skipped, status;
+    char other[32];
+} SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+#define SAMPLING_HDR 48u
+
+/* GIL held: another tool holds an id (its name in SW.other), 1; none, 0; -1 on error (cleared) */
+static int other_tool(void) {
+    for (int i = 0; i < 6; i++) {
+        if (i == SW.tool_id)
+            continue;
+        PyObject *r = PyObject_CallFunction(SW.get_tool, "i", i);
+        if (!r)
+            return -1;
+        if (r != Py_None) {
+            const char *s = PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : NULL;
+            memset(SW.other, 0, sizeof SW.other);
+            snprintf(SW.other, sizeof SW.other, "%s", s ? s : "?");
+            PyErr_Clear();
+            Py_DECREF(r);
+            return 1;
+        }
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static int add_window(uint64_t b, uint64_t e) {
+    if (SW.n == SW.cap) {
+        uint32_t cap = SW.cap ? SW.cap * 2 : 64;
+        uint8_t *nb = realloc(SW.buf, SAMPLING_HDR + (size_t)cap * sizeof(win));
+        if (!nb)
+            return -1;
+        SW.buf = nb;
+        SW.cap = cap;
+    }
+    win w = {b, e};
+    memcpy(SW.buf + SAMPLING_HDR + (size_t)SW.n * sizeof(win), &w, sizeof w);
+    SW.n++;
+    return 0;
+}
+
+/* ticks in `ns` nanoseconds, from the clock's rate since the session started */
+static uint64_t ticks_for(uint64_t ns) {
+    if (!oc_use_tsc)
+        return ns;
+    uint64_t t, m;
+    oc_clock_sample(&t, &m);
+    if (t <= S.tsc0 || m <= S.mono0_ns)
+        return ns * 3; /* no rate yet: about 3 GHz */
+    return (uint64_t)((double)ns * (double)(t - S.tsc0) / (double)(m - S.mono0_ns));
+}
+
+/* the pending call: main thread, GIL held.  Never fails (an error would be raised in the program). */
+static int open_window(void *arg) {
+    (void)arg;
+    atomic_store(&SW.pending, 0);
+    if (!S.active || SW.gen != S.gen || !SW.restart)
+        return 0;
+    PyObject *exc = PyErr_GetRaisedException();
+    int other = other_tool();
+    if (other != 0) {
+        if (other > 0)
+            SW.skipped++;
+        PyErr_Clear();
+        PyErr_SetRaisedException(exc);
+        return 0;
+    }
+    PyObject *r = PyObject_CallNoArgs(SW.restart);
+    if (!r) {
+        PyErr_Clear();
+        PyErr_SetRaisedException(exc);
+        return 0;
+    }
+    Py_DECREF(r);
+    uint64_t len = ticks_for(SW.window_ns);
+    uint64_t now = oc_now();
+    if (add_window(now, now + len) == 0)
+        oc_win_end = now + len;
+    PyErr_SetRaisedException(exc);
+    return 0;
+}
+
+static void *timer_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&SW.lock);
+    while (!SW.stop) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += (time_t)(SW.period_ns / 1000000000ull);
+        dl.tv_nsec += (long)(SW.period_ns % 1000000000ull);
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        while (!SW.stop && pthread_cond_timedwait(&SW.cond, &SW.lock, &dl) == 0)
+            ;
+        if (SW.stop)
+            break;
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) && Py_AddPendingCall(open_window, NULL) != 0)
+            atomic_store(&SW.pending, 0); /* the queue is full: try at the next period */
+    }
+    pthread_mutex_unlock(&SW.lock);
+    return NULL;
+}
+
+void oc_sampling_reset(void) {
+    oc_win_end = 0;
+    SW.n = SW.skipped = 0;
+    SW.status = OC_SAMPLING_OFF;
+    memset(SW.other, 0, sizeof SW.other);
+}
+
+/* _sampling_start(tool_id, get_tool, restart_events, period_us, window_us): after the callbacks are
+ * registered.  A no-op without a threshold, or with the test clock. */
+static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int tool_id;
+    unsigned long period_us, window_us;
+    PyObject *get_tool, *restart;
+    if (!PyArg_ParseTuple(args, "iOOkk:_sampling_start", &tool_id, &get_tool, &restart, &period_us, &window_us))
+        return NULL;
+    if (!S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
+        return NULL;
+    }
+    if (SW.running || !S.threshold || oc_test_clock || !period_us || !window_us || window_us >= period_us)
+        Py_RETURN_FALSE;
+    Py_XSETREF(SW.get_tool, Py_NewRef(get_tool));
+    Py_XSETREF(SW.restart, Py_NewRef(restart));
+    SW.tool_id = tool_id;
+    SW.period_ns = (uint64_t)period_us * 1000u;
+    SW.window_ns = (uint64_t)window_us * 1000u;
+    SW.gen = S.gen;
+    SW.stop = 0;
+    atomic_store(&SW.pending, 0);
+    if (!SW.buf && !(SW.buf = malloc(SAMPLING_HDR + 64 * sizeof(win))))
+        return PyErr_NoMemory();
+    if (!SW.cap)
+        SW.cap = 64;
+    if (pthread_create(&SW.thread, NULL, timer_main, NULL) != 0)
+        Py_RETURN_FALSE;
+    SW.running = 1;
+    SW.status = OC_SAMPLING_ON;
+    Py_RETURN_TRUE;
+}
+
+void oc_sampling_stop(void) {
+    oc_win_end = 0; /* the windows close with the session */
+    if (!SW.running)
+        return;
+    pthread_mutex_lock(&SW.lock);
+    SW.stop = 1;
+    pthread_cond_broadcast(&SW.cond);
+    pthread_mutex_unlock(&SW.lock);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(SW.thread, NULL);
+    Py_END_ALLOW_THREADS
+    SW.running = 0;
+    Py_CLEAR(SW.get_tool);
+    Py_CLEAR(SW.restart);
+}
+
+void oc_sampling_fork_child(void) {
+    SW.running = 0; /* the thread stayed in the parent; the child opens no windows */
+    SW.stop = 0;
+    oc_win_end = 0;
+    pthread_mutex_init(&SW.lock, NULL);
+    pthread_cond_init(&SW.cond, NULL);
+}
+
+const void *oc_sampling_payload(uint32_t *len) {
+    static uint8_t empty[SAMPLING_HDR];
+    uint8_t *b = SW.buf ? SW.buf : empty;
+    uint32_t n = SW.buf ? SW.n : 0, zero = 0;
+    memcpy(b, &SW.status, 4);
+    memcpy(b + 4, &n, 4);
+    memcpy(b + 8, &SW.skipped, 4);
+    memcpy(b + 12, &zero, 4);
+    memcpy(b + 16, SW.other, 32);
+    *len = SAMPLING_HDR + n * (uint32_t)sizeof(win);
+    return b;
+}
+
+static PyMethodDef sampling_methods[] = {
+    {"_sampling_start", py_sampling_start, METH_VARARGS,
+     "_sampling_start(tool_id, get_tool, restart_events, period_us, window_us) -> bool\n\n"
+     "Open a sampling window every period_us for window_us (adaptive mode, threshold > 0)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int oc_sampling_init(PyObject *module) { return PyModule_AddFunctions(module, sampling_methods); }
