@@ -8,9 +8,10 @@
  * found with a per-thread cursor over the sorted windows, and:
  *   - top frame visible (code C): outside-window ticks go to A[C], inside-window ticks to B[C];
  *   - top frame hidden: its inside-window ticks go to the pair (C, X) where C is the nearest visible
- *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self)
- *     and the outermost hidden frame's code (inclusive); its ticks after a window closed are measured
- *     time of a recorded call, in neither.
+ *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self
+ *     time); its ticks after a window closed are measured time of a recorded call, in neither.  Each
+ *     hidden frame's inside-window inclusive ticks (a difference of the thread's running window total
+ *     at its begin and end) go to the pair (C, X) of its own code when it ends.
  * Windows are a sample of time that does not depend on what the program does, so inside them C's
  * "recorded self" state splits into its own time B[C] and hidden callees' time H[C] = sum of pairs
  * (C, X), and the same split holds outside: of A[C], A*H/(B+H) is the callees' (each by its share, its
@@ -20,8 +21,10 @@
  * A window opens at a moment the program chooses (a pending call), possibly inside an unrecorded call:
  * the end of that call is recorded (the callbacks keep unbegun returns inside windows), and the gap
  * before it is moved from B[C] to the callee's pair (oc_attr_unmatched_leave).
- * Not covered: the inclusive time of hidden frames between the outermost and the top one (their self
- * time is counted); windows that a killed process did not write (its recording has no SAMPLING block).
+ * Calls are estimated from time: a pair's window ticks over the mean duration of its calls begun in
+ * windows (see est_calls).  Not covered: a hidden recursive function's nested activations count their
+ * inclusive time again (its self time is right); windows that a killed process did not write (its
+ * recording has no SAMPLING block, so nothing is estimated).
  */
 #include "ocular.h"
 #include "recording.h"
@@ -32,7 +35,8 @@ int oc_attr_on;
 
 typedef struct {
     uint32_t code;
-    uint64_t self, incl, calls;
+    uint64_t self, incl;    /* window ticks as the top frame / on the stack */
+    uint64_t calls, full;   /* calls begun in windows and their whole inclusive ticks */
 } pair;
 
 typedef struct {
@@ -156,6 +160,7 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
     uint64_t in = span ? inside(a, t0, t1) : 0;
     uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
     a->last_in = 0;
+    a->win_total += in_net;
     if (!hidden) {
         anchor_stat *s = stat_of(top);
         if (s) {
@@ -166,23 +171,23 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
         }
         return;
     }
+    (void)head;
     if (!in_net || anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, top);
-    if (q) {
+    if (q)
         q->self += in_net;
-        q->incl += in_net;
-    }
-    if (head != top && (q = pair_of(anchor, head)) != NULL)
-        q->incl += in_net;
 }
 
-void oc_attr_call(uint32_t anchor, uint32_t code) {
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t win_mark, uint64_t incl) {
     if (anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, code);
-    if (q)
+    if (q) {
         q->calls++;
+        q->full += incl;
+        q->incl += a->win_total - win_mark;
+    }
 }
 
 void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
@@ -198,8 +203,17 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
     uint64_t d = a->last_in < s->b ? a->last_in : s->b;
     s->b -= d;
     q->self += d;
-    q->incl += d;
+    q->incl += d; /* a tail: no call counted (it began before the window), its time is */
     a->last_in = 0;
+}
+
+/* calls in a pair's window time: its window ticks over the mean duration of the calls that began in
+ * windows.  (Counting the calls that began in windows would be biased: a window opens at a pending call,
+ * that is at a function's start or a loop's back jump, often just before a call.) */
+static double est_calls(const pair *q) {
+    if (!q->calls || !q->full)
+        return (double)q->calls;
+    return (double)q->incl * (double)q->calls / (double)q->full;
 }
 
 /* once, after the render: every code's estimate */
@@ -225,7 +239,7 @@ static int compute(void) {
             pair *q = &s->pairs[i];
             if (q->code >= AT.nest)
                 continue;
-            AT.est[q->code].calls += scale * (double)q->calls;
+            AT.est[q->code].calls += scale * est_calls(q);
             AT.est[q->code].self += scale * (double)q->self;
             AT.est[q->code].incl += scale * (double)q->incl;
         }
@@ -258,7 +272,7 @@ int oc_attr_export(PyObject *func, uint32_t id) {
         pair *q = &s->pairs[i];
         PyObject *nm = name_of(q->code);
         PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * (double)q->incl,
-                                         "self", scale * (double)q->self, "calls", scale * (double)q->calls,
+                                         "self", scale * (double)q->self, "calls", scale * est_calls(q),
                                          "window_calls", (unsigned long long)q->calls,
                                          "window_incl", (unsigned long long)q->incl)
                          : NULL;

@@ -403,16 +403,17 @@ typedef struct {
     uint32_t wcur;          /* first window that does not end before the thread's current time */
     uint32_t last_code;     /* the visible frame whose window time the last gap added to (tails) */
     uint64_t last_in;       /* that window time, ticks */
+    uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
 } oc_attr_thread;
 void oc_attr_reset(void);
 void oc_attr_block(const uint8_t *p, uint32_t len); /* the recording's SAMPLING block */
 extern int oc_attr_on;                               /* the recording has sampling windows */
 /* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was
- * recorded only because of a window, `anchor`: the nearest visible frame's code, `head`: the outermost
- * hidden frame's code between them */
+ * recorded only because of a window, `anchor`: the nearest visible frame's code */
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head);
-void oc_attr_call(uint32_t anchor, uint32_t code);   /* a hidden call made under visible `anchor` */
+/* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows */
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t win_mark, uint64_t incl);
 /* a leave with no recorded begin, of a de-instrumented code, while a window is open: the last gap was
  * the tail of that unrecorded call, not its caller's own time */
 void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts);

@@ -64,6 +64,7 @@ typedef struct {
     loop_slot loops[NLOOPS];
     int hidden;             /* recorded only because a sampling window was open (attrib.c) */
     uint32_t anchor, head;  /* hidden: the nearest visible frame's code and the outermost hidden one's */
+    uint64_t win_mark;      /* the thread's window ticks when it began (attrib.c) */
 } frame;
 
 typedef struct {
@@ -175,6 +176,8 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
         if (f->code_id < R.ncodes && UNLIKELY(R.codes[f->code_id].flags & CF_START_DISABLED) && t->n > 0 &&
             f->is_call)
             oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
+        if (f->hidden)
+            oc_attr_pop(&t->attr, f->anchor, f->code_id, f->win_mark, incl);
         if (same)
             same->same += counted ? incl : f->same;
         if (t->n > 0)
@@ -315,8 +318,7 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->hidden = t->sampled;
     f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
     f->head = f->hidden && up && up->hidden ? up->head : code_id;
-    if (f->hidden)
-        oc_attr_call(f->anchor, code_id);
+    f->win_mark = t->attr.win_total;
     return f;
 }
 
