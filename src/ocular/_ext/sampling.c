@@ -1,8 +1,8 @@
 /* sampling.c -- sampling windows: keeps de-instrumented functions measured in adaptive mode.
  *
  * After the threshold a function's PY_START answers DISABLE, and its later calls land in its caller's
- * self time.  So every `period` a timer thread (no GIL, no Python API) asks the main thread, through
- * Py_AddPendingCall, to open a window: with the GIL, it checks that no other sys.monitoring tool is
+ * self time.  So every `period` a timer thread takes the GIL (PyGILState_Ensure; it runs no bytecode,
+ * so it fires no event) to open a window: it checks that no other sys.monitoring tool is
  * registered, calls sys.monitoring.restart_events() (the only way to re-arm a site that answered
  * DISABLE; set_local_events does not) and sets oc_win_end to `window` from now.  Until then the
  * callbacks record, on their DISABLE path only, what they would have disabled (function enters and
@@ -12,9 +12,10 @@
  *
  * restart_events() re-arms every tool's disabled sites, so a window is opened only while no other tool
  * holds a tool id (checked at each window; a skipped window is counted, and the report says the split
- * is not estimated).  Pending calls run in the main thread only: while it is blocked (in a join, a
- * long C call) no window opens.  The hot path at threshold 0 is unchanged: the check sits behind the
- * branches that answer DISABLE.
+ * is not estimated).  Why not Py_AddPendingCall: on 3.12 a pending call added from a thread other than
+ * the main one does not set the eval breaker, so it waits until the main thread happens to switch the
+ * GIL (never, in a pure-Python loop); and it runs only in the main thread.  The hot path at threshold
+ * 0 is unchanged: the check sits behind the branches that answer DISABLE.
  */
 #include "ocular.h"
 #include "recording.h"
@@ -33,7 +34,6 @@ static struct {
     pthread_mutex_t lock;       /* guards stop and cond */
     pthread_cond_t cond;
     int stop;
-    atomic_int pending;         /* a pending call is queued and has not run yet */
     uint32_t gen;               /* the session the windows belong to */
     int tool_id;
     PyObject *get_tool, *restart;
@@ -93,10 +93,10 @@ static uint64_t ticks_for(uint64_t ns) {
     return (uint64_t)((double)ns * (double)(t - S.tsc0) / (double)(m - S.mono0_ns));
 }
 
-/* the pending call: main thread, GIL held.  Never fails (an error would be raised in the program). */
+/* the timer thread with the GIL.  Never fails: errors are cleared (nothing is reported but the
+ * missing window). */
 static int open_window(void *arg) {
     (void)arg;
-    atomic_store(&SW.pending, 0);
     if (!S.active || SW.gen != S.gen || !SW.restart)
         return 0;
     PyObject *exc = PyErr_GetRaisedException();
@@ -139,9 +139,21 @@ static void *timer_main(void *arg) {
             ;
         if (SW.stop)
             break;
-        int expected = 0;
-        if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) && Py_AddPendingCall(open_window, NULL) != 0)
-            atomic_store(&SW.pending, 0); /* the queue is full: try at the next period */
+        pthread_mutex_unlock(&SW.lock);
+#if PY_VERSION_HEX >= 0x030D0000
+        if (Py_IsFinalizing())
+#else
+        if (_Py_IsFinalizing())
+#endif
+            return NULL;
+        PyGILState_STATE g = PyGILState_Ensure(); /* stop_tracing releases the GIL while it joins us */
+        pthread_mutex_lock(&SW.lock);
+        int stop = SW.stop;
+        pthread_mutex_unlock(&SW.lock);
+        if (!stop)
+            open_window(NULL);
+        PyGILState_Release(g);
+        pthread_mutex_lock(&SW.lock);
     }
     pthread_mutex_unlock(&SW.lock);
     return NULL;
@@ -176,7 +188,6 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     SW.window_ns = (uint64_t)window_us * 1000u;
     SW.gen = S.gen;
     SW.stop = 0;
-    atomic_store(&SW.pending, 0);
     if (!SW.buf && !(SW.buf = malloc(SAMPLING_HDR + 64 * sizeof(win))))
         return PyErr_NoMemory();
     if (!SW.cap)
