@@ -185,13 +185,16 @@ class Report:
             est = f.get("estimate")
             calls, incl, self_c = f["calls"], f["incl"], f["self"]
             estimated = False
+            est_calls = est_self = False
             callees = []
             if est:
                 # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
                 calls = round(calls + est["calls"])
                 incl = f["incl"] + est["incl"]
                 self_c = max(0.0, f["self"] + est["self"] - est["removed"])
-                estimated = est["calls"] > 0 or est["removed"] > 0
+                est_calls = est["calls"] > 0 or est["incl"] > 0
+                est_self = est_calls or est["removed"] > 0
+                estimated = est_self
                 callees = [{"name": c["name"], "calls": round(c["calls"]), "total_cycles": c["incl"],
                             "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
                            for c in sorted(est["callees"], key=lambda c: -c["incl"])]
@@ -207,6 +210,8 @@ class Report:
                 "total_ns": incl * ns,
                 "self_ns": self_c * ns,
                 "estimated": estimated,
+                "estimated_fields": [k for k, on in (("calls", est_calls), ("total", est_calls), ("self", est_self))
+                                     if on],
                 "measured": {"calls": f["calls"], "total_cycles": f["incl"], "self_cycles": f["self"],
                              "total_ns": f["incl"] * ns, "self_ns": f["self"] * ns},
                 "estimated_callees": callees,
@@ -411,7 +416,7 @@ class Report:
         for f in shares[:5]:
             est = f.get("estimated_callees") or []
             if est:
-                names = ", ".join(f"{c['name']} ~{_fmt_ns(c['total_ns'])} (~{c['calls']:,} calls)" for c in est[:3])
+                names = ", ".join(f"{c['name']} (~{c['calls']:,} calls)" for c in est[:3])
                 more = ", ..." if len(est) > 3 else ""
                 out.append(f"        ^ {f['name']}'s self time excludes ~{_fmt_ns(f['measured']['self_ns'] - f['self_ns'])}"
                            f" estimated as de-instrumented calls to {names}{more}"[:width])
@@ -481,9 +486,11 @@ class Report:
     def _row(f, where):
         """One function's line: * = a sample of the first calls, ~ = estimated from sampling windows."""
         star = "*" if f["sample"] else " "
-        t = "~" if f.get("estimated") else ""
+        est = f.get("estimated_fields", ())
+        t = "~" if "calls" in est else ""
+        s = "~" if "self" in est else ""
         calls = f"{t}{f['calls']}"
-        return (f"{calls:>8}{star} {t + _fmt_ns(f['self_ns']):>9} {t + _fmt_ns(f['total_ns']):>9} "
+        return (f"{calls:>8}{star} {s + _fmt_ns(f['self_ns']):>9} {t + _fmt_ns(f['total_ns']):>9} "
                 f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
 
     def _why_not_estimated(self):

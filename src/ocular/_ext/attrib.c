@@ -36,6 +36,8 @@ int oc_attr_on;
 typedef struct {
     uint32_t code;
     uint64_t self, incl;    /* window ticks as the top frame / on the stack */
+    uint64_t tail;          /* window ticks of calls begun before their window (below whose top: unknown) */
+    int direct;             /* called by the anchor itself (not by another hidden frame) */
     uint64_t calls, full;   /* calls begun in windows and their whole inclusive ticks */
 } pair;
 
@@ -179,11 +181,12 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
         q->self += in_net;
 }
 
-void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t win_mark, uint64_t incl) {
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl) {
     if (anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, code);
     if (q) {
+        q->direct |= direct;
         q->calls++;
         q->full += incl;
         q->incl += a->win_total - win_mark;
@@ -202,18 +205,37 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
         return;
     uint64_t d = a->last_in < s->b ? a->last_in : s->b;
     s->b -= d;
-    q->self += d;
+    q->direct = 1;
+    q->tail += d;
     q->incl += d; /* a tail: no call counted (it began before the window), its time is */
     a->last_in = 0;
 }
 
+/* a pair's inclusive window ticks, tails spread like self time (a tail is in some frames' inclusive
+ * time, not known which) */
+static double est_incl(const pair *q, double fself) { return (double)(q->incl - q->tail) * fself; }
+
 /* calls in a pair's window time: its window ticks over the mean duration of the calls that began in
  * windows.  (Counting the calls that began in windows would be biased: a window opens at a pending call,
  * that is at a function's start or a loop's back jump, often just before a call.) */
-static double est_calls(const pair *q) {
+static double est_calls(const pair *q, double fself) {
     if (!q->calls || !q->full)
         return (double)q->calls;
-    return (double)q->incl * (double)q->calls / (double)q->full;
+    return est_incl(q, fself) * (double)q->calls / (double)q->full;
+}
+
+/* An anchor's hidden window ticks (tails included); *scale: outside-window ticks per window tick of its
+ * recorded-self state; *fself: tails are spread over the hidden frames' self times in proportion (a
+ * tail's own top frame is unknown) */
+static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself) {
+    uint64_t h = 0, tails = 0;
+    for (uint32_t i = 0; i < s->npairs; i++) {
+        h += s->pairs[i].self;
+        tails += s->pairs[i].tail;
+    }
+    *scale = h + tails ? (double)s->a / (double)(s->b + h + tails) : 0.0;
+    *fself = h ? (double)(h + tails) / (double)h : 1.0;
+    return h + tails;
 }
 
 /* once, after the render: every code's estimate */
@@ -228,20 +250,18 @@ static int compute(void) {
         anchor_stat *s = &AT.st[c];
         if (!s->npairs)
             continue;
-        uint64_t h = 0;
-        for (uint32_t i = 0; i < s->npairs; i++)
-            h += s->pairs[i].self;
+        double scale, fself;
+        uint64_t h = hidden_ticks(s, &scale, &fself);
         if (!h)
             continue;
-        double scale = (double)s->a / (double)(s->b + h);
         AT.est[c].removed += scale * (double)h;
         for (uint32_t i = 0; i < s->npairs; i++) {
             pair *q = &s->pairs[i];
             if (q->code >= AT.nest)
                 continue;
-            AT.est[q->code].calls += scale * est_calls(q);
-            AT.est[q->code].self += scale * (double)q->self;
-            AT.est[q->code].incl += scale * (double)q->incl;
+            AT.est[q->code].calls += scale * est_calls(q, fself);
+            AT.est[q->code].self += scale * fself * (double)q->self;
+            AT.est[q->code].incl += scale * est_incl(q, fself);
         }
     }
     return 0;
@@ -255,7 +275,8 @@ static PyObject *name_of(uint32_t id) {
 
 /* GIL held: adds to one function's row "estimate": None, or {"calls", "self", "incl": estimated extra
  * calls and ticks as a de-instrumented callee, outside windows; "removed": ticks taken out of its own
- * self time; "callees": [{"name", "incl", "calls"}] the estimated share of each hidden callee} */
+ * self time; "callees": [{"name", "incl", "self", "calls", ...}] the estimated share of each hidden
+ * function it calls directly} */
 int oc_attr_export(PyObject *func, uint32_t id) {
     if (!oc_attr_on || compute() < 0 || id >= AT.nest ||
         (AT.est[id].calls == 0 && AT.est[id].removed == 0 && AT.est[id].incl == 0))
@@ -264,15 +285,15 @@ int oc_attr_export(PyObject *func, uint32_t id) {
     PyObject *callees = PyList_New(0);
     if (!callees)
         return -1;
-    uint64_t h = 0;
-    for (uint32_t i = 0; i < s->npairs; i++)
-        h += s->pairs[i].self;
-    double scale = h ? (double)s->a / (double)(s->b + h) : 0.0;
+    double scale, fself;
+    uint64_t h = hidden_ticks(s, &scale, &fself);
     for (uint32_t i = 0; h && i < s->npairs; i++) {
         pair *q = &s->pairs[i];
+        if (!q->direct)
+            continue;
         PyObject *nm = name_of(q->code);
-        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * (double)q->incl,
-                                         "self", scale * (double)q->self, "calls", scale * est_calls(q),
+        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * est_incl(q, fself),
+                                         "self", scale * fself * (double)q->self, "calls", scale * est_calls(q, fself),
                                          "window_calls", (unsigned long long)q->calls,
                                          "window_incl", (unsigned long long)q->incl)
                          : NULL;

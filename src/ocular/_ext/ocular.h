@@ -412,8 +412,9 @@ extern int oc_attr_on;                               /* the recording has sampli
  * recorded only because of a window, `anchor`: the nearest visible frame's code */
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head);
-/* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows */
-void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t win_mark, uint64_t incl);
+/* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows; `direct`:
+ * its caller is the anchor */
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl);
 /* a leave with no recorded begin, of a de-instrumented code, while a window is open: the last gap was
  * the tail of that unrecorded call, not its caller's own time */
 void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts);

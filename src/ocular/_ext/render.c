@@ -177,7 +177,7 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
             f->is_call)
             oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
         if (f->hidden)
-            oc_attr_pop(&t->attr, f->anchor, f->code_id, f->win_mark, incl);
+            oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->win_mark, incl);
         if (same)
             same->same += counted ? incl : f->same;
         if (t->n > 0)
