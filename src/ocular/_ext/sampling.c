@@ -1,8 +1,11 @@
 /* sampling.c -- sampling windows: keeps de-instrumented functions measured in adaptive mode.
  *
  * After the threshold a function's PY_START answers DISABLE, and its later calls land in its caller's
- * self time.  So every `period` a timer thread takes the GIL (PyGILState_Ensure; it runs no bytecode,
- * so it fires no event) to open a window: it checks that no other sys.monitoring tool is
+ * self time.  So about every `period` (jittered: no aliasing with a periodic program) a timer thread
+ * asks for a window: on 3.13+ with Py_AddPendingCall (run by the main thread at its next eval-breaker
+ * check, at once while it runs Python code), and, if no window opened within 2 ms (the main thread
+ * sleeps, waits or is blocked in C), by taking the GIL itself (PyGILState_Ensure; it runs no bytecode,
+ * so it fires no event).  Whoever opens the window checks that no other sys.monitoring tool is
  * registered, calls sys.monitoring.restart_events() (the only way to re-arm a site that answered
  * DISABLE; set_local_events does not) and sets oc_win_end to `window` from now.  Until then the
  * callbacks record, on their DISABLE path only, what they would have disabled (function enters and
@@ -38,6 +41,9 @@ static struct {
     int tool_id;
     PyObject *get_tool, *restart;
     uint64_t period_ns, window_ns;
+    _Atomic uint32_t seq, opened; /* windows asked for / the last one opened (or skipped) */
+    atomic_int pending;           /* a pending call is queued */
+    uint64_t rng;
     /* the SAMPLING block: header then windows; grown with the GIL held */
     uint8_t *buf;
     uint32_t n, cap, skipped, status;
@@ -93,12 +99,23 @@ static uint64_t ticks_for(uint64_t ns) {
     return (uint64_t)((double)ns * (double)(t - S.tsc0) / (double)(m - S.mono0_ns));
 }
 
-/* the timer thread with the GIL.  Never fails: errors are cleared (nothing is reported but the
- * missing window). */
-static int open_window(void *arg) {
-    (void)arg;
-    if (!S.active || SW.gen != S.gen || !SW.restart)
-        return 0;
+static uint64_t rnd(void) {
+    SW.rng ^= SW.rng << 13;
+    SW.rng ^= SW.rng >> 7;
+    SW.rng ^= SW.rng << 17;
+    return SW.rng;
+}
+
+/* GIL held (the main thread's pending call, or the timer thread).  Never fails: errors are cleared
+ * (nothing is reported but the missing window).
+ * The window measured is [now + d, now + d + window) with d random in [0, window): recording starts
+ * now (the frames begun meanwhile are known when it is measured), and the measured part does not begin
+ * where the program happened to let us in (a GIL release, an eval-breaker check), which would
+ * over-sample what follows those points. */
+static void open_window(uint32_t seq) {
+    if (!S.active || SW.gen != S.gen || !SW.restart || atomic_load(&SW.opened) == seq)
+        return;
+    atomic_store(&SW.opened, seq);
     PyObject *exc = PyErr_GetRaisedException();
     int other = other_tool();
     if (other != 0) {
@@ -106,39 +123,63 @@ static int open_window(void *arg) {
             SW.skipped++;
         PyErr_Clear();
         PyErr_SetRaisedException(exc);
-        return 0;
+        return;
     }
     PyObject *r = PyObject_CallNoArgs(SW.restart);
     if (!r) {
         PyErr_Clear();
         PyErr_SetRaisedException(exc);
-        return 0;
+        return;
     }
     Py_DECREF(r);
     uint64_t len = ticks_for(SW.window_ns);
-    uint64_t now = oc_now();
-    if (add_window(now, now + len) == 0)
-        oc_win_end = now + len;
+    uint64_t now = oc_now(), begin = now + rnd() % (len ? len : 1);
+    if (add_window(begin, begin + len) == 0)
+        oc_win_end = begin + len;
     PyErr_SetRaisedException(exc);
+}
+
+#if PY_VERSION_HEX >= 0x030D0000
+static int pending_open(void *arg) {
+    atomic_store(&SW.pending, 0);
+    open_window((uint32_t)(uintptr_t)arg);
     return 0;
+}
+#endif
+
+/* lock held: wait until `ns` from now or stop; returns SW.stop */
+static int wait_ns(uint64_t ns) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)(ns / 1000000000ull);
+    dl.tv_nsec += (long)(ns % 1000000000ull);
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    while (!SW.stop && pthread_cond_timedwait(&SW.cond, &SW.lock, &dl) == 0)
+        ;
+    return SW.stop;
 }
 
 static void *timer_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&SW.lock);
     while (!SW.stop) {
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_sec += (time_t)(SW.period_ns / 1000000000ull);
-        dl.tv_nsec += (long)(SW.period_ns % 1000000000ull);
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
-        while (!SW.stop && pthread_cond_timedwait(&SW.cond, &SW.lock, &dl) == 0)
-            ;
-        if (SW.stop)
+        if (wait_ns(SW.period_ns / 2 + rnd() % (SW.period_ns ? SW.period_ns : 1))) /* period +- 50% */
             break;
+        uint32_t seq = atomic_load(&SW.seq) + 1;
+        atomic_store(&SW.seq, seq);
+#if PY_VERSION_HEX >= 0x030D0000
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+            Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
+            atomic_store(&SW.pending, 0);
+        if (wait_ns(2000000))
+            break;
+        if (atomic_load(&SW.opened) == seq)
+            continue;
+#endif
         pthread_mutex_unlock(&SW.lock);
 #if PY_VERSION_HEX >= 0x030D0000
         if (Py_IsFinalizing())
@@ -151,7 +192,7 @@ static void *timer_main(void *arg) {
         int stop = SW.stop;
         pthread_mutex_unlock(&SW.lock);
         if (!stop)
-            open_window(NULL);
+            open_window(seq);
         PyGILState_Release(g);
         pthread_mutex_lock(&SW.lock);
     }
@@ -188,6 +229,10 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     SW.window_ns = (uint64_t)window_us * 1000u;
     SW.gen = S.gen;
     SW.stop = 0;
+    SW.rng = oc_now() | 1;
+    atomic_store(&SW.pending, 0);
+    atomic_store(&SW.opened, 0);
+    atomic_store(&SW.seq, 0);
     if (!SW.buf && !(SW.buf = malloc(SAMPLING_HDR + 64 * sizeof(win))))
         return PyErr_NoMemory();
     if (!SW.cap)
