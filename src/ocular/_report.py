@@ -423,8 +423,8 @@ class Report:
                 continue
             names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
             out.append(f"        ^ {f['name']}'s self time also holds the unmeasured calls it made to {names} "
-                       f"after {'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented"
-                       f"{self._why_not_estimated()}"[:width])
+                       f"after {'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented"[:width])
+            out.append(f"          ({self._why_not_estimated()})"[:width])
         if not mine:
             out.append("        (no function of your own code was recorded)")
         elif len(mine) > top:
@@ -496,12 +496,12 @@ class Report:
     def _why_not_estimated(self):
         sw = self.sampling
         if sw.get("skipped") and not sw.get("windows"):
-            return f" (not estimated: another sys.monitoring tool, {sw.get('other_tool') or '?'}, was registered)"
+            return f"not estimated: another sys.monitoring tool, {sw.get('other_tool') or '?'}, was registered"
         if sw.get("status") == "on" and not sw.get("windows"):
-            return " (not estimated: no sampling window ran; the program was too short)"
+            return "not estimated: no sampling window ran; the program was too short"
         if sw.get("status") != "on":
-            return " (not estimated: sampling windows were off)"
-        return " (not estimated: no sampling window saw those calls)"
+            return "not estimated: sampling windows were off"
+        return "not estimated: no sampling window saw those calls"
 
     def __str__(self):
         return self.format()
