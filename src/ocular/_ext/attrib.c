@@ -21,8 +21,7 @@
  * A window opens at a moment the program chooses (a pending call), possibly inside an unrecorded call:
  * the end of that call is recorded (the callbacks keep unbegun returns inside windows), and the gap
  * before it is moved from B[C] to the callee's pair (oc_attr_unmatched_leave).
- * Calls are estimated from time: a pair's window ticks over the mean duration of its calls begun in
- * windows (see est_calls).  Not covered: a hidden recursive function's nested activations count their
+ * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not covered: a hidden recursive function's nested activations count their
  * inclusive time again (its self time is right); windows that a killed process did not write (its
  * recording has no SAMPLING block, so nothing is estimated).
  */
@@ -38,7 +37,8 @@ typedef struct {
     uint64_t self, incl;    /* window ticks as the top frame / on the stack */
     uint64_t tail;          /* window ticks of calls begun before their window (below whose top: unknown) */
     int direct;             /* called by the anchor itself (not by another hidden frame) */
-    uint64_t calls, full;   /* calls begun in windows and their whole inclusive ticks */
+    uint64_t calls, full;   /* calls that ended, begun after their window opened, and their inclusive ticks */
+    uint64_t begun;         /* calls begun inside the measured part of a window */
 } pair;
 
 typedef struct {
@@ -181,6 +181,14 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
         q->self += in_net;
 }
 
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts) {
+    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1))
+        return;
+    pair *q = pair_of(anchor, code);
+    if (q)
+        q->begun++;
+}
+
 void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl) {
     if (anchor == OC_NO_CODE)
         return;
@@ -215,13 +223,14 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
  * time, not known which) */
 static double est_incl(const pair *q, double fself) { return (double)(q->incl - q->tail) * fself; }
 
-/* calls in a pair's window time: its window ticks over the mean duration of the calls that began in
- * windows.  (Counting the calls that began in windows would be biased: a window opens at a pending call,
- * that is at a function's start or a loop's back jump, often just before a call.) */
+/* calls in a pair's window time: the calls begun inside the measured part of windows.  That part
+ * starts at a random offset after the window opened (sampling.c), not where the program let the window
+ * open (at a function's start, a back jump, a GIL release, often just before a call), so counting
+ * begins is not biased; and unlike window time over the mean duration of the sampled calls, one call
+ * stalled by the OS scheduler for milliseconds does not skew it. */
 static double est_calls(const pair *q, double fself) {
-    if (!q->calls || !q->full)
-        return (double)q->calls;
-    return est_incl(q, fself) * (double)q->calls / (double)q->full;
+    (void)fself;
+    return (double)q->begun;
 }
 
 /* An anchor's hidden window ticks (tails included); *scale: outside-window ticks per window tick of its
@@ -294,7 +303,7 @@ int oc_attr_export(PyObject *func, uint32_t id) {
         PyObject *nm = name_of(q->code);
         PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * est_incl(q, fself),
                                          "self", scale * fself * (double)q->self, "calls", scale * est_calls(q, fself),
-                                         "window_calls", (unsigned long long)q->calls,
+                                         "window_calls", (unsigned long long)q->begun,
                                          "window_incl", (unsigned long long)q->incl)
                          : NULL;
         if (!d || PyList_Append(callees, d) < 0) {

@@ -412,6 +412,8 @@ extern int oc_attr_on;                               /* the recording has sampli
  * recorded only because of a window, `anchor`: the nearest visible frame's code */
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head);
+/* a hidden frame began at ts (counted if inside the measured part of a window) */
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts);
 /* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows; `direct`:
  * its caller is the anchor */
 void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl);

@@ -319,6 +319,8 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
     f->head = f->hidden && up && up->hidden ? up->head : code_id;
     f->win_mark = t->attr.win_total;
+    if (f->hidden)
+        oc_attr_call(&t->attr, f->anchor, code_id, ts);
     return f;
 }
 
