@@ -364,8 +364,10 @@ def _env_sampling():
         return False
     try:
         period, window = (float(x) for x in v.split(","))
+        if not 0 < window < period <= 3_600_000:
+            raise ValueError
     except ValueError:
-        return None
+        raise ValueError(f"OCULAR_SAMPLING must be PERIOD_MS,WINDOW_MS (0 < window < period) or 0, got {v!r}") from None
     return period, window
 
 
