@@ -13,6 +13,14 @@ often ``LOAD_FAST_BORROW``, ``JUMP_BACKWARD`` specializes to ``JUMP_BACKWARD_NO_
 added ``NOT_TAKEN``, the no-op after a conditional jump that fires BRANCH_LEFT; it shows as a row of its
 own, as it is an instruction the loop executes.
 
+Estimates (adaptive mode, sampling windows: attrib.c): a function de-instrumented after the threshold is
+still measured in short windows, and the renderer estimates its calls and time outside them and takes that
+time out of its callers' self time.  A row's ``calls``, ``self_*`` and ``total_*`` are then the estimates,
+``estimated_fields`` says which, ``measured`` keeps the recorded figures, and a caller's
+``estimated_callees`` lists the shares; the text marks estimated figures with ``~``.  Without windows
+(``sampling=False``, a program shorter than the first window, another sys.monitoring tool registered) the
+caller's ``untraced_callees`` only names them, and the text says why nothing was estimated.
+
 Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the
 calibrated rate.  Ocular's own cost per event (calibrated at the start of the session) is subtracted
 from self times and from per-instruction/per-block cycles.
