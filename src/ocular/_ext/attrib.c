@@ -80,6 +80,7 @@ static inline uint64_t rd64(const uint8_t *p) {
     return v;
 }
 
+/* SAMPLING blocks come as windows open (and one at stop with the final status): append their windows */
 void oc_attr_block(const uint8_t *p, uint32_t len) {
     if (len < 48)
         return;
@@ -91,14 +92,22 @@ void oc_attr_block(const uint8_t *p, uint32_t len) {
     AT.other[32] = 0;
     if ((uint64_t)n * 16 > len - 48)
         n = (len - 48) / 16;
-    free(AT.win);
-    AT.win = n ? malloc((size_t)n * sizeof *AT.win) : NULL;
-    AT.nwin = AT.win ? n : 0;
-    AT.win_ticks = 0;
-    for (uint32_t i = 0; i < AT.nwin; i++) {
-        AT.win[i][0] = rd64(p + 48 + 16 * (size_t)i);
-        AT.win[i][1] = rd64(p + 56 + 16 * (size_t)i);
-        AT.win_ticks += AT.win[i][1] > AT.win[i][0] ? AT.win[i][1] - AT.win[i][0] : 0;
+    if (!n)
+        return;
+    uint64_t(*w)[2] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
+    if (!w) {
+        AT.failed = 1;
+        return;
+    }
+    AT.win = w;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t b = rd64(p + 48 + 16 * (size_t)i), e = rd64(p + 56 + 16 * (size_t)i);
+        if (AT.nwin && b < AT.win[AT.nwin - 1][1])
+            continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
+        AT.win[AT.nwin][0] = b;
+        AT.win[AT.nwin][1] = e;
+        AT.nwin++;
+        AT.win_ticks += e > b ? e - b : 0;
     }
     oc_attr_on = AT.nwin > 0;
 }

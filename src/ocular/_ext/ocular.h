@@ -395,8 +395,10 @@ int oc_sampling_init(PyObject *module);  /* adds _sampling_start */
 void oc_sampling_stop(void);             /* GIL held: ends the timer thread; windows close */
 void oc_sampling_reset(void);            /* a new session: forget the last one's windows */
 void oc_sampling_fork_child(void);       /* the timer thread is the parent's */
-/* the recording's SAMPLING block payload (recording.h), valid until the next reset */
-const void *oc_sampling_payload(uint32_t *len);
+/* recorder: a SAMPLING block payload (recording.h), malloc'd, or NULL: the windows not written yet
+ * (all: every one), with the status (final: written even without new windows) */
+void *oc_sampling_block(int all, int final, uint32_t *len);
+int oc_sampling_new(void);               /* windows not written yet */
 
 /* attrib.c (renderer): honest attribution of de-instrumented callees from the sampling windows */
 typedef struct {
@@ -406,7 +408,7 @@ typedef struct {
     uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
 } oc_attr_thread;
 void oc_attr_reset(void);
-void oc_attr_block(const uint8_t *p, uint32_t len); /* the recording's SAMPLING block */
+void oc_attr_block(const uint8_t *p, uint32_t len); /* a SAMPLING block: its windows are appended */
 extern int oc_attr_on;                               /* the recording has sampling windows */
 /* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was
  * recorded only because of a window, `anchor`: the nearest visible frame's code */

@@ -44,11 +44,12 @@ static struct {
     _Atomic uint32_t seq, opened; /* windows asked for / the last one opened (or skipped) */
     atomic_int pending;           /* a pending call is queued */
     uint64_t rng;
-    /* the SAMPLING block: header then windows; grown with the GIL held */
-    uint8_t *buf;
-    uint32_t n, cap, skipped, status;
+    /* the windows, appended with the GIL held and wlock; the recorder copies them out under wlock */
+    pthread_mutex_t wlock;
+    win *wins;
+    uint32_t n, cap, written, skipped, status;
     char other[32];
-} SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
 
 #define SAMPLING_HDR 48u
 
@@ -74,18 +75,22 @@ static int other_tool(void) {
 }
 
 static int add_window(uint64_t b, uint64_t e) {
+    int rc = 0;
+    pthread_mutex_lock(&SW.wlock);
     if (SW.n == SW.cap) {
         uint32_t cap = SW.cap ? SW.cap * 2 : 64;
-        uint8_t *nb = realloc(SW.buf, SAMPLING_HDR + (size_t)cap * sizeof(win));
-        if (!nb)
-            return -1;
-        SW.buf = nb;
+        win *nw = realloc(SW.wins, (size_t)cap * sizeof(win));
+        if (!nw) {
+            rc = -1;
+            goto out;
+        }
+        SW.wins = nw;
         SW.cap = cap;
     }
-    win w = {b, e};
-    memcpy(SW.buf + SAMPLING_HDR + (size_t)SW.n * sizeof(win), &w, sizeof w);
-    SW.n++;
-    return 0;
+    SW.wins[SW.n++] = (win){b, e};
+out:
+    pthread_mutex_unlock(&SW.wlock);
+    return rc;
 }
 
 /* ticks in `ns` nanoseconds, from the clock's rate since the session started */
@@ -202,7 +207,9 @@ static void *timer_main(void *arg) {
 
 void oc_sampling_reset(void) {
     oc_win_end = 0;
-    SW.n = SW.skipped = 0;
+    pthread_mutex_lock(&SW.wlock);
+    SW.n = SW.written = SW.skipped = 0;
+    pthread_mutex_unlock(&SW.wlock);
     SW.status = OC_SAMPLING_OFF;
     memset(SW.other, 0, sizeof SW.other);
 }
@@ -233,10 +240,6 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     atomic_store(&SW.pending, 0);
     atomic_store(&SW.opened, 0);
     atomic_store(&SW.seq, 0);
-    if (!SW.buf && !(SW.buf = malloc(SAMPLING_HDR + 64 * sizeof(win))))
-        return PyErr_NoMemory();
-    if (!SW.cap)
-        SW.cap = 64;
     if (pthread_create(&SW.thread, NULL, timer_main, NULL) != 0)
         Py_RETURN_FALSE;
     SW.running = 1;
@@ -265,21 +268,40 @@ void oc_sampling_fork_child(void) {
     SW.stop = 0;
     oc_win_end = 0;
     pthread_mutex_init(&SW.lock, NULL);
+    pthread_mutex_init(&SW.wlock, NULL);
+    SW.n = SW.written = 0; /* the parent's windows are in the parent's recording */
     pthread_cond_init(&SW.cond, NULL);
 }
 
-const void *oc_sampling_payload(uint32_t *len) {
-    static uint8_t empty[SAMPLING_HDR];
-    uint8_t *b = SW.buf ? SW.buf : empty;
-    uint32_t n = SW.buf ? SW.n : 0, zero = 0;
-    memcpy(b, &SW.status, 4);
-    memcpy(b + 4, &n, 4);
-    memcpy(b + 8, &SW.skipped, 4);
-    memcpy(b + 12, &zero, 4);
-    memcpy(b + 16, SW.other, 32);
-    *len = SAMPLING_HDR + n * (uint32_t)sizeof(win);
+/* Recorder (no GIL): a SAMPLING block's payload, malloc'd (NULL: nothing to write, or no memory):
+ * the status and the windows not written yet (all: every window, for a flight-recorder dump; final:
+ * even without new windows, the status at stop).  Windows are written before the chunks recorded in
+ * them, so a renderer reading the recording while it grows knows them in time. */
+void *oc_sampling_block(int all, int final, uint32_t *len) {
+    pthread_mutex_lock(&SW.wlock);
+    uint32_t from = all ? 0 : SW.written, n = SW.n - from, zero = 0;
+    uint8_t *b = NULL;
+    if (n || final) {
+        b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win));
+        if (b) {
+            memcpy(b, &SW.status, 4);
+            memcpy(b + 4, &n, 4);
+            memcpy(b + 8, &SW.skipped, 4);
+            memcpy(b + 12, &zero, 4);
+            memcpy(b + 16, SW.other, 32);
+            if (n)
+                memcpy(b + SAMPLING_HDR, SW.wins + from, (size_t)n * sizeof(win));
+            *len = SAMPLING_HDR + n * (uint32_t)sizeof(win);
+            if (!all)
+                SW.written = SW.n;
+        }
+    }
+    pthread_mutex_unlock(&SW.wlock);
     return b;
 }
+
+/* Recorder: new windows since the last block (a plain read first: no lock while nothing is new) */
+int oc_sampling_new(void) { return __atomic_load_n(&SW.n, __ATOMIC_RELAXED) != __atomic_load_n(&SW.written, __ATOMIC_RELAXED); }
 
 static PyMethodDef sampling_methods[] = {
     {"_sampling_start", py_sampling_start, METH_VARARGS,
