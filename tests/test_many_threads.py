@@ -13,7 +13,8 @@ MANY = """
 import sys, threading, ocular
 n, threshold, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 threading.stack_size(256 * 1024)
-ocular.start_tracing(output=out, deinstrument_threshold=threshold, report=False, exclude=["threading.py"])
+ocular.start_tracing(output=out, deinstrument_threshold=threshold, report=False, exclude=["threading.py"],
+                     sampling=False)  # exact counts at the threshold: no sampled calls
 go = threading.Event()
 ready = threading.Semaphore(0)
 def f(i):

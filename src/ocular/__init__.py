@@ -338,6 +338,41 @@ def _loops_code(loops, fmt):
     return LOOP_MODES.index(loops)
 
 
+SAMPLING_DEFAULT = (100.0, 1.0)  # ms: a window of 1 ms every 100 ms
+
+
+def _parse_sampling(sampling):
+    """sampling=True/False or (period_ms, window_ms) -> (period_us, window_us), or None (off)."""
+    if sampling is True:
+        env = _env_sampling()
+        sampling = SAMPLING_DEFAULT if env is None else env
+    if sampling is False or sampling is None:
+        return None
+    if (not isinstance(sampling, tuple) or len(sampling) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sampling)):
+        raise TypeError("sampling must be True, False or a (period_ms, window_ms) tuple")
+    period, window = sampling
+    if not 0 < window < period <= 3_600_000:
+        raise ValueError(f"sampling needs 0 < window_ms < period_ms, got {sampling!r}")
+    return int(period * 1000), max(1, int(window * 1000))
+
+
+def _env_sampling():
+    """OCULAR_SAMPLING=period_ms,window_ms (or 0: off) for runs started by the CLI or attach."""
+    v = os.environ.get("OCULAR_SAMPLING", "").strip()
+    if not v:
+        return None
+    if v in ("0", "off"):
+        return False
+    try:
+        period, window = (float(x) for x in v.split(","))
+        if not 0 < window < period <= 3_600_000:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"OCULAR_SAMPLING must be PERIOD_MS,WINDOW_MS (0 < window < period) or 0, got {v!r}") from None
+    return period, window
+
+
 def _parse_ring(ring):
     """ring=None/0 (off), an int (bytes) or a str such as "64M" (K, M, G: powers of 1024)."""
     if ring is None:
@@ -362,7 +397,7 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None, loops=None, thread_roots=False, c_functions=None):
+                  ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
@@ -399,6 +434,14 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
         for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
         same either way.
+    sampling: in adaptive mode with a threshold, keep measuring de-instrumented functions in short
+        sampling windows (about 1 ms every 100 ms: every disabled function start and C call site is
+        re-armed by ``sys.monitoring.restart_events()`` and recorded while the window is open), so the
+        report estimates, labelled with ``~``, the calls and time of de-instrumented callees that would
+        otherwise count as their callers' self time.  Windows are opened only while no other
+        sys.monitoring tool holds a tool id (restart_events() re-arms every tool's sites); otherwise the
+        report names such callees without an estimate.  False: no windows.  A (period_ms, window_ms)
+        tuple sets the timing.
     tool_id: force a sys.monitoring tool id (0-5); by default the first free one of 3, 4, 5 (0, 1
         and 2 are left to the debugger, coverage and profiler tools: pdb, coverage.py, cProfile).
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
@@ -433,6 +476,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
         raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
     ring_bytes = _parse_ring(ring)
+    sampling_us = _parse_sampling(sampling)
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
     loops_code = _loops_code(loops, fmt)
@@ -461,6 +505,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                     loops=loops_code, thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
+        if sampling_us:
+            _ocular._sampling_start(tid, _mon.get_tool, _mon.restart_events, *sampling_us)
     except BaseException:
         _release_tool(tid, callbacks)
         _ocular._stop()

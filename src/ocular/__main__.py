@@ -107,6 +107,11 @@ def build_parser():
     p.add_argument("--no-c-functions", action="store_false", dest="c_functions", default=None,
                    help="do not record calls of C functions (builtins, methods of built-in types, extension "
                         "functions); by default each is its own slice and report row, as in cProfile")
+    p.add_argument("--no-sampling", action="store_false", dest="sampling", default=True,
+                   help="no sampling windows: after --threshold a function's later calls count in its caller's "
+                        "self time, unmeasured (the report names them); by default short windows (1 ms every "
+                        "100 ms; OCULAR_SAMPLING=PERIOD_MS,WINDOW_MS changes it) keep measuring them and the "
+                        "report shows the estimated split, marked ~")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -427,7 +432,7 @@ def main(argv=None):
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
-                                 c_functions=ns.c_functions,
+                                 c_functions=ns.c_functions, sampling=ns.sampling,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
 
     status = 0

@@ -13,6 +13,14 @@ often ``LOAD_FAST_BORROW``, ``JUMP_BACKWARD`` specializes to ``JUMP_BACKWARD_NO_
 added ``NOT_TAKEN``, the no-op after a conditional jump that fires BRANCH_LEFT; it shows as a row of its
 own, as it is an instruction the loop executes.
 
+Estimates (adaptive mode, sampling windows: attrib.c): a function de-instrumented after the threshold is
+still measured in short windows, and the renderer estimates its calls and time outside them and takes that
+time out of its callers' self time.  A row's ``calls``, ``self_*`` and ``total_*`` are then the estimates,
+``estimated_fields`` says which, ``measured`` keeps the recorded figures, and a caller's
+``estimated_callees`` lists the shares; the text marks estimated figures with ``~``.  Without windows
+(``sampling=False``, a program shorter than the first window, another sys.monitoring tool registered) the
+caller's ``untraced_callees`` only names them, and the text says why nothing was estimated.
+
 Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the
 calibrated rate.  Ocular's own cost per event (calibrated at the start of the session) is subtracted
 from self times and from per-instruction/per-block cycles.
@@ -140,6 +148,9 @@ class Report:
         self.events = data.get("events")
         self.dropped = data.get("dropped", 0)
         self.wall_ns = data.get("wall_ns")
+        self.sampling = dict(data.get("sampling") or {"status": "off", "windows": 0, "window_ticks": 0,
+                                                       "skipped": 0, "other_tool": ""})
+        self.sampling["window_ns"] = self.sampling.get("window_ticks", 0) * self.ns_per_tick
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -179,17 +190,39 @@ class Report:
         ns = self.ns_per_tick
         if f["segments"]:
             sample = f["deinstrumented"]
+            est = f.get("estimate")
+            calls, incl, self_c = f["calls"], f["incl"], f["self"]
+            estimated = False
+            est_calls = est_self = False
+            callees = []
+            if est:
+                # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
+                calls = round(calls + est["calls"])
+                incl = f["incl"] + est["incl"]
+                self_c = max(0.0, f["self"] + est["self"] - est["removed"])
+                est_calls = est["calls"] > 0 or est["incl"] > 0
+                est_self = est_calls or est["removed"] > 0
+                estimated = est_self
+                callees = [{"name": c["name"], "calls": round(c["calls"]), "total_cycles": c["incl"],
+                            "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
+                           for c in sorted(est["callees"], key=lambda c: -c["incl"])]
             self.functions.append({
                 "category": category(f["file"]),
                 "name": f["name"],
                 "file": f["file"],
                 "line": f["firstlineno"],
-                "calls": f["calls"],
+                "calls": calls,
                 "segments": f["segments"],
-                "total_cycles": f["incl"],
-                "self_cycles": f["self"],
-                "total_ns": f["incl"] * ns,
-                "self_ns": f["self"] * ns,
+                "total_cycles": incl,
+                "self_cycles": self_c,
+                "total_ns": incl * ns,
+                "self_ns": self_c * ns,
+                "estimated": estimated,
+                "estimated_fields": [k for k, on in (("calls", est_calls), ("total", est_calls), ("self", est_self))
+                                     if on],
+                "measured": {"calls": f["calls"], "total_cycles": f["incl"], "self_cycles": f["self"],
+                             "total_ns": f["incl"] * ns, "self_ns": f["self"] * ns},
+                "estimated_callees": callees,
                 "mean_ns": f["mean"] * ns,
                 "stddev_ns": f["stddev"] * ns,
                 "min_ns": f["min"] * ns,
@@ -336,6 +369,7 @@ class Report:
             "events": self.events,
             "dropped": self.dropped,
             "wall_ns": self.wall_ns,
+            "sampling": self.sampling,
             "functions": self.functions,
             "functions_total": self.functions_total,
             "loops": self.hot_loops(),
@@ -365,6 +399,14 @@ class Report:
         facts.append(f"{deinst} function{'s' if deinst != 1 else ''} de-instrumented after the threshold "
                      "(* = figures are a sample of the first calls)" if deinst else "no function de-instrumented")
         out.append(", ".join(facts))
+        sw = self.sampling
+        if sw.get("windows"):
+            out.append(f"sampling: {sw['windows']} window{'s' if sw['windows'] != 1 else ''} "
+                       f"({_fmt_ns(sw['window_ns'])}) measured de-instrumented functions; "
+                       "~ = estimated from them (calls and time after the threshold)")
+        elif sw.get("skipped"):
+            out.append(f"sampling: no window opened ({sw['skipped']} skipped: another sys.monitoring tool, "
+                       f"{sw.get('other_tool') or '?'}, was registered)")
         if self.incomplete:
             out.append("warning: statistics are incomplete (out of memory in the renderer)")
         if self.functions_total > len(self.functions):
@@ -377,16 +419,20 @@ class Report:
         out.append(("Functions" if all_code else "Your code") + f" (by {sort}{' time' if sort in ('self', 'total') else ''})")
         out.append(f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function")
         for f in mine[:top]:
-            star = "*" if f["sample"] else " "
-            where = f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})"
-            line = (f"{f['calls']:>8}{star} {_fmt_ns(f['self_ns']):>9} {_fmt_ns(f['total_ns']):>9} "
-                    f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
-            out.append(line[:width])
-        shares = [f for f in mine[:top] if f["untraced_callees"]]
+            out.append(self._row(f, f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})")[:width])
+        shares = [f for f in mine[:top] if f["untraced_callees"] or f.get("estimated_callees")]
         for f in shares[:5]:
+            est = f.get("estimated_callees") or []
+            if est:
+                names = ", ".join(f"{c['name']} (~{c['calls']:,} calls)" for c in est[:3])
+                more = ", ..." if len(est) > 3 else ""
+                out.append(f"        ^ {f['name']}'s self time excludes ~{_fmt_ns(f['measured']['self_ns'] - f['self_ns'])}"
+                           f" estimated as de-instrumented calls to {names}{more}"[:width])
+                continue
             names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
             out.append(f"        ^ {f['name']}'s self time also holds the unmeasured calls it made to {names} "
                        f"after {'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented"[:width])
+            out.append(f"          ({self._why_not_estimated()})"[:width])
         if not mine:
             out.append("        (no function of your own code was recorded)")
         elif len(mine) > top:
@@ -394,10 +440,7 @@ class Report:
         if not all_code:
             cfuncs = [f for f in rows if f["category"] == C_FUNCTIONS]
             for f in cfuncs[:max(top // 3, 5)]:
-                line = (f"{f['calls']:>8}{'*' if f['sample'] else ' '} {_fmt_ns(f['self_ns']):>9} "
-                        f"{_fmt_ns(f['total_ns']):>9} {_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  "
-                        f"{f['name']}  [C function]")
-                out.append(line[:width])
+                out.append(self._row(f, f"{f['name']}  [C function]")[:width])
             if len(cfuncs) > max(top // 3, 5):
                 out.append(f"        ... {len(cfuncs) - max(top // 3, 5)} more C functions (--all shows them)")
             for cat in FOLDED:
@@ -446,6 +489,27 @@ class Report:
             out.append("")
             out.append("cyc/exec(blk): cycles of each basic block per execution, spread evenly over its instructions")
         return "\n".join(out)
+
+    @staticmethod
+    def _row(f, where):
+        """One function's line: * = a sample of the first calls, ~ = estimated from sampling windows."""
+        star = "*" if f["sample"] else " "
+        est = f.get("estimated_fields", ())
+        t = "~" if "calls" in est else ""
+        s = "~" if "self" in est else ""
+        calls = f"{t}{f['calls']}"
+        return (f"{calls:>8}{star} {s + _fmt_ns(f['self_ns']):>9} {t + _fmt_ns(f['total_ns']):>9} "
+                f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
+
+    def _why_not_estimated(self):
+        sw = self.sampling
+        if sw.get("skipped") and not sw.get("windows"):
+            return f"not estimated: another sys.monitoring tool, {sw.get('other_tool') or '?'}, was registered"
+        if sw.get("status") == "on" and not sw.get("windows"):
+            return "not estimated: no sampling window ran; the program was too short"
+        if sw.get("status") != "on":
+            return "not estimated: sampling windows were off"
+        return "not estimated: no sampling window saw those calls"
 
     def __str__(self):
         return self.format()

@@ -142,6 +142,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
         return NULL;
     free_session_strings();
     reset_counters();
+    oc_sampling_reset();
     S.include_only = strv_from_tuple(inc);
     S.exclude = S.include_only ? strv_from_tuple(exc) : NULL;
     S.own_dir = S.exclude ? dup_utf8(own) : NULL;
@@ -194,6 +195,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
+    oc_sampling_stop();
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
     oc_codetable_snapshot();
@@ -403,6 +405,7 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     if (!S.active)
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
+    oc_sampling_fork_child();
     oc_recorder_fork_child();
     /* the parent's code table: its entries' names were freed once the parent recorded them; every code
      * object registers again here (a new generation), into this child's own recording */
@@ -489,6 +492,8 @@ PyMODINIT_FUNC PyInit__ocular(void) {
         initialised = 1;
     }
     if (oc_monitor_init(m) < 0)
+        goto fail;
+    if (oc_sampling_init(m) < 0)
         goto fail;
     if (oc_usdt_init(m) < 0) /* usdt.c */
         goto fail;

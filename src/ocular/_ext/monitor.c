@@ -14,6 +14,8 @@
  * per site like jumps; a site calling anything else is disabled at its first event.
  * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
  * session, so a restart_events() by another tool is answered by disabling again.
+ * Sampling windows (sampling.c): while one is open, function enters/leaves and C calls that would
+ * answer DISABLE are recorded instead (an enter after a K_MARK record); jumps and instructions are not.
  */
 #include "ocular.h"
 #include <string.h>
@@ -91,6 +93,38 @@ static inline uint32_t small_int(PyObject *o) {
 #define RETURN_NONE return Py_None /* None is immortal on 3.12+: no reference to take */
 #define RETURN_DISABLE return Py_NewRef(S.disable)
 
+/* a sampling window is open (never reads the clock when none was ever opened: the test clock) */
+static inline int window_open(void) { return UNLIKELY(oc_win_end != 0) && oc_in_window(oc_now()); }
+
+/* A de-instrumented site while a sampling window is open (sampling.c): the enter is recorded after a
+ * K_MARK record that says so (the renderer's estimate needs to know it would not be recorded outside
+ * windows).  Off the hot path: only reached where the answer would otherwise be DISABLE. */
+static __attribute__((noinline)) void record_sampled(uint32_t code_id, uint32_t info, uint64_t ts) {
+    oc_rec *r = reserve();
+    if (UNLIKELY(!r))
+        return;
+    r->ts = ts;
+    r->code_id = OC_NO_CODE;
+    r->info = OC_INFO(K_MARK, OC_MARK_SAMPLED);
+    oc_rec *r2 = oc_tls.buf->pos++; /* reserve() always leaves one spare record */
+    r2->ts = ts;
+    r2->code_id = code_id;
+    r2->info = info;
+}
+
+static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint32_t kind) {
+    if (LIKELY(!oc_win_end))
+        RETURN_DISABLE;
+    uint64_t now = oc_now();
+    if (!oc_in_window(now))
+        RETURN_DISABLE;
+    uint32_t depth = frame_depth();
+    if (depth < 64)
+        ex->open_depths |= (uint64_t)1 << depth;
+    record_sampled(ex->id, OC_INFO(kind, depth), now);
+    RETURN_NONE;
+}
+
 static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex))
@@ -100,11 +134,13 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
             if (ex->flags & CF_EXCLUDED)
                 RETURN_NONE;
         } else {
-            RETURN_DISABLE;
+            if (ex->flags & CF_EXCLUDED)
+                RETURN_DISABLE;
+            return enter_sampled(ex, kind);
         }
     } else if (S.threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.threshold)) {
         ex->flags |= CF_START_DISABLED;
-        RETURN_DISABLE;
+        return enter_sampled(ex, kind);
     }
     uint32_t depth = frame_depth();
     if (depth < 64)
@@ -134,8 +170,10 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
     if (UNLIKELY(ex->flags & CF_START_DISABLED)) {
         /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
          * still open (their ends matter); ends of unrecorded activations are not recorded. */
-        if (!begun && depth < 64) {
-            /* ...but not forever: in recursive code the outermost recorded call stays open while
+        if (!begun && depth < 64 && !window_open()) {
+            /* (inside a sampling window the end of an unrecorded activation is recorded: it tells the
+             * renderer that the time just before it was that call's, not its caller's) ...
+             * ...but not forever: in recursive code the outermost recorded call stays open while
              * every nested one returns here.  After LATE_ENDS_MAX such ends the sites are disabled
              * and the writer closes the still-open recorded calls at the next event of an enclosing
              * frame (or at stop). */
@@ -154,7 +192,7 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         r->code_id = ex->id;
         r->info = OC_INFO(kind, depth);
     }
-    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open_depths)
+    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open_depths && !window_open())
         RETURN_DISABLE;
     RETURN_NONE;
 }
@@ -261,6 +299,19 @@ static inline void record_cfunc(PyObject *callable, uint32_t kind) {
     }
 }
 
+/* a C call site past its threshold: recorded (marked as sampled) only inside a sampling window */
+static __attribute__((noinline)) PyObject *call_sampled(PyObject *callable) {
+    if (LIKELY(!oc_win_end))
+        RETURN_DISABLE;
+    uint64_t now = oc_now();
+    if (!oc_in_window(now))
+        RETURN_DISABLE;
+    uint32_t id = oc_cfunc_id(callable);
+    if (id != UINT32_MAX)
+        record_sampled(id, OC_INFO(K_CCALL, frame_depth()), now);
+    RETURN_NONE;
+}
+
 /* CALL: (code, offset, callable, arg0).  Only C functions are recorded (a Python callee has its own
  * PY_START): a call site whose callable is anything else answers DISABLE at once, and a C call site
  * after `threshold` hits, like a jump. */
@@ -280,7 +331,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     int verdict = site_verdict(ex, 2, off);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict == SITE_DISABLE)
-            RETURN_DISABLE;
+            return call_sampled(callable);
         RETURN_NONE;
     }
     record_cfunc(callable, K_CCALL);

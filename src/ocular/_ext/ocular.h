@@ -47,7 +47,11 @@ enum oc_kind {
     K_PAUSE_END = 12, /* ... to this one's; code_id unused */
     K_CCALL = 13,  /* CALL of a C function      payload: frame depth of the caller; code_id: the C function */
     K_CRETURN = 14, /* C_RETURN or C_RAISE       payload: frame depth of the caller; code_id: the C function */
+    K_MARK = 15,   /* code_id OC_NO_CODE, same ts as the next record; payload: OC_MARK_* */
 };
+/* K_MARK payloads.  OC_MARK_SAMPLED: the next record is an enter (PY_START, PY_RESUME, CALL of a C
+ * function) recorded only because a sampling window is open: outside windows it is de-instrumented. */
+enum { OC_MARK_SAMPLED = 1 };
 #define OC_NO_CODE UINT32_MAX
 #define OC_PAYLOAD_BITS 28
 #define OC_PAYLOAD_MAX ((1u << OC_PAYLOAD_BITS) - 1)
@@ -391,6 +395,44 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
                    uint64_t insns);
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 void oc_stats_finish(void); /* after rendering: callers of de-instrumented callees (their self holds later calls) */
+
+/* sampling.c: sampling windows in adaptive mode.  While a window is open (oc_now() < oc_win_end), the
+ * callbacks record de-instrumented functions' enters and leaves instead of answering DISABLE. */
+extern uint64_t oc_win_end;              /* ticks; 0: no window was ever opened */
+static inline int oc_in_window(uint64_t now) { return UNLIKELY(now < oc_win_end); }
+int oc_sampling_init(PyObject *module);  /* adds _sampling_start */
+void oc_sampling_stop(void);             /* GIL held: ends the timer thread; windows close */
+void oc_sampling_reset(void);            /* a new session: forget the last one's windows */
+void oc_sampling_fork_child(void);       /* the timer thread is the parent's */
+/* recorder: a SAMPLING block payload (recording.h), malloc'd, or NULL: the windows not written yet
+ * (all: every one), with the status (final: written even without new windows) */
+void *oc_sampling_block(int all, int final, uint32_t *len);
+int oc_sampling_new(void);               /* windows not written yet */
+
+/* attrib.c (renderer): honest attribution of de-instrumented callees from the sampling windows */
+typedef struct {
+    uint32_t wcur;          /* first window that does not end before the thread's current time */
+    uint32_t last_code;     /* the visible frame whose window time the last gap added to (tails) */
+    uint64_t last_in;       /* that window time, ticks */
+    uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
+} oc_attr_thread;
+void oc_attr_reset(void);
+void oc_attr_block(const uint8_t *p, uint32_t len); /* a SAMPLING block: its windows are appended */
+extern int oc_attr_on;                               /* the recording has sampling windows */
+/* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was
+ * recorded only because of a window, `anchor`: the nearest visible frame's code */
+void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
+                 uint32_t anchor, uint32_t head);
+/* a hidden frame began at ts (counted if inside the measured part of a window) */
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts);
+/* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows; `direct`:
+ * its caller is the anchor */
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl);
+/* a leave with no recorded begin, of a de-instrumented code, while a window is open: the last gap was
+ * the tail of that unrecorded call, not its caller's own time */
+void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts);
+int oc_attr_export(PyObject *func, uint32_t id);     /* GIL: adds the estimate fields to a report row */
+PyObject *oc_attr_summary(void);                     /* GIL: the sampling figures of the session */
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);

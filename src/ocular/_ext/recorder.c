@@ -176,6 +176,18 @@ static void write_codestate(oc_out *o) {
     }
 }
 
+/* the sampling windows (sampling.c) not written yet (all: every one), before the chunks recorded in
+ * them; final: the status too, before the END block */
+static void write_sampling(oc_out *o, int all, int final) {
+    uint32_t len;
+    void *p = oc_sampling_block(all, final, &len);
+    if (!p)
+        return;
+    block(o, OC_BLK_SAMPLING, len);
+    oc_out_write(o, p, len);
+    free(p);
+}
+
 static void write_end(oc_out *o, uint64_t events) {
     block(o, OC_BLK_END, 32);
     put_u64(o, RC.stop_ticks);
@@ -256,6 +268,7 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     }
     events += oc_buffer_write_partial(&o, write_chunk);
     write_codestate(&o);
+    write_sampling(&o, 1, 1);
     uint64_t saved = RC.stop_ticks;
     RC.stop_ticks = end_ticks;
     write_end(&o, events);
@@ -353,6 +366,7 @@ static void finish_locked(void) {
     write_new_threads(&RC.out, 1);
     write_calib(&RC.out);
     write_codestate(&RC.out);
+    write_sampling(&RC.out, 0, 1);
     write_end(&RC.out, RC.events);
     oc_out_flush(&RC.out);
 }
@@ -431,6 +445,8 @@ static void *recorder_main(void *arg) {
         } else {
             pthread_mutex_unlock(&S.lock);
         }
+        if (UNLIKELY(oc_sampling_new()))
+            write_sampling(&RC.out, 0, 0);
         write_chunk(&RC.out, c);
         if (UNLIKELY(RC.test_delay_us))
             usleep((useconds_t)RC.test_delay_us);

@@ -39,7 +39,14 @@ enum oc_block {
     OC_BLK_END = 7,
     /* u64 first_ticks: ring mode, the kept window starts here (slices open before it are cut) */
     OC_BLK_WINDOW = 8,
+    /* u32 status (OC_SAMPLING_*), u32 n, u32 skipped (windows not opened: another tool was active),
+     * u32 0, char other[32] (NUL-padded: the tool that stopped the last skipped window), then
+     * n x {u64 begin_ticks, u64 end_ticks}: sampling windows (adaptive mode), in order.  Written as
+     * windows open, before the chunks recorded in them, and once more before END with the final status:
+     * a reader appends every block's windows and keeps the last status */
+    OC_BLK_SAMPLING = 9,
 };
+enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 
 enum { OC_REC_F_PRECISE = 1, OC_REC_F_RING = 2 };
 

@@ -68,6 +68,9 @@ typedef struct {
     uint32_t insn_unit;     /* precise: the instruction being executed, or UINT32_MAX */
     uint64_t insn_self;
     loop_slot loops[NLOOPS];
+    int hidden;             /* recorded only because a sampling window was open (attrib.c) */
+    uint32_t anchor, head;  /* hidden: the nearest visible frame's code and the outermost hidden one's */
+    uint64_t win_mark;      /* the thread's window ticks when it began (attrib.c) */
 } frame;
 
 typedef struct {
@@ -89,6 +92,8 @@ typedef struct {
     uint32_t prev_code;     /* code id of the previous record */
     span *spans;            /* this thread's chunks, in order */
     uint32_t nspans, capspans;
+    oc_attr_thread attr;    /* sampling windows: this thread's cursor (attrib.c) */
+    int mark, sampled;      /* a K_MARK record came before this one */
 } rthread;
 
 static struct {
@@ -180,6 +185,8 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
          * same-code descendants did not already add; an uncounted one passes theirs down */
         oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
                        t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
+        if (f->hidden)
+            oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->win_mark, incl);
         if (same)
             same->same += counted ? incl : f->same;
         if (t->n > 0)
@@ -316,6 +323,13 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
         f->loops[k].src = UINT32_MAX;
         f->loops[k].run_iters = 0;
     }
+    frame *up = t->n > 1 ? f - 1 : NULL;
+    f->hidden = t->sampled;
+    f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
+    f->head = f->hidden && up && up->hidden ? up->head : code_id;
+    f->win_mark = t->attr.win_total;
+    if (f->hidden)
+        oc_attr_call(&t->attr, f->anchor, code_id, ts);
     return f;
 }
 
@@ -332,21 +346,28 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) {
         const oc_rec *r = &recs[i];
         uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-        if (kind != K_EXT && kind != K_PAUSE_END) {
+        t->sampled = t->mark;
+        t->mark = kind == K_MARK && p == OC_MARK_SAMPLED;
+        if (kind != K_EXT && kind != K_PAUSE_END && kind != K_MARK) {
             if (t->have_prev) {
                 uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
                 /* own-cost calibration: only gaps between two records of one code object (a few
                  * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
                 if (r->code_id == t->prev_code)
                     oc_stats_gap(delta);
-                if (t->n > 0)
-                    t->stack[t->n - 1].self += oc_stats_net(delta);
+                if (t->n > 0) {
+                    frame *top = &t->stack[t->n - 1];
+                    top->self += oc_stats_net(delta);
+                    if (oc_attr_on)
+                        oc_attr_gap(&t->attr, t->prev_ts, r->ts, oc_stats_net(delta), top->code_id, top->hidden,
+                                    top->anchor, top->head);
+                }
             }
             t->prev_ts = r->ts;
             t->prev_code = r->code_id;
             t->have_prev = 1;
         }
-        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && !valid_code(r->code_id))
+        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && kind != K_MARK && !valid_code(r->code_id))
             continue;
         switch (kind) {
         case K_START:
@@ -373,6 +394,8 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
             pop_to(t, keep, r->ts, 0);
             if (t->n > 0 && t->stack[t->n - 1].depth == p)
                 pop_to(t, t->n - 1, r->ts, t->stack[t->n - 1].code_id == r->code_id);
+            else if (oc_attr_on)
+                oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
             break;
         }
         case K_JUMP:
@@ -750,6 +773,9 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             if (len >= 8)
                 W.window_ticks = rd64(p);
             break;
+        case OC_BLK_SAMPLING:
+            oc_attr_block(p, len);
+            break;
         default:
             break; /* a newer block type: skip it */
         }
@@ -891,7 +917,8 @@ static void render_span(rthread *t, uint32_t s, int drop) {
  * through a shared read-only mapping (reserved large, filled as the file grows), and never makes
  * anyone wait.  At stop, oc_render_file takes its state over and renders the rest, so the output is
  * the one a render from scratch makes.  What it cannot render early (a recorded pause, whose made-up
- * code id comes after the whole code table) makes it give up: the render at stop starts over. */
+ * code id comes after the whole code table; sampling windows, whose estimates need the code states
+ * written at the end) makes it give up: the render at stop starts over. */
 static struct {
     int on;                  /* a live render was started and not yet taken over or discarded */
     pthread_t thread;
@@ -916,6 +943,10 @@ static void live_step(void) {
         return;
     }
     if (index_recording(L.map, (size_t)st.st_size, &L.off, &L.res) < 0) {
+        L.failed = 1;
+        return;
+    }
+    if (oc_attr_on) { /* sampling windows: their estimates need the code states, known at the end */
         L.failed = 1;
         return;
     }
@@ -945,7 +976,7 @@ static void live_step(void) {
         uint32_t top = 0;
         for (uint32_t i = 0; i < sp->n; i++) {
             uint32_t k = OC_KIND(sp->recs[i].info), id = sp->recs[i].code_id;
-            if (k != K_NONE && k != K_PAUSE && k != K_PAUSE_END && id > top)
+            if (k != K_NONE && k != K_PAUSE && k != K_PAUSE_END && k != K_MARK && id > top)
                 top = id;
         }
         if (top >= L.known)

@@ -61,6 +61,7 @@ void oc_stats_reset(void) {
     oc_stats_gaps_seen = 0;
     oc_stats_min_gap = UINT64_MAX;
     failed = 0;
+    oc_attr_reset();
 }
 
 /* fork child: forget the parent's arrays without freeing them (they may be mid-update) */
@@ -371,19 +372,19 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             "max", (unsigned long long)c->max,
             "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
             "enters", e->enters, "loops", loops, "units", unitd);
-        if (!d || PyList_Append(funcs, d) < 0) {
+        if (!d || oc_attr_export(d, id) < 0 || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);
             goto fail;
         }
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I}", "events", (unsigned long long)R.events,
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I,s:N}", "events", (unsigned long long)R.events,
                          "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
                          "python_hex", R.python_hex, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
-                         "functions_total", total);
+                         "functions_total", total, "sampling", oc_attr_summary());
 fail:
     free(keep);
     Py_DECREF(funcs);

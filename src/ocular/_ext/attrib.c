@@ -1,0 +1,341 @@
+/* attrib.c -- honest attribution in adaptive mode: estimates, from the sampling windows, the time and
+ * calls of de-instrumented callees that the recording shows only as their callers' self time.
+ *
+ * Renderer side (no GIL, constant cost per event).  The recording's SAMPLING block lists the windows
+ * (sampling.c), global [begin, end) tick intervals during which de-instrumented enters were recorded,
+ * each after a K_MARK record: such a frame is *hidden* (outside windows it would not be there).  For
+ * every gap between two records the renderer charges to the top frame, the part inside windows is
+ * found with a per-thread cursor over the sorted windows, and:
+ *   - top frame visible (code C): outside-window ticks go to A[C], inside-window ticks to B[C];
+ *   - top frame hidden: its inside-window ticks go to the pair (C, X) where C is the nearest visible
+ *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self
+ *     time); its ticks after a window closed are measured time of a recorded call, in neither.  Each
+ *     hidden frame's inside-window inclusive ticks (a difference of the thread's running window total
+ *     at its begin and end) go to the pair (C, X) of its own code when it ends.
+ * Windows are a sample of time that does not depend on what the program does, so inside them C's
+ * "recorded self" state splits into its own time B[C] and hidden callees' time H[C] = sum of pairs
+ * (C, X), and the same split holds outside: of A[C], A*H/(B+H) is the callees' (each by its share, its
+ * calls scaled alike: calls * A/(B+H)), the rest C's own.  Before a callee is de-instrumented its calls
+ * are recorded also inside windows (visible frames), so they count in neither B nor H: the estimate
+ * stays unbiased over the whole run.
+ * A window opens at a moment the program chooses (a pending call), possibly inside an unrecorded call:
+ * the end of that call is recorded (the callbacks keep unbegun returns inside windows), and the gap
+ * before it is moved from B[C] to the callee's pair (oc_attr_unmatched_leave).
+ * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not covered: a hidden recursive function's nested activations count their
+ * inclusive time again (its self time is right); windows that a killed process did not write (its
+ * recording has no SAMPLING block, so nothing is estimated).
+ */
+#include "ocular.h"
+#include "recording.h"
+#include <stdlib.h>
+#include <string.h>
+
+int oc_attr_on;
+
+typedef struct {
+    uint32_t code;
+    uint64_t self, incl;    /* window ticks as the top frame / on the stack */
+    uint64_t tail;          /* window ticks of calls begun before their window (below whose top: unknown) */
+    int direct;             /* called by the anchor itself (not by another hidden frame) */
+    uint64_t calls, full;   /* calls that ended, begun after their window opened, and their inclusive ticks */
+    uint64_t begun;         /* calls begun inside the measured part of a window */
+} pair;
+
+typedef struct {
+    uint64_t a, b;          /* visible self ticks outside / inside windows */
+    pair *pairs;            /* hidden callees seen inside windows under this code */
+    uint32_t npairs, cap;
+} anchor_stat;
+
+typedef struct {
+    double calls, self, incl; /* estimated, outside windows, as a hidden callee */
+    double removed;           /* estimated callees' ticks taken out of this code's self time */
+} estimate;
+
+static struct {
+    uint64_t (*win)[2];
+    uint32_t nwin, skipped, status;
+    uint64_t win_ticks;
+    char other[33];
+    anchor_stat *st;
+    uint32_t nst;
+    estimate *est;
+    uint32_t nest;
+    int failed;
+} AT;
+
+void oc_attr_reset(void) {
+    for (uint32_t i = 0; i < AT.nst; i++)
+        free(AT.st[i].pairs);
+    free(AT.st);
+    free(AT.win);
+    free(AT.est);
+    memset(&AT, 0, sizeof AT);
+    oc_attr_on = 0;
+}
+
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* SAMPLING blocks come as windows open (and one at stop with the final status): append their windows */
+void oc_attr_block(const uint8_t *p, uint32_t len) {
+    if (len < 48)
+        return;
+    uint32_t n;
+    memcpy(&AT.status, p, 4);
+    memcpy(&n, p + 4, 4);
+    memcpy(&AT.skipped, p + 8, 4);
+    memcpy(AT.other, p + 16, 32);
+    AT.other[32] = 0;
+    if ((uint64_t)n * 16 > len - 48)
+        n = (len - 48) / 16;
+    if (!n)
+        return;
+    uint64_t(*w)[2] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
+    if (!w) {
+        AT.failed = 1;
+        return;
+    }
+    AT.win = w;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t b = rd64(p + 48 + 16 * (size_t)i), e = rd64(p + 56 + 16 * (size_t)i);
+        if (AT.nwin && b < AT.win[AT.nwin - 1][1])
+            continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
+        AT.win[AT.nwin][0] = b;
+        AT.win[AT.nwin][1] = e;
+        AT.nwin++;
+        AT.win_ticks += e > b ? e - b : 0;
+    }
+    oc_attr_on = AT.nwin > 0;
+}
+
+static anchor_stat *stat_of(uint32_t id) {
+    if (UNLIKELY(id >= AT.nst)) {
+        if (id == OC_NO_CODE)
+            return NULL;
+        uint32_t n = id + 256;
+        anchor_stat *s = realloc(AT.st, (size_t)n * sizeof *s);
+        if (!s) {
+            AT.failed = 1;
+            return NULL;
+        }
+        memset(s + AT.nst, 0, (size_t)(n - AT.nst) * sizeof *s);
+        AT.st = s;
+        AT.nst = n;
+    }
+    return &AT.st[id];
+}
+
+static pair *pair_of(uint32_t anchor, uint32_t code) {
+    anchor_stat *s = stat_of(anchor);
+    if (!s)
+        return NULL;
+    for (uint32_t i = 0; i < s->npairs; i++)
+        if (s->pairs[i].code == code)
+            return &s->pairs[i];
+    if (s->npairs == s->cap) {
+        uint32_t cap = s->cap ? s->cap * 2 : 4;
+        pair *np = realloc(s->pairs, cap * sizeof *np);
+        if (!np) {
+            AT.failed = 1;
+            return NULL;
+        }
+        s->pairs = np;
+        s->cap = cap;
+    }
+    pair *q = &s->pairs[s->npairs++];
+    memset(q, 0, sizeof *q);
+    q->code = code;
+    return q;
+}
+
+/* ticks of [t0, t1) inside windows; the cursor only moves forward (a thread's time does) */
+static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1) {
+    while (a->wcur < AT.nwin && AT.win[a->wcur][1] <= t0)
+        a->wcur++;
+    uint64_t in = 0;
+    for (uint32_t k = a->wcur; k < AT.nwin && AT.win[k][0] < t1; k++) {
+        uint64_t b = AT.win[k][0] > t0 ? AT.win[k][0] : t0, e = AT.win[k][1] < t1 ? AT.win[k][1] : t1;
+        if (e > b)
+            in += e - b;
+    }
+    return in;
+}
+
+void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
+                 uint32_t anchor, uint32_t head) {
+    uint64_t span = t1 > t0 ? t1 - t0 : 0;
+    uint64_t in = span ? inside(a, t0, t1) : 0;
+    uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
+    a->last_in = 0;
+    a->win_total += in_net;
+    if (!hidden) {
+        anchor_stat *s = stat_of(top);
+        if (s) {
+            s->a += net - in_net;
+            s->b += in_net;
+            a->last_code = top;
+            a->last_in = in_net;
+        }
+        return;
+    }
+    (void)head;
+    if (!in_net || anchor == OC_NO_CODE)
+        return;
+    pair *q = pair_of(anchor, top);
+    if (q)
+        q->self += in_net;
+}
+
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts) {
+    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1))
+        return;
+    pair *q = pair_of(anchor, code);
+    if (q)
+        q->begun++;
+}
+
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl) {
+    if (anchor == OC_NO_CODE)
+        return;
+    pair *q = pair_of(anchor, code);
+    if (q) {
+        q->direct |= direct;
+        q->calls++;
+        q->full += incl;
+        q->incl += a->win_total - win_mark;
+    }
+}
+
+void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
+    if (!a->last_in || code >= R.ncodes || !(R.codes[code].flags & CF_START_DISABLED))
+        return;
+    if (inside(a, ts, ts + 1) == 0)
+        return;
+    anchor_stat *s = stat_of(a->last_code);
+    pair *q = s ? pair_of(a->last_code, code) : NULL;
+    s = stat_of(a->last_code); /* pair_of may have moved the array */
+    if (!s || !q)
+        return;
+    uint64_t d = a->last_in < s->b ? a->last_in : s->b;
+    s->b -= d;
+    q->direct = 1;
+    q->tail += d;
+    q->incl += d; /* a tail: no call counted (it began before the window), its time is */
+    a->last_in = 0;
+}
+
+/* a pair's inclusive window ticks, tails spread like self time (a tail is in some frames' inclusive
+ * time, not known which) */
+static double est_incl(const pair *q, double fself) { return (double)(q->incl - q->tail) * fself; }
+
+/* calls in a pair's window time: the calls begun inside the measured part of windows.  That part
+ * starts at a random offset after the window opened (sampling.c), not where the program let the window
+ * open (at a function's start, a back jump, a GIL release, often just before a call), so counting
+ * begins is not biased; and unlike window time over the mean duration of the sampled calls, one call
+ * stalled by the OS scheduler for milliseconds does not skew it. */
+static double est_calls(const pair *q, double fself) {
+    (void)fself;
+    return (double)q->begun;
+}
+
+/* An anchor's hidden window ticks (tails included); *scale: outside-window ticks per window tick of its
+ * recorded-self state; *fself: tails are spread over the hidden frames' self times in proportion (a
+ * tail's own top frame is unknown) */
+static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself) {
+    uint64_t h = 0, tails = 0;
+    for (uint32_t i = 0; i < s->npairs; i++) {
+        h += s->pairs[i].self;
+        tails += s->pairs[i].tail;
+    }
+    *scale = h + tails ? (double)s->a / (double)(s->b + h + tails) : 0.0;
+    *fself = h ? (double)(h + tails) / (double)h : 1.0;
+    return h + tails;
+}
+
+/* once, after the render: every code's estimate */
+static int compute(void) {
+    if (AT.est)
+        return 0;
+    AT.nest = AT.nst;
+    AT.est = calloc((size_t)AT.nest + 1, sizeof *AT.est);
+    if (!AT.est)
+        return -1;
+    for (uint32_t c = 0; c < AT.nst; c++) {
+        anchor_stat *s = &AT.st[c];
+        if (!s->npairs)
+            continue;
+        double scale, fself;
+        uint64_t h = hidden_ticks(s, &scale, &fself);
+        if (!h)
+            continue;
+        AT.est[c].removed += scale * (double)h;
+        for (uint32_t i = 0; i < s->npairs; i++) {
+            pair *q = &s->pairs[i];
+            if (q->code >= AT.nest)
+                continue;
+            AT.est[q->code].calls += scale * est_calls(q, fself);
+            AT.est[q->code].self += scale * fself * (double)q->self;
+            AT.est[q->code].incl += scale * est_incl(q, fself);
+        }
+    }
+    return 0;
+}
+
+static PyObject *name_of(uint32_t id) {
+    oc_codeent *e = oc_rcode(id);
+    const char *q = e->qualname_raw ? e->qualname_raw : "?";
+    return PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
+}
+
+/* GIL held: adds to one function's row "estimate": None, or {"calls", "self", "incl": estimated extra
+ * calls and ticks as a de-instrumented callee, outside windows; "removed": ticks taken out of its own
+ * self time; "callees": [{"name", "incl", "self", "calls", ...}] the estimated share of each hidden
+ * function it calls directly} */
+int oc_attr_export(PyObject *func, uint32_t id) {
+    if (!oc_attr_on || compute() < 0 || id >= AT.nest ||
+        (AT.est[id].calls == 0 && AT.est[id].removed == 0 && AT.est[id].incl == 0))
+        return PyDict_SetItemString(func, "estimate", Py_None);
+    anchor_stat *s = &AT.st[id];
+    PyObject *callees = PyList_New(0);
+    if (!callees)
+        return -1;
+    double scale, fself;
+    uint64_t h = hidden_ticks(s, &scale, &fself);
+    for (uint32_t i = 0; h && i < s->npairs; i++) {
+        pair *q = &s->pairs[i];
+        if (!q->direct)
+            continue;
+        PyObject *nm = name_of(q->code);
+        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * est_incl(q, fself),
+                                         "self", scale * fself * (double)q->self, "calls", scale * est_calls(q, fself),
+                                         "window_calls", (unsigned long long)q->begun,
+                                         "window_incl", (unsigned long long)q->incl)
+                         : NULL;
+        if (!d || PyList_Append(callees, d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(callees);
+            return -1;
+        }
+        Py_DECREF(d);
+    }
+    PyObject *e = Py_BuildValue("{s:d,s:d,s:d,s:d,s:N,s:K,s:K}", "calls", AT.est[id].calls, "self", AT.est[id].self,
+                                "incl", AT.est[id].incl, "removed", AT.est[id].removed, "callees", callees,
+                                "window_self", (unsigned long long)s->b, "outside_self", (unsigned long long)s->a);
+    if (!e)
+        return -1;
+    int rc = PyDict_SetItemString(func, "estimate", e);
+    Py_DECREF(e);
+    return rc;
+}
+
+/* GIL held: {"status": "on"|"off"|"absent", "windows", "window_ticks", "skipped", "other_tool"} */
+PyObject *oc_attr_summary(void) {
+    const char *st = AT.status == OC_SAMPLING_ON ? "on" : "off";
+    return Py_BuildValue("{s:s,s:I,s:K,s:I,s:s,s:O}", "status", st, "windows", AT.nwin,
+                         "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
+                         AT.other, "incomplete", AT.failed ? Py_True : Py_False);
+}
