@@ -24,6 +24,7 @@
  */
 #include "ocular.h"
 #include "recording.h"
+#include "stats.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -152,31 +153,35 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
     l->run_cycles = 0;
 }
 
+/* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
+static inline void pop_frame(rthread *t, uint64_t ts, int counted) {
+    frame *f = &t->stack[t->n - 1];
+    if (UNLIKELY(W.loops == OC_LOOPS_RUNS))
+        for (int i = 0; i < NLOOPS; i++)
+            if (f->loops[i].src != UINT32_MAX)
+                end_run(t, f, &f->loops[i]);
+    t->n--;
+    uint64_t incl = f->self + f->child;
+    W.same_top[f->code_id] = f->prev_same;
+    /* total time counts each recursion tree once: a counted activation adds what its counted
+     * same-code descendants did not already add; an uncounted one passes theirs down */
+    oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
+    if (f->code_id < R.ncodes && UNLIKELY(R.codes[f->code_id].flags & CF_START_DISABLED) && t->n > 0 &&
+        f->is_call)
+        oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
+    if (f->prev_same) { /* recursion: the nearest activation of the same code below */
+        frame *same = &t->stack[f->prev_same - 1];
+        same->same += counted ? incl : f->same;
+    }
+    if (t->n > 0)
+        f[-1].child += incl;
+    W.sink->end(&W.out, t->tid, to_ns(ts));
+}
+
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
 static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
-    while (t->n > keep) {
-        frame *f = &t->stack[t->n - 1];
-        if (W.loops == OC_LOOPS_RUNS)
-            for (int i = 0; i < NLOOPS; i++)
-                if (f->loops[i].src != UINT32_MAX)
-                    end_run(t, f, &f->loops[i]);
-        t->n--;
-        uint64_t incl = f->self + f->child;
-        W.same_top[f->code_id] = f->prev_same;
-        frame *same = f->prev_same ? &t->stack[f->prev_same - 1] : NULL; /* recursion */
-        int counted = matched && t->n == keep;
-        /* total time counts each recursion tree once: a counted activation adds what its counted
-         * same-code descendants did not already add; an uncounted one passes theirs down */
-        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted);
-        if (f->code_id < R.ncodes && UNLIKELY(R.codes[f->code_id].flags & CF_START_DISABLED) && t->n > 0 &&
-            f->is_call)
-            oc_stats_deinst_callee(t->stack[t->n - 1].code_id, f->code_id);
-        if (same)
-            same->same += counted ? incl : f->same;
-        if (t->n > 0)
-            t->stack[t->n - 1].child += incl;
-        W.sink->end(&W.out, t->tid, to_ns(ts));
-    }
+    while (t->n > keep)
+        pop_frame(t, ts, matched && t->n == keep + 1);
 }
 
 /* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
@@ -223,9 +228,15 @@ static uint32_t static_insns(uint32_t id, uint32_t dest, uint32_t src) {
 
 /* A span between two recorded jumps is one basic block only if no jump or branch lies before its end:
  * one inside means its site was de-instrumented, and the span holds several blocks' time. */
-static int one_block(uint32_t id, uint32_t start, uint32_t end) {
-    oc_codeent *e = oc_rcode(id);
-    uint32_t *p = prefixes(id, e);
+static inline int one_block(uint32_t id, uint32_t start, uint32_t end) {
+    uint32_t *p = W.insn_prefix[id]; /* (id < W.ncodes_alloc: the records' ids are checked) */
+    oc_codeent *e;
+    if (LIKELY(p != NULL)) { /* built: the code has an entry with bytecode */
+        e = &R.codes[id];
+    } else {
+        e = oc_rcode(id);
+        p = prefixes(id, e);
+    }
     if (!p || end >= e->nunits || start > end)
         return 1; /* no bytecode (or an old recording): as before */
     uint32_t *br = p + e->nunits + 2;
@@ -282,15 +293,19 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     hit->self_mark = f->self;
 }
 
-static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
-    if (t->n == t->cap) {
-        uint32_t cap = t->cap ? t->cap * 2 : 64;
-        frame *s = realloc(t->stack, cap * sizeof(frame));
-        if (!s)
-            return NULL;
-        t->stack = s;
-        t->cap = cap;
-    }
+static __attribute__((noinline)) int grow_stack(rthread *t) {
+    uint32_t cap = t->cap ? t->cap * 2 : 64;
+    frame *s = realloc(t->stack, cap * sizeof(frame));
+    if (!s)
+        return -1;
+    t->stack = s;
+    t->cap = cap;
+    return 0;
+}
+
+static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
+    if (UNLIKELY(t->n == t->cap) && grow_stack(t) < 0)
+        return NULL;
     frame *f = &t->stack[t->n++];
     f->code_id = code_id;
     f->depth = depth;
@@ -303,10 +318,8 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
     f->blk_self = 0;
     f->insn_unit = UINT32_MAX;
-    for (int k = 0; k < NLOOPS; k++) {
+    for (int k = 0; k < NLOOPS; k++) /* free slots (a slot's run starts when it is taken) */
         f->loops[k].src = UINT32_MAX;
-        f->loops[k].run_iters = 0;
-    }
     return f;
 }
 
@@ -318,122 +331,142 @@ static inline int is_enter(uint32_t k) { return k == K_START || k == K_RESUME ||
 static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD || k == K_UNWIND || k == K_CRETURN; }
 static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
-static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
-    W.events += n;
-    for (uint32_t i = 0; i < n; i++) {
-        const oc_rec *r = &recs[i];
-        uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-        if (kind != K_EXT && kind != K_PAUSE_END) {
-            if (t->have_prev) {
-                uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
-                /* own-cost calibration: only gaps between two records of one code object (a few
-                 * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
-                if (r->code_id == t->prev_code)
-                    oc_stats_gap(delta);
-                if (t->n > 0)
-                    t->stack[t->n - 1].self += oc_stats_net(delta);
-            }
-            t->prev_ts = r->ts;
-            t->prev_code = r->code_id;
-            t->have_prev = 1;
+/* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction). */
+static inline void process_rec(rthread *t, const oc_rec *r) {
+    uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+    if (LIKELY(kind != K_EXT && kind != K_PAUSE_END)) {
+        uint64_t ts = r->ts;
+        if (LIKELY(t->have_prev)) {
+            uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
+            /* own-cost calibration: only gaps between two records of one code object (a few
+             * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
+            if (r->code_id == t->prev_code)
+                oc_stats_gap(delta);
+            if (LIKELY(t->n > 0))
+                t->stack[t->n - 1].self += oc_stats_net(delta);
         }
-        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && !valid_code(r->code_id))
-            continue;
-        switch (kind) {
-        case K_START:
-        case K_RESUME:
-        case K_THROW:
-        case K_CCALL: {
-            p = rdepth(kind, p);
+        t->prev_ts = ts;
+        t->prev_code = r->code_id;
+        t->have_prev = 1;
+    }
+    switch (kind) {
+    case K_START:
+    case K_RESUME:
+    case K_THROW:
+    case K_CCALL: {
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        p = rdepth(kind, p);
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= p)) { /* ends never seen: inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL))
-                W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
-            break;
         }
-        case K_RETURN:
-        case K_YIELD:
-        case K_UNWIND:
-        case K_CRETURN: {
-            p = rdepth(kind, p);
+        if (LIKELY(push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL) != NULL))
+            W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+        break;
+    }
+    case K_RETURN:
+    case K_YIELD:
+    case K_UNWIND:
+    case K_CRETURN: {
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        p = rdepth(kind, p);
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth > p)) { /* deeper frames: ends inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (t->n > 0 && t->stack[t->n - 1].depth == p)
-                pop_to(t, t->n - 1, r->ts, t->stack[t->n - 1].code_id == r->code_id);
-            break;
         }
-        case K_JUMP:
-        case K_EXT: {
-            uint32_t src, dest;
-            if (kind == K_JUMP) {
-                src = p >> OC_NEAR_BITS;
-                dest = p & OC_NEAR_MAX;
-            } else {
-                if (!t->far_pending || t->far_code != r->code_id)
-                    break;
-                src = t->far_src;
-                dest = p;
-                t->far_pending = 0;
-            }
-            if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+        if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p)
+            pop_frame(t, r->ts, t->stack[t->n - 1].code_id == r->code_id);
+        break;
+    }
+    case K_JUMP:
+    case K_EXT: {
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        uint32_t src, dest;
+        if (kind == K_JUMP) {
+            src = p >> OC_NEAR_BITS;
+            dest = p & OC_NEAR_MAX;
+        } else {
+            if (!t->far_pending || t->far_code != r->code_id)
                 break;
+            src = t->far_src;
+            dest = p;
+            t->far_pending = 0;
+        }
+        if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+            break;
+        frame *f = &t->stack[t->n - 1];
+        if (!R.precise) {
+            if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
+                oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
+            f->blk_start = dest;
+            f->blk_self = f->self;
+        }
+        if (dest < src)
+            on_backjump(t, f, src, dest, r->ts);
+        break;
+    }
+    case K_FARJUMP:
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        t->far_pending = 1;
+        t->far_src = p;
+        t->far_code = r->code_id;
+        break;
+    case K_INSN:
+        if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
-            if (!R.precise) {
-                if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
-                    oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
-                f->blk_start = dest;
-                f->blk_self = f->self;
-            }
-            if (dest < src)
-                on_backjump(t, f, src, dest, r->ts);
-            break;
+            f->insns++;
+            if (f->insn_unit != UINT32_MAX)
+                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
+            f->insn_unit = p;
+            f->insn_self = f->self;
         }
-        case K_FARJUMP:
-            t->far_pending = 1;
-            t->far_src = p;
-            t->far_code = r->code_id;
-            break;
-        case K_INSN:
-            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
+        break;
+    case K_PAUSE:
+        t->pause_begin = r->ts;
+        break;
+    case K_PAUSE_END:
+        /* the wait is its own slice, and not the running function's time */
+        if (t->pause_begin) {
+            uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
+            W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
+            W.sink->end(&W.out, t->tid, to_ns(r->ts));
+            if (t->n > 0) {
                 frame *f = &t->stack[t->n - 1];
-                f->insns++;
-                if (f->insn_unit != UINT32_MAX)
-                    oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
-                f->insn_unit = p;
-                f->insn_self = f->self;
+                f->self = f->self > d ? f->self - d : 0;
+                f->child += d; /* keeps the parent's inclusive time whole */
             }
-            break;
-        case K_PAUSE:
-            t->pause_begin = r->ts;
-            break;
-        case K_PAUSE_END:
-            /* the wait is its own slice, and not the running function's time */
-            if (t->pause_begin) {
-                uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
-                W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
-                W.sink->end(&W.out, t->tid, to_ns(r->ts));
-                if (t->n > 0) {
-                    frame *f = &t->stack[t->n - 1];
-                    f->self = f->self > d ? f->self - d : 0;
-                    f->child += d; /* keeps the parent's inclusive time whole */
-                }
-                t->prev_ts = r->ts;
-                t->pause_begin = 0;
-            }
-            break;
-        default:
-            break;
+            t->prev_ts = r->ts;
+            t->pause_begin = 0;
         }
-        if (UNLIKELY(W.progress) && (i & 0xFFFF) == 0) {
+        break;
+    default:
+        break;
+    }
+}
+
+/* The records of one span.  Progress is shown between blocks of 64K records; the record loop itself
+ * tests nothing but what each record needs. */
+static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
+    W.events += n;
+    for (uint32_t blk = 0; blk < n; blk += 0x10000) {
+        const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
+        for (; r < rend; r++)
+            process_rec(t, r);
+        if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
         }
     }
 }
+
 
 /* Flight-recorder window: the frames already open at the thread's first kept record, outermost
  * first, from the ends that match nothing before them; opened at that record's time, marked cut. */
