@@ -292,7 +292,8 @@ static struct {
     uint64_t process_uuid;
     uint64_t mono0;            /* MONOTONIC at the header */
     pf_thread *th;
-    uint32_t nth, cap_th, last;
+    pf_thread *cur;            /* the thread of the last packet while the sink is writing, else NULL */
+    uint32_t nth, cap_th;
     uint32_t own_seq;          /* the renderer's own sequence; threads follow it */
     uint32_t next_seq;
     code_te *codes;            /* by code id */
@@ -312,6 +313,7 @@ static void fail(oc_out *o) {
     if (!o->err)
         o->err = ENOMEM;
     P.active = 0;
+    P.cur = NULL;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
@@ -385,7 +387,7 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     if (!P.deflate) {
         oc_out_write(o, (const char *)P.raw, n);
         if (o->err)
-            P.active = 0;
+            P.active = 0, P.cur = NULL;
         return;
     }
     size_t zn = oc_z_finish(P.raw, n, &P.z, &P.z_cap);
@@ -403,7 +405,7 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
     oc_out_write(o, (const char *)P.z, zn);
     if (o->err)
-        P.active = 0;
+        P.active = 0, P.cur = NULL;
 }
 
 /* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
@@ -641,29 +643,34 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     return t;
 }
 
-static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uint64_t ts) {
-    for (uint32_t i = 0; i < P.nth; i++)
-        if (P.th[i].tid == tid) {
-            P.last = i;
-            return &P.th[i];
-        }
-    pf_thread *t = new_thread(o, tid, ts);
-    if (t)
-        P.last = (uint32_t)(t - P.th);
-    return t;
-}
-
-static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
-    if (LIKELY(P.last < P.nth && P.th[P.last].tid == tid))
-        return &P.th[P.last];
-    return thread_slow(o, tid, ts);
-}
-
 /* The sink is writing: it has an output, and no write has failed (flush_batch and fail() clear
- * P.active on an error, so the common path tests one flag). */
+ * P.active on an error). */
 static inline int ready(oc_out *o) {
     (void)o;
     return P.active;
+}
+
+/* thread_for's slow path: not the last packet's thread, or not writing (NULL) */
+static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uint64_t ts) {
+    if (!ready(o))
+        return NULL;
+    pf_thread *t = NULL;
+    for (uint32_t i = 0; i < P.nth && !t; i++)
+        if (P.th[i].tid == tid)
+            t = &P.th[i];
+    if (!t)
+        t = new_thread(o, tid, ts);
+    P.cur = P.active ? t : NULL;
+    return t;
+}
+
+/* The thread's state, or NULL when the sink is not writing (P.cur is only set while it is, so the
+ * common path tests one pointer and one tid). */
+static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
+    pf_thread *t = P.cur;
+    if (LIKELY(t != NULL && t->tid == tid))
+        return t;
+    return thread_slow(o, tid, ts);
 }
 
 /* ---- interned data of one packet ---- */
@@ -801,8 +808,6 @@ static __attribute__((noinline)) void begin_slow(oc_out *o, pf_thread *t, uint64
 }
 
 static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
-    if (UNLIKELY(!ready(o)))
-        return;
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (UNLIKELY(!t))
         return;
@@ -875,8 +880,6 @@ static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t
 }
 
 static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
-    if (UNLIKELY(!ready(o)))
-        return;
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (UNLIKELY(!t))
         return;
