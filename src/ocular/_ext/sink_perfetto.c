@@ -248,6 +248,7 @@ static void pb_close(pbw *w) {
 /* ---- sink state ---- */
 typedef struct {
     long tid;
+    uint32_t num;          /* its index in P.th, plus 1 */
     uint32_t seq;          /* trusted_packet_sequence_id */
     uint64_t uuid;         /* its thread track */
     uint64_t last_ns;      /* value of the sequence's incremental clock */
@@ -417,7 +418,7 @@ static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
 }
 
 static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
-    return &P.reps[((kind ^ delta * 0xff51afd7ed558ccdull) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
+    return &P.reps[((kind ^ delta << 20) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
 }
 
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
@@ -602,6 +603,7 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     pf_thread *t = &P.th[P.nth++];
     memset(t, 0, sizeof *t);
     t->tid = tid;
+    t->num = P.nth; /* (already counted) */
     t->seq = P.next_seq++;
     t->uuid = thread_uuid(tid);
     t->last_ns = ts;
@@ -812,7 +814,10 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     if (UNLIKELY(!t))
         return;
     code_te *c;
-    if (LIKELY(code_id < P.code_cap && (c = &P.codes[code_id])->iid && bit_test(t->names, t->names_cap, c->iid) &&
+    /* c->th == t->num: the code's last begin was on this thread's sequence, so its names are interned
+     * there (maintained with deflate only; else the bitmap says) */
+    if (LIKELY(code_id < P.code_cap &&
+               ((c = &P.codes[code_id])->th == t->num || (c->iid && bit_test(t->names, t->names_cap, c->iid))) &&
                ts_ns >= t->last_ns)) {
         uint8_t *p = P.raw + P.raw_n, *b = p + 2;
         memcpy(b, t->end, 8);
@@ -833,7 +838,7 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
                 fail(o);
             oc_ztokens z = oc_zt;
             uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
-            uint32_t tsl = (uint32_t)(b - ts), th = (uint32_t)(t - P.th) + 1;
+            uint32_t tsl = (uint32_t)(b - ts), th = t->num;
             uint32_t pre = (uint32_t)(ts - p), te = 2u + t->hdr_len;
             uint64_t kind = (uint64_t)c->iid << 32 | th;
             rep_slot *r = rep_slot_of(kind, delta);
@@ -901,7 +906,7 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
         if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
             fail(o);
         oc_ztokens z = oc_zt;
-        uint64_t cur = P.base + P.raw_n, kind = (uint32_t)(t - P.th) + 1;
+        uint64_t cur = P.base + P.raw_n, kind = t->num;
         uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
         rep_slot *r = rep_slot_of(kind, delta);
         if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
