@@ -547,6 +547,14 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         lenc[l] = lc[257 + ls] | (l - len_base[ls]) << ll[257 + ls];
         lenn[l] = (uint8_t)(ll[257 + ls] + len_extra[ls]);
     }
+    /* every distance symbol's code less its base shifted past the code: d << dl[ds] plus that is the
+     * code of distance d with its extra bits (at most 15 + 13 bits) */
+    uint32_t dadd[30];
+    uint8_t dn[30];
+    for (int ds = 0; ds < 30; ds++) {
+        dadd[ds] = (uint32_t)dc[ds] - ((uint32_t)dist_base[ds] << dl[ds]);
+        dn[ds] = (uint8_t)(dl[ds] + dist_extra[ds]);
+    }
     /* the room is there: the tokens go out through a local accumulator, 32 bits at a time */
     uint8_t *o = w.p + w.n;
     uint64_t acc = w.acc;
@@ -570,7 +578,7 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         if (t & OC_TOK_MATCH) {
             uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff, ds = (t >> 25) & 31;
             PUT(lenc[l], lenn[l]);
-            PUT(dc[ds] | (d - dist_base[ds]) << dl[ds], dl[ds] + dist_extra[ds]);
+            PUT(dadd[ds] + (d << dl[ds]), dn[ds]);
         } else {
             PUT(lc[t], ll[t]);
         }
