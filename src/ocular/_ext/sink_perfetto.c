@@ -809,6 +809,47 @@ static __attribute__((noinline)) void begin_slow(oc_out *o, pf_thread *t, uint64
     pkt_end(o);
 }
 
+/* A slice begin's tokens when it is not a copy of the last identical packet (or the matcher has
+ * packets pending): a copy of the code's last begin on the thread and the timestamp as literals, or
+ * piecewise (sequence header and TrackEvent copied from where they last were). */
+static __attribute__((noinline)) void begin_tokens(oc_out *o, pf_thread *t, code_te *c, const uint8_t *p,
+                                                   uint32_t pre, uint32_t tsl, uint64_t delta, rep_slot *r,
+                                                   uint64_t cur) {
+    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+        fail(o);
+    oc_ztokens z = oc_zt;
+    const uint8_t *ts = p + pre;
+    uint32_t th = t->num, te = 2u + t->hdr_len;
+    uint64_t kind = (uint64_t)c->iid << 32 | th;
+    if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+        oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    } else {
+        if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
+            oc_z_match(&z, pre, (uint32_t)(cur - c->at));
+        } else {
+            lits(&z, p, 2);
+            if (near(t->last_at, cur))
+                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+            else
+                lits(&z, p + 2, t->hdr_len);
+            if (near(c->te_at, cur + te))
+                oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
+            else
+                lits(&z, p + te, pre - te);
+        }
+        lits(&z, ts, tsl);
+        r->kind = kind;
+        r->delta = delta;
+    }
+    r->at = cur;
+    oc_zt = z;
+    c->at = cur;
+    c->te_at = cur + te;
+    c->th = th;
+    c->tsl = (uint8_t)tsl;
+    t->last_at = cur;
+}
+
 static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (UNLIKELY(!t))
@@ -831,44 +872,25 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         t->last_ns = ts_ns;
         p[0] = TAG_LEN(TRACE_PACKET);
         p[1] = (uint8_t)(b - p - 2);
-        if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same code, thread and
-                          * timestamp delta), or else of the code's last begin on the thread and the
-                          * timestamp as literals, or else piecewise */
-            if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
-                fail(o);
-            oc_ztokens z = oc_zt;
+        if (P.deflate) { /* as LZ77 tokens: mostly a copy of the last identical packet (same code, thread
+                          * and timestamp delta), found without a search; else begin_tokens */
             uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
             uint32_t tsl = (uint32_t)(b - ts), th = t->num;
-            uint32_t pre = (uint32_t)(ts - p), te = 2u + t->hdr_len;
             uint64_t kind = (uint64_t)c->iid << 32 | th;
             rep_slot *r = rep_slot_of(kind, delta);
-            if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
-                oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+            if (LIKELY(r->kind == kind && r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+                oc_ztokens z = oc_zt;
+                oc_z_match(&z, (uint32_t)(b - p), (uint32_t)(cur - r->at));
+                oc_zt = z;
+                r->at = cur;
+                c->at = cur;
+                c->te_at = cur + 2u + t->hdr_len;
+                c->th = th;
+                c->tsl = (uint8_t)tsl;
+                t->last_at = cur;
             } else {
-                if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
-                    oc_z_match(&z, pre, (uint32_t)(cur - c->at));
-                } else {
-                    lits(&z, p, 2);
-                    if (near(t->last_at, cur))
-                        oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
-                    else
-                        lits(&z, p + 2, t->hdr_len);
-                    if (near(c->te_at, cur + te))
-                        oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
-                    else
-                        lits(&z, p + te, pre - te);
-                }
-                lits(&z, ts, tsl);
-                r->kind = kind;
-                r->delta = delta;
+                begin_tokens(o, t, c, p, (uint32_t)(ts - p), tsl, delta, r, cur);
             }
-            r->at = cur;
-            oc_zt = z;
-            c->at = cur;
-            c->te_at = cur + te;
-            c->th = th;
-            c->tsl = (uint8_t)tsl;
-            t->last_at = cur;
         }
         P.raw_n = (size_t)(b - P.raw);
         batch_done(o);
@@ -882,6 +904,40 @@ static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t
     pb_raw(w, t->end, (size_t)t->end_len - 1u);
     put_ts(w, t, ts_ns);
     pkt_end(o);
+}
+
+/* A slice end's tokens when it is not a copy of the last identical packet (or the matcher has
+ * packets pending): a copy of the thread's last end and the timestamp as literals, or piecewise. */
+static __attribute__((noinline)) void end_tokens(oc_out *o, pf_thread *t, const uint8_t *p, uint32_t tsl,
+                                                 uint64_t delta, rep_slot *r, uint64_t cur) {
+    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+        fail(o);
+    oc_ztokens z = oc_zt;
+    uint32_t pre = 2u + t->end_len;
+    const uint8_t *ts = p + pre;
+    uint64_t kind = t->num;
+    if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+        oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    } else {
+        if (near(t->end_at[tsl], cur)) {
+            oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
+        } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
+            lits(&z, p, 2);
+            oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
+        } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
+            lits(&z, p, 2);
+            oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+            lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
+        } else {
+            lits(&z, p, pre);
+        }
+        lits(&z, ts, tsl);
+        r->kind = kind;
+        r->delta = delta;
+    }
+    r->at = cur;
+    oc_zt = z;
+    t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
 }
 
 static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
@@ -899,40 +955,24 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     uint64_t delta = ts_ns - t->last_ns;
     b = put_varint(b, delta);
     t->last_ns = ts_ns;
+    uint32_t n = (uint32_t)(b - p), tsl = (uint32_t)(b - ts);
     p[0] = TAG_LEN(TRACE_PACKET);
-    p[1] = (uint8_t)(b - p - 2);
-    if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same thread and timestamp
-                      * delta), or else of the thread's last end and the timestamp as literals */
-        if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
-            fail(o);
-        oc_ztokens z = oc_zt;
-        uint64_t cur = P.base + P.raw_n, kind = t->num;
-        uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
-        rep_slot *r = rep_slot_of(kind, delta);
-        if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
-            oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    p[1] = (uint8_t)(n - 2);
+    if (P.deflate) { /* as LZ77 tokens: nearly always a copy of the last identical packet (same thread
+                      * and timestamp delta), found without a search; else end_tokens */
+        uint64_t cur = P.base + P.raw_n;
+        rep_slot *r = rep_slot_of(t->num, delta);
+        if (LIKELY(r->kind == t->num && r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+            oc_ztokens z = oc_zt;
+            oc_z_match(&z, n, (uint32_t)(cur - r->at));
+            oc_zt = z;
+            r->at = cur;
+            t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
         } else {
-            if (near(t->end_at[tsl], cur)) {
-                oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
-            } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
-                lits(&z, p, 2);
-                oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
-            } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
-                lits(&z, p, 2);
-                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
-                lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
-            } else {
-                lits(&z, p, pre);
-            }
-            lits(&z, ts, tsl);
-            r->kind = kind;
-            r->delta = delta;
+            end_tokens(o, t, p, tsl, delta, r, cur);
         }
-        r->at = cur;
-        oc_zt = z;
-        t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
     }
-    P.raw_n = (size_t)(b - P.raw);
+    P.raw_n += n;
     batch_done(o);
 }
 
