@@ -123,6 +123,10 @@ enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 
 enum { SEQS_PER_PROCESS_BITS = 10 };
 /* raw bytes per compressed_packets batch: Perfetto asks for compressed packets under 512 KiB */
 #define BATCH (256u * 1024u)
+/* The first batch of a session is smaller: deflate.c codes each batch with the counts of the one
+ * before, and the first has none (all symbols alike); a short first batch soon gives the next ones
+ * codes fitted to the trace. */
+#define FIRST_BATCH (16u * 1024u)
 /* room past BATCH that a template packet may use without a check (the largest is under 48 bytes) */
 #define BATCH_SLACK 256u
 
@@ -306,6 +310,7 @@ static struct {
     uint8_t *raw, *z;          /* the batch being collected, its compressed form */
     size_t raw_n, raw_cap, z_cap;
     uint64_t base;             /* stream offset of raw[0]: all bytes of earlier batches, plus 1 */
+    size_t batch_limit;        /* raw bytes that end a batch: FIRST_BATCH, then BATCH */
     size_t unscanned;          /* raw[unscanned..raw_n): packets with no tokens yet (see scan_pending) */
     rep_slot reps[1u << REP_BITS];
 } P;
@@ -383,6 +388,7 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     size_t n = P.raw_n;
     P.raw_n = 0;
     P.base += n;
+    P.batch_limit = BATCH;
     if (!n)
         return;
     if (!P.deflate) {
@@ -423,7 +429,7 @@ static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
 
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
 static inline void batch_done(oc_out *o) {
-    if (UNLIKELY(P.raw_n >= BATCH))
+    if (UNLIKELY(P.raw_n >= P.batch_limit))
         flush_batch(o);
 }
 
@@ -739,6 +745,7 @@ static void pf_header(oc_out *o) {
     P.deflate = !(env && strcmp(env, "0") == 0);
     P.raw_cap = BATCH + 4096;
     P.base = 1;
+    P.batch_limit = FIRST_BATCH;
     P.unscanned = SIZE_MAX;
     oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
     if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
