@@ -253,20 +253,20 @@ static void heapsort_u64(uint64_t *a, int n) {
 static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
     uint32_t w[2 * 288];
     int sym[288], parent[2 * 288], depth[2 * 288];
-    uint32_t scale = 0;
-    for (;;) {
-        /* the leaves sorted by weight: keys weight << 9 | symbol, heapsorted (n <= 288) */
-        uint64_t key[288];
-        int m = 0;
-        for (int s = 0; s < n; s++)
-            if (f[s]) {
-                uint32_t v = f[s] >> scale;
-                key[m++] = (uint64_t)(v ? v : 1) << 9 | (uint64_t)s;
-            }
-        heapsort_u64(key, m);
+    /* the leaves sorted by weight once: keys weight << 9 | symbol, heapsorted (n <= 288); a retry
+     * scales the weights down, which keeps them in order */
+    uint64_t key[288];
+    int m = 0;
+    for (int s = 0; s < n; s++)
+        if (f[s])
+            key[m++] = (uint64_t)f[s] << 9 | (uint64_t)s;
+    heapsort_u64(key, m);
+    for (int k = 0; k < m; k++)
+        sym[k] = (int)(key[k] & 511);
+    for (uint32_t scale = 0;; scale++) {
         for (int k = 0; k < m; k++) {
-            w[k] = (uint32_t)(key[k] >> 9);
-            sym[k] = (int)(key[k] & 511);
+            uint32_t v = (uint32_t)(key[k] >> 9) >> scale;
+            w[k] = v ? v : 1;
         }
         /* two-queue construction: leaves 0..m-1, internal nodes m.. in non-decreasing weight */
         int li = 0, ii = m, next = m;
@@ -295,12 +295,20 @@ static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
                 len[sym[k]] = (uint8_t)depth[k];
             return;
         }
-        scale++; /* flatten the distribution and try again */
+        /* flatten the distribution and try again */
     }
 }
 
 /* Canonical codes (RFC 1951 3.2.2), bit-reversed for LSB-first output. */
 static void canonical(const uint8_t *len, int n, uint16_t *code) {
+    static uint8_t rev8[256];
+    if (!rev8[1])
+        for (int b = 0; b < 256; b++) {
+            int r = 0;
+            for (int k = 0; k < 8; k++)
+                r |= ((b >> k) & 1) << (7 - k);
+            rev8[b] = (uint8_t)r;
+        }
     uint16_t count[16] = {0}, next[16];
     for (int s = 0; s < n; s++)
         count[len[s]]++;
@@ -316,10 +324,8 @@ static void canonical(const uint8_t *len, int n, uint16_t *code) {
             code[s] = 0;
             continue;
         }
-        uint16_t v = next[l]++, r = 0;
-        for (int b = 0; b < l; b++)
-            r = (uint16_t)(r << 1 | ((v >> b) & 1));
-        code[s] = r;
+        uint32_t v = next[l]++, r = (uint32_t)rev8[v & 0xff] << 8 | rev8[(v >> 8) & 0xff]; /* 16 bits reversed */
+        code[s] = (uint16_t)(r >> (16 - l));
     }
 }
 

@@ -83,7 +83,7 @@ static inline void oc_z_lit(oc_ztokens *z, uint8_t b) {
 
 /* A match of len (>= 3) bytes at distance dist (<= OC_Z_WINDOW); it joins the held one when that
  * is at the same distance and ends here. */
-static inline void oc_z_match(oc_ztokens *z, uint32_t len, uint32_t dist) {
+static inline __attribute__((always_inline)) void oc_z_match(oc_ztokens *z, uint32_t len, uint32_t dist) {
     uint32_t p = z->pend;
     if ((p & 0xffffu) == dist && (p >> 16) + len <= OC_Z_MAX_MATCH) {
         z->pend = p + (len << 16);
