@@ -332,28 +332,33 @@ static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD ||
 static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
 /* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction). */
+/* The gap since the thread's previous timed record goes to the running frame's self time. */
+static inline void tick(rthread *t, const oc_rec *r) {
+    uint64_t ts = r->ts;
+    if (LIKELY(t->have_prev)) {
+        uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
+        /* own-cost calibration: only gaps between two records of one code object (a few
+         * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
+        if (r->code_id == t->prev_code)
+            oc_stats_gap(delta);
+        if (LIKELY(t->n > 0))
+            t->stack[t->n - 1].self += oc_stats_net(delta);
+    }
+    t->prev_ts = ts;
+    t->prev_code = r->code_id;
+    t->have_prev = 1;
+}
+
+/* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction);
+ * every record but K_EXT and K_PAUSE_END is timed (tick), first thing in its case. */
 static inline void process_rec(rthread *t, const oc_rec *r) {
     uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-    if (LIKELY(kind != K_EXT && kind != K_PAUSE_END)) {
-        uint64_t ts = r->ts;
-        if (LIKELY(t->have_prev)) {
-            uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
-            /* own-cost calibration: only gaps between two records of one code object (a few
-             * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
-            if (r->code_id == t->prev_code)
-                oc_stats_gap(delta);
-            if (LIKELY(t->n > 0))
-                t->stack[t->n - 1].self += oc_stats_net(delta);
-        }
-        t->prev_ts = ts;
-        t->prev_code = r->code_id;
-        t->have_prev = 1;
-    }
     switch (kind) {
     case K_START:
     case K_RESUME:
     case K_THROW:
     case K_CCALL: {
+        tick(t, r);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -371,6 +376,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
+        tick(t, r);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -386,6 +392,8 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
     }
     case K_JUMP:
     case K_EXT: {
+        if (kind == K_JUMP)
+            tick(t, r);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         uint32_t src, dest;
@@ -413,6 +421,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         break;
     }
     case K_FARJUMP:
+        tick(t, r);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         t->far_pending = 1;
@@ -420,6 +429,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         t->far_code = r->code_id;
         break;
     case K_INSN:
+        tick(t, r);
         if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
             f->insns++;
@@ -430,6 +440,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         }
         break;
     case K_PAUSE:
+        tick(t, r);
         t->pause_begin = r->ts;
         break;
     case K_PAUSE_END:
@@ -447,7 +458,8 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
             t->pause_begin = 0;
         }
         break;
-    default:
+    default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
+        tick(t, r);
         break;
     }
 }
