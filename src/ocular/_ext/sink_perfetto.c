@@ -4,7 +4,8 @@
  * semantics come from Perfetto's published protos (protos/perfetto/trace/...); the names below follow
  * them.
  *
- * Output: the packets are collected into batches of about 256 KiB, each compressed (deflate.c, zlib
+ * Output: the packets are collected into batches of about 256 KiB (the first of a session 16 KiB:
+ * deflate.c codes each batch with the previous one's symbol counts), each compressed (deflate.c, zlib
  * format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's trace processor
  * expands in place, as it does for traces the tracing service compresses -- and written through
  * oc_out_write; the footer flushes the last batch.  OCULAR_PERFETTO_DEFLATE=0 in the environment
@@ -43,8 +44,9 @@
  * the small protobuf writer below.  Compression needs no search for the slice packets: the sink knows
  * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
  * same thread, code and timestamp delta (rep_slot), else of the last one of its kind followed by the
- * timestamp bytes as literals.  Loop instants and the protobuf writer's packets get theirs from
- * deflate.c's matcher, a run at a time.
+ * timestamp bytes as literals.  The copy of the last identical packet is nearly every slice packet
+ * (fib: 99%) and is tested first; the other cases are out of line (begin_tokens, end_tokens).  Loop
+ * instants and the protobuf writer's packets get theirs from deflate.c's matcher, a run at a time.
  *
  * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
  * (ENOMEM), which is reported like a failed write.
@@ -747,7 +749,7 @@ static void pf_header(oc_out *o) {
     P.base = 1;
     P.batch_limit = FIRST_BATCH;
     P.unscanned = SIZE_MAX;
-    oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
+    oc_z_start(); /* (a forked child's copy of the parent's stream buffer, if any, is simply reused) */
     if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
         fail(o);
         return;
