@@ -332,14 +332,16 @@ static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD ||
 static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
 /* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction). */
-/* The gap since the thread's previous timed record goes to the running frame's self time. */
-static inline void tick(rthread *t, const oc_rec *r) {
+/* The gap since the thread's previous timed record goes to the running frame's self time.  `steady`
+ * (a constant where it is inlined): the thread has a previous record and the calibration has seen
+ * all its gaps, so neither is tested. */
+static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady) {
     uint64_t ts = r->ts;
-    if (LIKELY(t->have_prev)) {
+    if (steady || LIKELY(t->have_prev)) {
         uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
         /* own-cost calibration: only gaps between two records of one code object (a few
          * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
-        if (r->code_id == t->prev_code)
+        if (!steady && r->code_id == t->prev_code)
             oc_stats_gap(delta);
         if (LIKELY(t->n > 0))
             t->stack[t->n - 1].self += oc_stats_net(delta);
@@ -351,14 +353,14 @@ static inline void tick(rthread *t, const oc_rec *r) {
 
 /* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction);
  * every record but K_EXT and K_PAUSE_END is timed (tick), first thing in its case. */
-static inline void process_rec(rthread *t, const oc_rec *r) {
+static inline __attribute__((always_inline)) void process_rec(rthread *t, const oc_rec *r, int steady) {
     uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
     switch (kind) {
     case K_START:
     case K_RESUME:
     case K_THROW:
     case K_CCALL: {
-        tick(t, r);
+        tick(t, r, steady);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -376,7 +378,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
-        tick(t, r);
+        tick(t, r, steady);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -393,7 +395,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
     case K_JUMP:
     case K_EXT: {
         if (kind == K_JUMP)
-            tick(t, r);
+            tick(t, r, steady);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         uint32_t src, dest;
@@ -421,7 +423,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         break;
     }
     case K_FARJUMP:
-        tick(t, r);
+        tick(t, r, steady);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         t->far_pending = 1;
@@ -429,7 +431,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         t->far_code = r->code_id;
         break;
     case K_INSN:
-        tick(t, r);
+        tick(t, r, steady);
         if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
             f->insns++;
@@ -440,7 +442,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         }
         break;
     case K_PAUSE:
-        tick(t, r);
+        tick(t, r, steady);
         t->pause_begin = r->ts;
         break;
     case K_PAUSE_END:
@@ -459,7 +461,7 @@ static inline void process_rec(rthread *t, const oc_rec *r) {
         }
         break;
     default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
-        tick(t, r);
+        tick(t, r, steady);
         break;
     }
 }
@@ -470,8 +472,16 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
-        for (; r < rend; r++)
-            process_rec(t, r);
+        while (r < rend) {
+            if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
+                for (; r < rend; r++)                                        /* without those tests */
+                    process_rec(t, r, 1);
+                break;
+            }
+            const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
+            for (; r < stop; r++)
+                process_rec(t, r, 0);
+        }
         if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
