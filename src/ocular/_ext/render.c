@@ -114,9 +114,11 @@ oc_codeent *oc_rcode(uint32_t id) {
     return &unknown_code;
 }
 
+/* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
+ * conversion to uint64_t needs a test for the upper half) */
 static inline uint64_t to_ns(uint64_t ticks) {
     int64_t d = (int64_t)(ticks - R.tsc0);
-    return R.mono0_ns + (uint64_t)((double)d * R.ns_per_tick);
+    return R.mono0_ns + (uint64_t)(int64_t)((double)d * R.ns_per_tick);
 }
 
 static uint64_t mono_now_ns(void) {
