@@ -43,8 +43,8 @@
  * loop instant once its names are interned), with the timestamp last.  Everything else goes through
  * the small protobuf writer below.  Compression needs no search for the slice packets: the sink knows
  * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
- * same thread, code and timestamp delta (rep_slot), else of the last one of its kind followed by the
- * timestamp bytes as literals.  The copy of the last identical packet is nearly every slice packet
+ * same thread, code and timestamp delta (rep_slot, end_rep), else of the last one of its kind followed
+ * by the timestamp bytes as literals.  The copy of the last identical packet is nearly every slice packet
  * (fib: 99%) and is tested first; the other cases are out of line (begin_tokens, end_tokens).  Loop
  * instants and the protobuf writer's packets get theirs from deflate.c's matcher, a run at a time.
  *
@@ -252,6 +252,14 @@ static void pb_close(pbw *w) {
 }
 
 /* ---- sink state ---- */
+/* Where the thread's last slice end with timestamp delta `delta` was written (a stream offset, see
+ * P.base; 0: never): a slice end with that delta is the same bytes, a copy for deflate found without a
+ * search or a hash.  A small table per thread, direct-mapped by the delta's low bits. */
+typedef struct {
+    uint64_t delta, at;
+} end_rep;
+#define END_REPS 16u
+
 typedef struct {
     long tid;
     uint32_t num;          /* its index in P.th, plus 1 */
@@ -268,6 +276,7 @@ typedef struct {
     /* where this sequence's packets were written (stream offsets, see P.base; 0: never): the last one,
      * and the last slice end by the length of its timestamp varint (that makes its length byte) */
     uint64_t last_at, end_at[11];   /* end_at[0]: the last slice end of any length */
+    end_rep ends[END_REPS];         /* by timestamp delta */
 } pf_thread;
 
 /* a code object's slice-begin TrackEvent, ready to copy: {type, category, name_iid,
@@ -286,8 +295,8 @@ typedef struct {
     uint32_t iid;
 } loop_slot;
 
-/* Where the last packet of a kind (slice end, or a code's begin; thread) with a given timestamp delta
- * was written: a packet with the same key is the same bytes.  Direct-mapped by a hash of the key. */
+/* Where the last slice begin of a code on a thread with a given timestamp delta was written: a packet
+ * with the same key is the same bytes.  Direct-mapped by a hash of the key (slice ends: end_rep). */
 #define REP_BITS 12
 typedef struct {
     uint64_t kind, delta, at;
@@ -918,14 +927,14 @@ static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t
 /* A slice end's tokens when it is not a copy of the last identical packet (or the matcher has
  * packets pending): a copy of the thread's last end and the timestamp as literals, or piecewise. */
 static __attribute__((noinline)) void end_tokens(oc_out *o, pf_thread *t, const uint8_t *p, uint32_t tsl,
-                                                 uint64_t delta, rep_slot *r, uint64_t cur) {
+                                                 uint64_t delta, uint64_t cur) {
     if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
         fail(o);
     oc_ztokens z = oc_zt;
     uint32_t pre = 2u + t->end_len;
     const uint8_t *ts = p + pre;
-    uint64_t kind = t->num;
-    if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+    end_rep *r = &t->ends[delta & (END_REPS - 1)];
+    if (r->delta == delta && near(r->at, cur)) {
         oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
     } else {
         if (near(t->end_at[tsl], cur)) {
@@ -941,7 +950,6 @@ static __attribute__((noinline)) void end_tokens(oc_out *o, pf_thread *t, const 
             lits(&z, p, pre);
         }
         lits(&z, ts, tsl);
-        r->kind = kind;
         r->delta = delta;
     }
     r->at = cur;
@@ -970,15 +978,15 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     if (P.deflate) { /* as LZ77 tokens: nearly always a copy of the last identical packet (same thread
                       * and timestamp delta), found without a search; else end_tokens */
         uint64_t cur = P.base + P.raw_n;
-        rep_slot *r = rep_slot_of(t->num, delta);
-        if (LIKELY(r->kind == t->num && r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+        end_rep *r = &t->ends[delta & (END_REPS - 1)];
+        if (LIKELY(r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
             oc_ztokens z = oc_zt;
             oc_z_match(&z, n, (uint32_t)(cur - r->at));
             oc_zt = z;
             r->at = cur;
             t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
         } else {
-            end_tokens(o, t, p, tsl, delta, r, cur);
+            end_tokens(o, t, p, tsl, delta, cur);
         }
     }
     P.raw_n += n;
