@@ -5,8 +5,10 @@
  * two places: the caller, which knows where the packet it just wrote repeats an earlier one (a slice
  * end differs from the thread's previous one only in its timestamp) and says so without any search;
  * and, for everything else, oc_z_scan's matcher over a region of the batch -- hash chains over a
- * 32 KiB window (bounded depth, one step of lazy evaluation).  Code lengths are limited to 15 (7 for
- * the code-length alphabet) by halving the frequencies until the Huffman tree fits.
+ * 32 KiB window (bounded depth, one step of lazy evaluation).  Encoding is one pass (deflate.h): the
+ * batch's codes come from the previous batch's symbol counts, so every token is written as it comes.
+ * Code lengths are limited to 15 (7 for the code-length alphabet) by halving the frequencies until
+ * the Huffman tree fits.
  *
  * Written from the RFCs for Ocular; no Python API.  Not thread-safe: one static context, used by one
  * renderer at a time.
@@ -49,93 +51,36 @@ static const uint8_t dist_extra[30] = {0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5,
 static const uint8_t cl_order[19] = {16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15};
 
 oc_ztokens oc_zt;
+oc_zcodes oc_zc;
 
 static struct {
     int32_t head[HSIZE];
     int32_t prev[WSIZE];
     int heads_clear;                /* head[] has no position of the current batch */
-    uint8_t len_sym[MAX_MATCH + 1]; /* match length -> index into len_base */
-    uint8_t dist_sym_lo[256];       /* distance-1 < 256 -> distance symbol */
-    uint8_t dist_sym_hi[256];       /* (distance-1) >> 7 -> distance symbol */
-    int tables;
+    int tables;                     /* oc_zc's length and distance symbol tables are made */
+    int begun;                      /* the batch's header and codes are written */
+    uint8_t *buf;                   /* the batch's zlib stream so far (oc_zt.o points into it) */
+    size_t cap;
+    size_t per_batch;               /* input bytes a batch may hold beyond a scanned region (oc_z_reserve) */
 } Z;
-
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-    uint64_t acc;
-    int bits;
-    int oom;
-} bitw;
-
-static void bw_room(bitw *w, size_t k) {
-    if (w->n + k <= w->cap || w->oom)
-        return;
-    size_t cap = w->cap ? w->cap * 2 : 65536;
-    while (cap < w->n + k)
-        cap *= 2;
-    uint8_t *p = realloc(w->p, cap);
-    if (!p) {
-        w->oom = 1;
-        return;
-    }
-    w->p = p;
-    w->cap = cap;
-}
-
-/* append `n` (<= 32) bits of v, least significant first */
-static inline void bw_put(bitw *w, uint32_t v, int n) {
-    w->acc |= (uint64_t)v << w->bits;
-    w->bits += n;
-    if (w->bits >= 32) {
-        bw_room(w, 4);
-        if (!w->oom) {
-            w->p[w->n++] = (uint8_t)w->acc;
-            w->p[w->n++] = (uint8_t)(w->acc >> 8);
-            w->p[w->n++] = (uint8_t)(w->acc >> 16);
-            w->p[w->n++] = (uint8_t)(w->acc >> 24);
-        }
-        w->acc >>= 32;
-        w->bits -= 32;
-    }
-}
-
-static void bw_align(bitw *w) {
-    while (w->bits > 0) {
-        bw_room(w, 1);
-        if (!w->oom)
-            w->p[w->n++] = (uint8_t)w->acc;
-        w->acc >>= 8;
-        w->bits -= 8;
-    }
-    w->bits = 0;
-    w->acc = 0;
-}
-
-static void bw_byte(bitw *w, uint8_t b) {
-    bw_room(w, 1);
-    if (!w->oom)
-        w->p[w->n++] = b;
-}
 
 static void init_tables(void) {
     for (int s = 0; s < 29; s++) {
         int top = s == 28 ? MAX_MATCH : len_base[s] + (1 << len_extra[s]) - 1;
         for (int l = len_base[s]; l <= top && l <= MAX_MATCH; l++)
-            Z.len_sym[l] = (uint8_t)s;
+            oc_zc.len_sym[l] = (uint8_t)s;
     }
-    Z.len_sym[MAX_MATCH] = 28; /* 258 has its own symbol, not 227 + 31 */
+    oc_zc.len_sym[MAX_MATCH] = 28; /* 258 has its own symbol, not 227 + 31 */
     for (int s = 0; s < 30; s++)
         for (int d = dist_base[s]; d < dist_base[s] + (1 << dist_extra[s]) && d <= 32768; d++) {
             if (d - 1 < 256)
-                Z.dist_sym_lo[d - 1] = (uint8_t)s;
+                oc_zc.dist_lo[d - 1] = (uint8_t)s;
             else
-                Z.dist_sym_hi[(d - 1) >> 7] = (uint8_t)s;
+                oc_zc.dist_hi[(d - 1) >> 7] = (uint8_t)s;
         }
     Z.tables = 1;
 }
 
-static inline int dist_sym(uint32_t d) { return d <= 256 ? Z.dist_sym_lo[d - 1] : Z.dist_sym_hi[(d - 1) >> 7]; }
 
 static inline uint32_t hash3(const uint8_t *p) {
     uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
@@ -192,35 +137,37 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
     return best >= MIN_MATCH ? best : 0;
 }
 
-int oc_z_reserve(size_t n) {
-    if (oc_zt.ntok + n <= oc_zt.cap)
-        return 0;
-    size_t cap = oc_zt.cap ? oc_zt.cap : 65536;
-    while (cap < oc_zt.ntok + n)
-        cap *= 2;
-    uint32_t *t = realloc(oc_zt.tok, cap * sizeof(uint32_t));
-    if (!t)
-        return -1;
-    oc_zt.tok = t;
-    oc_zt.cap = cap;
+static void begin_batch(void);
+
+/* Room in Z.buf past oc_zt.o for the encoding of n input bytes (a token of 3 or more bytes takes at
+ * most 48 bits, a literal 15), plus the trailer; the batch's codes are written first if need be. */
+static int room(size_t n) {
+    size_t used = oc_zt.o ? (size_t)(oc_zt.o - Z.buf) : 0, need = used + 2 * n + 2048;
+    if (need > Z.cap) {
+        size_t cap = Z.cap ? Z.cap : 65536;
+        while (cap < need)
+            cap *= 2;
+        uint8_t *b = realloc(Z.buf, cap);
+        if (!b)
+            return -1;
+        Z.buf = b;
+        Z.cap = cap;
+        oc_zt.o = b + used;
+    }
+    if (!Z.begun)
+        begin_batch();
     return 0;
 }
 
-/* A match token, joined to the previous one when that is a match at the same distance (a region
- * that continues the copy the previous region ended with). */
-static inline size_t put_match(uint32_t *tok, size_t ntok, uint32_t len, uint32_t dist) {
-    if (ntok && (tok[ntok - 1] & (OC_TOK_MATCH | 0xffffu)) == (OC_TOK_MATCH | dist) &&
-        ((tok[ntok - 1] >> 16) & 0x1ffu) + len <= MAX_MATCH) {
-        tok[ntok - 1] += len << 16;
-        return ntok;
-    }
-    tok[ntok] = OC_TOK_MATCH | len << 16 | dist;
-    return ntok + 1;
+int oc_z_reserve(size_t n) {
+    if (n > Z.per_batch)
+        Z.per_batch = n;
+    return room(n);
 }
 
 /* LZ77 over in[start..end): matches may reach back into any earlier region that was scanned too. */
 int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
-    if (oc_z_reserve(end - start + 1) < 0)
+    if (room(end - start + Z.per_batch) < 0)
         return -1;
     if (!Z.heads_clear) {
         for (uint32_t h = 0; h < HSIZE; h++)
@@ -228,49 +175,48 @@ int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
         Z.heads_clear = 1;
     }
     size_t n = end, i = start;
-    uint32_t *tok = oc_zt.tok;
-    size_t ntok = oc_zt.ntok;
-    uint32_t pend_len = 0, pend_dist = 0; /* a match found at i-1, held for one step (lazy) */
+    oc_ztokens z = oc_zt;
+    uint32_t lazy_len = 0, lazy_dist = 0; /* a match found at i-1, held for one step (lazy) */
     while (i < n) {
         uint32_t dist = 0, len = 0;
         if (i + MIN_MATCH <= n) {
             len = longest(in, n, i, &dist);
             insert(in, i);
         }
-        if (pend_len) {
-            if (len > pend_len) { /* better match one byte later: emit the byte as a literal */
-                tok[ntok++] = in[i - 1];
-                pend_len = len;
-                pend_dist = dist;
+        if (lazy_len) {
+            if (len > lazy_len) { /* better match one byte later: emit the byte as a literal */
+                oc_z_lit(&z, in[i - 1]);
+                lazy_len = len;
+                lazy_dist = dist;
                 i++;
                 continue;
             }
-            ntok = put_match(tok, ntok, pend_len, pend_dist);
-            size_t e = i - 1 + pend_len; /* the match covered i-1 .. e-1; i is already inserted */
-            if (pend_len <= MAX_INSERT)
+            oc_z_match(&z, lazy_len, lazy_dist);
+            size_t e = i - 1 + lazy_len; /* the match covered i-1 .. e-1; i is already inserted */
+            if (lazy_len <= MAX_INSERT)
                 for (size_t k = i + 1; k < e; k++)
                     if (k + MIN_MATCH <= n)
                         insert(in, k);
             i = e;
-            pend_len = 0;
+            lazy_len = 0;
             continue;
         }
         if (len) {
             if (len >= NICE_MATCH) { /* long enough: no lazy look */
-                ntok = put_match(tok, ntok, len, dist);
+                oc_z_match(&z, len, dist);
                 i += len;
             } else {
-                pend_len = len;
-                pend_dist = dist;
+                lazy_len = len;
+                lazy_dist = dist;
                 i++;
             }
         } else {
-            tok[ntok++] = in[i++];
+            oc_z_lit(&z, in[i++]);
         }
     }
-    if (pend_len)
-        ntok = put_match(tok, ntok, pend_len, pend_dist);
-    oc_zt.ntok = ntok;
+    if (lazy_len)
+        oc_z_match(&z, lazy_len, lazy_dist);
+    oc_zt = z;
     return 0;
 }
 
@@ -307,20 +253,20 @@ static void heapsort_u64(uint64_t *a, int n) {
 static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
     uint32_t w[2 * 288];
     int sym[288], parent[2 * 288], depth[2 * 288];
-    uint32_t scale = 0;
-    for (;;) {
-        /* the leaves sorted by weight: keys weight << 9 | symbol, heapsorted (n <= 288) */
-        uint64_t key[288];
-        int m = 0;
-        for (int s = 0; s < n; s++)
-            if (f[s]) {
-                uint32_t v = f[s] >> scale;
-                key[m++] = (uint64_t)(v ? v : 1) << 9 | (uint64_t)s;
-            }
-        heapsort_u64(key, m);
+    /* the leaves sorted by weight once: keys weight << 9 | symbol, heapsorted (n <= 288); a retry
+     * scales the weights down, which keeps them in order */
+    uint64_t key[288];
+    int m = 0;
+    for (int s = 0; s < n; s++)
+        if (f[s])
+            key[m++] = (uint64_t)f[s] << 9 | (uint64_t)s;
+    heapsort_u64(key, m);
+    for (int k = 0; k < m; k++)
+        sym[k] = (int)(key[k] & 511);
+    for (uint32_t scale = 0;; scale++) {
         for (int k = 0; k < m; k++) {
-            w[k] = (uint32_t)(key[k] >> 9);
-            sym[k] = (int)(key[k] & 511);
+            uint32_t v = (uint32_t)(key[k] >> 9) >> scale;
+            w[k] = v ? v : 1;
         }
         /* two-queue construction: leaves 0..m-1, internal nodes m.. in non-decreasing weight */
         int li = 0, ii = m, next = m;
@@ -349,12 +295,20 @@ static void code_lengths(const uint32_t *f, int n, int maxbits, uint8_t *len) {
                 len[sym[k]] = (uint8_t)depth[k];
             return;
         }
-        scale++; /* flatten the distribution and try again */
+        /* flatten the distribution and try again */
     }
 }
 
 /* Canonical codes (RFC 1951 3.2.2), bit-reversed for LSB-first output. */
 static void canonical(const uint8_t *len, int n, uint16_t *code) {
+    static uint8_t rev8[256];
+    if (!rev8[1])
+        for (int b = 0; b < 256; b++) {
+            int r = 0;
+            for (int k = 0; k < 8; k++)
+                r |= ((b >> k) & 1) << (7 - k);
+            rev8[b] = (uint8_t)r;
+        }
     uint16_t count[16] = {0}, next[16];
     for (int s = 0; s < n; s++)
         count[len[s]]++;
@@ -370,10 +324,8 @@ static void canonical(const uint8_t *len, int n, uint16_t *code) {
             code[s] = 0;
             continue;
         }
-        uint16_t v = next[l]++, r = 0;
-        for (int b = 0; b < l; b++)
-            r = (uint16_t)(r << 1 | ((v >> b) & 1));
-        code[s] = r;
+        uint32_t v = next[l]++, r = (uint32_t)rev8[v & 0xff] << 8 | rev8[(v >> 8) & 0xff]; /* 16 bits reversed */
+        code[s] = (uint16_t)(r >> (16 - l));
     }
 }
 
@@ -420,56 +372,26 @@ static uint32_t adler32(const uint8_t *p, size_t n) {
     return (uint32_t)(b << 16 | a);
 }
 
-void oc_z_start(void) {
-    oc_zt.ntok = 0;
-    Z.heads_clear = 0;
-}
-
-/* The batch's tokens as one zlib stream written at the start of *out (malloc'd, grown as needed;
- * *out_cap its capacity).  Returns the compressed size, or 0 on memory failure.  The tokens are
- * consumed: the next batch starts empty. */
-size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+/* Start a batch: its codes from the previous batch's counts (each plus one), written into Z.buf
+ * with the zlib and block headers; the counts start again.  Z.buf has the room (room()). */
+static void begin_batch(void) {
     if (!Z.tables)
         init_tables();
-    uint32_t *tok = oc_zt.tok;
-    size_t ntok = oc_zt.ntok;
-    uint32_t ad = adler32(in, n);
-    oc_z_start();
-    uint32_t lf[286] = {0}, df[30] = {0};
-    for (size_t k = 0; k < ntok; k++) {
-        uint32_t t = tok[k];
-        if (t & OC_TOK_MATCH) {
-            uint32_t ds = (uint32_t)dist_sym(t & 0xffff);
-            lf[257 + Z.len_sym[(t >> 16) & 0x1ff]]++;
-            df[ds]++;
-            tok[k] = t | ds << 25; /* for the second pass (bits 25..29 are free) */
-        } else {
-            lf[t]++;
-        }
-    }
-    lf[256] = 1;
-    /* every code needs two used symbols to be complete */
-    if (!lf[0] && !lf[1])
-        lf[lf[0] ? 1 : 0] = 1;
-    int used = 0;
-    for (int s = 0; s < 30; s++)
-        used += df[s] != 0;
-    for (int s = 0; used < 2 && s < 30; s++)
-        if (!df[s]) {
-            df[s] = 1;
-            used++;
-        }
+    oc_zcodes *c = &oc_zc;
+    uint32_t lf[286], df[30];
+    for (int k = 0; k < 286; k++)
+        lf[k] = c->lf[k] + 1;
+    for (int k = 0; k < 30; k++)
+        df[k] = c->df[k] + 1;
+    memset(c->lf, 0, sizeof c->lf);
+    memset(c->df, 0, sizeof c->df);
     uint8_t ll[286], dl[30];
     uint16_t lc[286], dc[30];
     code_lengths(lf, 286, 15, ll);
     code_lengths(df, 30, 15, dl);
     canonical(ll, 286, lc);
     canonical(dl, 30, dc);
-    int hlit = 286, hdist = 30;
-    while (hlit > 257 && !ll[hlit - 1])
-        hlit--;
-    while (hdist > 1 && !dl[hdist - 1])
-        hdist--;
+    int hlit = 286, hdist = 30; /* every symbol has a code */
 
     /* run-length encode the code lengths: sym | extra << 8 */
     uint8_t all[316];
@@ -516,90 +438,103 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
     while (hclen > 4 && !cl[cl_order[hclen - 1]])
         hclen--;
 
-    bitw w = {.p = *out, .cap = *out_cap};
-    bw_room(&w, ntok * 7 + 1024); /* a token takes at most 48 bits; the tables and trailer < 1 KiB */
-    if (w.oom)
-        return 0;
-    bw_byte(&w, 0x78); /* CM 8 (deflate), 32 KiB window */
-    bw_byte(&w, 0x01); /* no dictionary, check bits: 0x7801 % 31 == 0 */
-    bw_put(&w, 1, 1);  /* BFINAL */
-    bw_put(&w, 2, 2);  /* BTYPE 10: dynamic Huffman */
-    bw_put(&w, (uint32_t)(hlit - 257), 5);
-    bw_put(&w, (uint32_t)(hdist - 1), 5);
-    bw_put(&w, (uint32_t)(hclen - 4), 4);
+    oc_ztokens z = {.o = Z.buf};
+    uint8_t zh[2] = {0x78, 0x01}; /* CM 8 (deflate), 32 KiB window; no dictionary, 0x7801 % 31 == 0 */
+    memcpy(z.o, zh, 2);
+    z.o += 2;
+    oc_z_put(&z, 1, 1); /* BFINAL */
+    oc_z_put(&z, 2, 2); /* BTYPE 10: dynamic Huffman */
+    oc_z_put(&z, (uint32_t)(hlit - 257), 5);
+    oc_z_put(&z, (uint32_t)(hdist - 1), 5);
+    oc_z_put(&z, (uint32_t)(hclen - 4), 4);
     for (int k = 0; k < hclen; k++)
-        bw_put(&w, cl[cl_order[k]], 3);
+        oc_z_put(&z, cl[cl_order[k]], 3);
     for (int k = 0; k < nrle; k++) {
         int s = rle[k] & 0xff, x = rle[k] >> 8;
-        bw_put(&w, cc[s], cl[s]);
+        oc_z_put(&z, cc[s], cl[s]);
         if (s == 16)
-            bw_put(&w, (uint32_t)x, 2);
+            oc_z_put(&z, (uint32_t)x, 2);
         else if (s == 17)
-            bw_put(&w, (uint32_t)x, 3);
+            oc_z_put(&z, (uint32_t)x, 3);
         else if (s == 18)
-            bw_put(&w, (uint32_t)x, 7);
+            oc_z_put(&z, (uint32_t)x, 7);
     }
-    /* every match length with its extra bits, as one code (at most 15 + 5 bits) */
-    uint32_t lenc[MAX_MATCH + 1];
-    uint8_t lenn[MAX_MATCH + 1];
+    /* the batch's codes: a literal; a length with its extra bits (at most 15 + 5 bits); a distance
+     * symbol's code less its base shifted past the code, so that dadd + (d << dl) is distance d's
+     * code with its extra bits (at most 15 + 13) */
+    for (int b = 0; b < 256; b++) {
+        c->lit[b] = lc[b];
+        c->litn[b] = ll[b];
+    }
     for (uint32_t l = MIN_MATCH; l <= MAX_MATCH; l++) {
-        int ls = Z.len_sym[l];
-        lenc[l] = lc[257 + ls] | (l - len_base[ls]) << ll[257 + ls];
-        lenn[l] = (uint8_t)(ll[257 + ls] + len_extra[ls]);
+        int ls = c->len_sym[l];
+        c->len[l] = lc[257 + ls] | (l - len_base[ls]) << ll[257 + ls];
+        c->lenn[l] = (uint8_t)(ll[257 + ls] + len_extra[ls]);
     }
-    /* the room is there: the tokens go out through a local accumulator, 32 bits at a time */
-    uint8_t *o = w.p + w.n;
-    uint64_t acc = w.acc;
-    int bits = w.bits;
-#define PUT(v, nb)                                                                                                    \
-    do {                                                                                                               \
-        acc |= (uint64_t)(v) << bits;                                                                                  \
-        bits += (nb);                                                                                                  \
-        if (bits >= 32) {                                                                                              \
-            o[0] = (uint8_t)acc; /* little-endian order on any machine (one store where it is) */                   \
-            o[1] = (uint8_t)(acc >> 8);                                                                                \
-            o[2] = (uint8_t)(acc >> 16);                                                                               \
-            o[3] = (uint8_t)(acc >> 24);                                                                               \
-            o += 4;                                                                                                    \
-            acc >>= 32;                                                                                                \
-            bits -= 32;                                                                                                \
-        }                                                                                                              \
-    } while (0)
-    for (size_t k = 0; k < ntok; k++) {
-        uint32_t t = tok[k];
-        if (t & OC_TOK_MATCH) {
-            uint32_t l = (t >> 16) & 0x1ff, d = t & 0xffff, ds = (t >> 25) & 31;
-            PUT(lenc[l], lenn[l]);
-            PUT(dc[ds] | (d - dist_base[ds]) << dl[ds], dl[ds] + dist_extra[ds]);
-        } else {
-            PUT(lc[t], ll[t]);
-        }
+    for (int ds = 0; ds < 30; ds++) {
+        c->dadd[ds] = (uint32_t)dc[ds] - ((uint32_t)dist_base[ds] << dl[ds]);
+        c->dl[ds] = dl[ds];
+        c->dn[ds] = (uint8_t)(dl[ds] + dist_extra[ds]);
     }
-    PUT(lc[256], ll[256]);
-#undef PUT
-    w.n = (size_t)(o - w.p);
-    w.acc = acc;
-    w.bits = bits;
-    bw_align(&w);
-    bw_byte(&w, (uint8_t)(ad >> 24));
-    bw_byte(&w, (uint8_t)(ad >> 16));
-    bw_byte(&w, (uint8_t)(ad >> 8));
-    bw_byte(&w, (uint8_t)ad);
-    *out = w.p;
-    *out_cap = w.cap;
-    return w.oom ? 0 : w.n;
+    c->lit_eob = lc[256];
+    c->lit_eobn = ll[256];
+    oc_zt = z;
+    Z.begun = 1;
+    Z.heads_clear = 0;
+}
+
+void oc_z_start(void) {
+    memset(oc_zc.lf, 0, sizeof oc_zc.lf);
+    memset(oc_zc.df, 0, sizeof oc_zc.df);
+    oc_zt = (oc_ztokens){0};
+    Z.begun = 0;
+    Z.heads_clear = 0;
+}
+
+/* The batch in[0..n) that the tokens describe, completed (end of block, Adler-32) and copied to the
+ * start of *out (grown as needed; *out_cap its capacity).  Returns the compressed size, or 0 on memory
+ * failure.  The next batch starts, with codes from this one's counts. */
+size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
+    if (room(0) < 0)
+        return 0;
+    oc_ztokens z = oc_zt;
+    if (z.pend)
+        oc_z_put_match(&z, z.pend);
+    oc_z_put(&z, oc_zc.lit_eob, oc_zc.lit_eobn);
+    while (z.bits > 0) { /* to a byte boundary */
+        *z.o++ = (uint8_t)z.acc;
+        z.acc >>= 8;
+        z.bits = z.bits > 8 ? z.bits - 8 : 0;
+    }
+    uint32_t ad = adler32(in, n);
+    uint8_t t[4] = {(uint8_t)(ad >> 24), (uint8_t)(ad >> 16), (uint8_t)(ad >> 8), (uint8_t)ad};
+    memcpy(z.o, t, 4);
+    z.o += 4;
+    size_t zn = (size_t)(z.o - Z.buf);
+    if (zn > *out_cap) {
+        uint8_t *b = realloc(*out, zn);
+        if (!b)
+            return 0;
+        *out = b;
+        *out_cap = zn;
+    }
+    memcpy(*out, Z.buf, zn);
+    oc_zt = (oc_ztokens){.o = Z.buf};
+    begin_batch();
+    return zn;
 }
 
 size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
-    oc_z_start();
-    if (oc_z_scan(in, 0, n) < 0)
+    if (oc_z_reserve(n) < 0 || oc_z_scan(in, 0, n) < 0)
         return 0;
     return oc_z_finish(in, n, out, out_cap);
 }
 
-/* Release the token buffer (the tables are static). */
+/* Release the stream buffer (the tables are static). */
 void oc_z_free(void) {
-    free(oc_zt.tok);
-    memset(&oc_zt, 0, sizeof oc_zt);
+    free(Z.buf);
+    Z.buf = NULL;
+    Z.cap = 0;
+    Z.per_batch = 0;
     oc_z_start();
 }

@@ -318,11 +318,12 @@ typedef struct {
 } oc_rmeta;
 extern oc_rmeta R;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
+/* what oc_stats_net takes off each gap: the smallest gap so far, 0 before the first or with the test
+ * clock (oc_stats_gap keeps it current, so that the per-event path tests nothing) */
+extern uint64_t oc_stats_net_off;
 /* ticks of a gap after taking off one event's cost */
 static inline uint64_t oc_stats_net(uint64_t delta) {
-    if (R.test_clock)
-        return delta;
-    uint64_t o = oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
+    uint64_t o = oc_stats_net_off;
     return delta > o ? delta - o : 0;
 }
 oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
@@ -381,15 +382,14 @@ void oc_stats_abandon(void);
 static inline void oc_stats_gap(uint64_t delta) {
     if (UNLIKELY(oc_stats_gaps_seen < OC_CALIBRATION_GAPS)) {
         oc_stats_gaps_seen++;
-        if (delta < oc_stats_min_gap)
+        if (delta < oc_stats_min_gap) {
             oc_stats_min_gap = delta;
+            oc_stats_net_off = R.test_clock ? 0 : delta;
+        }
     }
 }
 uint64_t oc_stats_overhead(void);
-/* caller: the calling frame's code id, or UINT32_MAX */
-void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
-                    uint32_t caller);
-void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
+/* oc_stats_slice, oc_stats_block: stats.h (inline, the renderer's per-event accumulators) */
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);

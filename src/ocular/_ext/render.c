@@ -25,6 +25,7 @@
  */
 #include "ocular.h"
 #include "recording.h"
+#include "stats.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -129,9 +130,11 @@ oc_codeent *oc_rcode(uint32_t id) {
     return &unknown_code;
 }
 
+/* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
+ * conversion to uint64_t needs a test for the upper half) */
 static inline uint64_t to_ns(uint64_t ticks) {
     int64_t d = (int64_t)(ticks - R.tsc0);
-    return R.mono0_ns + (uint64_t)((double)d * R.ns_per_tick);
+    return R.mono0_ns + (uint64_t)(int64_t)((double)d * R.ns_per_tick);
 }
 
 static uint64_t mono_now_ns(void) {
@@ -168,31 +171,35 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
     l->run_cycles = 0;
 }
 
+/* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
+static inline void pop_frame(rthread *t, uint64_t ts, int counted) {
+    frame *f = &t->stack[t->n - 1];
+    if (UNLIKELY(W.loops == OC_LOOPS_RUNS))
+        for (int i = 0; i < NLOOPS; i++)
+            if (f->loops[i].src != UINT32_MAX)
+                end_run(t, f, &f->loops[i]);
+    t->n--;
+    uint64_t incl = f->self + f->child;
+    W.same_top[f->code_id] = f->prev_same;
+    /* total time counts each recursion tree once: a counted activation adds what its counted
+     * same-code descendants did not already add; an uncounted one passes theirs down */
+    oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
+                   t->n > 0 ? f[-1].code_id : UINT32_MAX);
+    if (UNLIKELY(f->hidden))
+        oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->win_mark, incl);
+    if (f->prev_same) { /* recursion: the nearest activation of the same code below */
+        frame *same = &t->stack[f->prev_same - 1];
+        same->same += counted ? incl : f->same;
+    }
+    if (t->n > 0)
+        f[-1].child += incl;
+    W.sink->end(&W.out, t->tid, to_ns(ts));
+}
+
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
 static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
-    while (t->n > keep) {
-        frame *f = &t->stack[t->n - 1];
-        if (W.loops == OC_LOOPS_RUNS)
-            for (int i = 0; i < NLOOPS; i++)
-                if (f->loops[i].src != UINT32_MAX)
-                    end_run(t, f, &f->loops[i]);
-        t->n--;
-        uint64_t incl = f->self + f->child;
-        W.same_top[f->code_id] = f->prev_same;
-        frame *same = f->prev_same ? &t->stack[f->prev_same - 1] : NULL; /* recursion */
-        int counted = matched && t->n == keep;
-        /* total time counts each recursion tree once: a counted activation adds what its counted
-         * same-code descendants did not already add; an uncounted one passes theirs down */
-        oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
-                       t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
-        if (f->hidden)
-            oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->win_mark, incl);
-        if (same)
-            same->same += counted ? incl : f->same;
-        if (t->n > 0)
-            t->stack[t->n - 1].child += incl;
-        W.sink->end(&W.out, t->tid, to_ns(ts));
-    }
+    while (t->n > keep)
+        pop_frame(t, ts, matched && t->n == keep + 1);
 }
 
 /* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
@@ -239,9 +246,15 @@ static uint32_t static_insns(uint32_t id, uint32_t dest, uint32_t src) {
 
 /* A span between two recorded jumps is one basic block only if no jump or branch lies before its end:
  * one inside means its site was de-instrumented, and the span holds several blocks' time. */
-static int one_block(uint32_t id, uint32_t start, uint32_t end) {
-    oc_codeent *e = oc_rcode(id);
-    uint32_t *p = prefixes(id, e);
+static inline int one_block(uint32_t id, uint32_t start, uint32_t end) {
+    uint32_t *p = W.insn_prefix[id]; /* (id < W.ncodes_alloc: the records' ids are checked) */
+    oc_codeent *e;
+    if (LIKELY(p != NULL)) { /* built: the code has an entry with bytecode */
+        e = &R.codes[id];
+    } else {
+        e = oc_rcode(id);
+        p = prefixes(id, e);
+    }
     if (!p || end >= e->nunits || start > end)
         return 1; /* no bytecode (or an old recording): as before */
     uint32_t *br = p + e->nunits + 2;
@@ -298,15 +311,19 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     hit->self_mark = f->self;
 }
 
-static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
-    if (t->n == t->cap) {
-        uint32_t cap = t->cap ? t->cap * 2 : 64;
-        frame *s = realloc(t->stack, cap * sizeof(frame));
-        if (!s)
-            return NULL;
-        t->stack = s;
-        t->cap = cap;
-    }
+static __attribute__((noinline)) int grow_stack(rthread *t) {
+    uint32_t cap = t->cap ? t->cap * 2 : 64;
+    frame *s = realloc(t->stack, cap * sizeof(frame));
+    if (!s)
+        return -1;
+    t->stack = s;
+    t->cap = cap;
+    return 0;
+}
+
+static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
+    if (UNLIKELY(t->n == t->cap) && grow_stack(t) < 0)
+        return NULL;
     frame *f = &t->stack[t->n++];
     f->code_id = code_id;
     f->depth = depth;
@@ -319,16 +336,14 @@ static frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, in
     f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
     f->blk_self = 0;
     f->insn_unit = UINT32_MAX;
-    for (int k = 0; k < NLOOPS; k++) {
+    for (int k = 0; k < NLOOPS; k++) /* free slots (a slot's run starts when it is taken) */
         f->loops[k].src = UINT32_MAX;
-        f->loops[k].run_iters = 0;
-    }
     frame *up = t->n > 1 ? f - 1 : NULL;
     f->hidden = t->sampled;
     f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
     f->head = f->hidden && up && up->hidden ? up->head : code_id;
     f->win_mark = t->attr.win_total;
-    if (f->hidden)
+    if (UNLIKELY(f->hidden))
         oc_attr_call(&t->attr, f->anchor, code_id, ts);
     return f;
 }
@@ -341,135 +356,180 @@ static inline int is_enter(uint32_t k) { return k == K_START || k == K_RESUME ||
 static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD || k == K_UNWIND || k == K_CRETURN; }
 static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
-static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
-    W.events += n;
-    for (uint32_t i = 0; i < n; i++) {
-        const oc_rec *r = &recs[i];
-        uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
-        t->sampled = t->mark;
-        t->mark = kind == K_MARK && p == OC_MARK_SAMPLED;
-        if (kind != K_EXT && kind != K_PAUSE_END && kind != K_MARK) {
-            if (t->have_prev) {
-                uint64_t delta = r->ts > t->prev_ts ? r->ts - t->prev_ts : 0;
-                /* own-cost calibration: only gaps between two records of one code object (a few
-                 * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
-                if (r->code_id == t->prev_code)
-                    oc_stats_gap(delta);
-                if (t->n > 0) {
-                    frame *top = &t->stack[t->n - 1];
-                    top->self += oc_stats_net(delta);
-                    if (oc_attr_on)
-                        oc_attr_gap(&t->attr, t->prev_ts, r->ts, oc_stats_net(delta), top->code_id, top->hidden,
-                                    top->anchor, top->head);
-                }
-            }
-            t->prev_ts = r->ts;
-            t->prev_code = r->code_id;
-            t->have_prev = 1;
+/* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction). */
+/* The gap since the thread's previous timed record goes to the running frame's self time.  `steady`
+ * (a constant where it is inlined): the thread has a previous record and the calibration has seen
+ * all its gaps, so neither is tested. */
+static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady) {
+    uint64_t ts = r->ts;
+    if (steady || LIKELY(t->have_prev)) {
+        uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
+        /* own-cost calibration: only gaps between two records of one code object (a few
+         * bytecodes apart); other gaps may hold untraced code (--include, excluded callees) */
+        if (!steady && r->code_id == t->prev_code)
+            oc_stats_gap(delta);
+        if (LIKELY(t->n > 0)) {
+            frame *top = &t->stack[t->n - 1];
+            top->self += oc_stats_net(delta);
+            if (UNLIKELY(oc_attr_on))
+                oc_attr_gap(&t->attr, t->prev_ts, ts, oc_stats_net(delta), top->code_id, top->hidden, top->anchor,
+                            top->head);
         }
-        if ((kind <= K_INSN || kind >= K_CCALL) && kind != K_NONE && kind != K_MARK && !valid_code(r->code_id))
-            continue;
-        switch (kind) {
-        case K_START:
-        case K_RESUME:
-        case K_THROW:
-        case K_CCALL: {
-            p = rdepth(kind, p);
+    }
+    t->prev_ts = ts;
+    t->prev_code = r->code_id;
+    t->have_prev = 1;
+    t->mark = 0; /* a sampling mark is for the record right after it */
+}
+
+/* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction);
+ * every record but K_EXT and K_PAUSE_END is timed (tick), first thing in its case. */
+static inline __attribute__((always_inline)) void process_rec(rthread *t, const oc_rec *r, int steady) {
+    uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
+    switch (kind) {
+    case K_START:
+    case K_RESUME:
+    case K_THROW:
+    case K_CCALL: {
+        t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
+        tick(t, r, steady);
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        p = rdepth(kind, p);
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= p)) { /* ends never seen: inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL))
-                W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
-            break;
         }
-        case K_RETURN:
-        case K_YIELD:
-        case K_UNWIND:
-        case K_CRETURN: {
-            p = rdepth(kind, p);
+        if (LIKELY(push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL) != NULL))
+            W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+        break;
+    }
+    case K_RETURN:
+    case K_YIELD:
+    case K_UNWIND:
+    case K_CRETURN: {
+        tick(t, r, steady);
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        p = rdepth(kind, p);
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth > p)) { /* deeper frames: ends inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
             pop_to(t, keep, r->ts, 0);
-            if (t->n > 0 && t->stack[t->n - 1].depth == p)
-                pop_to(t, t->n - 1, r->ts, t->stack[t->n - 1].code_id == r->code_id);
-            else if (oc_attr_on)
-                oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
-            break;
         }
-        case K_JUMP:
-        case K_EXT: {
-            uint32_t src, dest;
-            if (kind == K_JUMP) {
-                src = p >> OC_NEAR_BITS;
-                dest = p & OC_NEAR_MAX;
-            } else {
-                if (!t->far_pending || t->far_code != r->code_id)
-                    break;
-                src = t->far_src;
-                dest = p;
-                t->far_pending = 0;
-            }
-            if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+        if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p)
+            pop_frame(t, r->ts, t->stack[t->n - 1].code_id == r->code_id);
+        else if (UNLIKELY(oc_attr_on))
+            oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
+        break;
+    }
+    case K_JUMP:
+    case K_EXT: {
+        if (kind == K_JUMP)
+            tick(t, r, steady);
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        uint32_t src, dest;
+        if (kind == K_JUMP) {
+            src = p >> OC_NEAR_BITS;
+            dest = p & OC_NEAR_MAX;
+        } else {
+            if (!t->far_pending || t->far_code != r->code_id)
                 break;
+            src = t->far_src;
+            dest = p;
+            t->far_pending = 0;
+        }
+        if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
+            break;
+        frame *f = &t->stack[t->n - 1];
+        if (!R.precise) {
+            if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
+                oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
+            f->blk_start = dest;
+            f->blk_self = f->self;
+        }
+        if (dest < src)
+            on_backjump(t, f, src, dest, r->ts);
+        break;
+    }
+    case K_FARJUMP:
+        tick(t, r, steady);
+        if (UNLIKELY(!valid_code(r->code_id)))
+            break;
+        t->far_pending = 1;
+        t->far_src = p;
+        t->far_code = r->code_id;
+        break;
+    case K_INSN:
+        tick(t, r, steady);
+        if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
-            if (!R.precise) {
-                if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
-                    oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
-                f->blk_start = dest;
-                f->blk_self = f->self;
-            }
-            if (dest < src)
-                on_backjump(t, f, src, dest, r->ts);
+            f->insns++;
+            if (f->insn_unit != UINT32_MAX)
+                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
+            f->insn_unit = p;
+            f->insn_self = f->self;
+        }
+        break;
+    case K_PAUSE:
+        tick(t, r, steady);
+        t->pause_begin = r->ts;
+        break;
+    case K_PAUSE_END:
+        /* the wait is its own slice, and not the running function's time */
+        if (UNLIKELY(W.pause_code == UINT32_MAX)) { /* rendering while recording: no pause code yet */
+            W.live_failed = 1;
             break;
         }
-        case K_FARJUMP:
-            t->far_pending = 1;
-            t->far_src = p;
-            t->far_code = r->code_id;
-            break;
-        case K_INSN:
-            if (t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
+        if (t->pause_begin) {
+            uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
+            W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
+            W.sink->end(&W.out, t->tid, to_ns(r->ts));
+            if (t->n > 0) {
                 frame *f = &t->stack[t->n - 1];
-                f->insns++;
-                if (f->insn_unit != UINT32_MAX)
-                    oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
-                f->insn_unit = p;
-                f->insn_self = f->self;
+                f->self = f->self > d ? f->self - d : 0;
+                f->child += d; /* keeps the parent's inclusive time whole */
             }
-            break;
-        case K_PAUSE:
-            t->pause_begin = r->ts;
-            break;
-        case K_PAUSE_END:
-            /* the wait is its own slice, and not the running function's time */
-            if (UNLIKELY(W.pause_code == UINT32_MAX)) { /* rendering while recording: no pause code yet */
-                W.live_failed = 1;
-                return;
-            }
-            if (t->pause_begin) {
-                uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
-                W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
-                W.sink->end(&W.out, t->tid, to_ns(r->ts));
-                if (t->n > 0) {
-                    frame *f = &t->stack[t->n - 1];
-                    f->self = f->self > d ? f->self - d : 0;
-                    f->child += d; /* keeps the parent's inclusive time whole */
-                }
-                t->prev_ts = r->ts;
-                t->pause_begin = 0;
-            }
-            break;
-        default:
-            break;
+            t->prev_ts = r->ts;
+            t->pause_begin = 0;
         }
-        if (UNLIKELY(W.progress) && (i & 0xFFFF) == 0) {
+        break;
+    case K_MARK: /* not timed: it has the next record's time */
+        t->mark = p == OC_MARK_SAMPLED;
+        break;
+    default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
+        tick(t, r, steady);
+        break;
+    }
+}
+
+/* The records of one span.  Progress is shown between blocks of 64K records; the record loop itself
+ * tests nothing but what each record needs. */
+static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
+    W.events += n;
+    for (uint32_t blk = 0; blk < n; blk += 0x10000) {
+        const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
+        while (r < rend) {
+            if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
+                for (; r < rend; r++)                                        /* without those tests */
+                    process_rec(t, r, 1);
+                break;
+            }
+            const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
+            for (; r < stop; r++)
+                process_rec(t, r, 0);
+        }
+        if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
         }
     }
 }
+
 
 /* Flight-recorder window: the frames already open at the thread's first kept record, outermost
  * first, from the ends that match nothing before them; opened at that record's time, marked cut. */

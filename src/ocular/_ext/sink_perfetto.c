@@ -4,7 +4,8 @@
  * semantics come from Perfetto's published protos (protos/perfetto/trace/...); the names below follow
  * them.
  *
- * Output: the packets are collected into batches of about 256 KiB, each compressed (deflate.c, zlib
+ * Output: the packets are collected into batches of about 256 KiB (the first of a session 16 KiB:
+ * deflate.c codes each batch with the previous one's symbol counts), each compressed (deflate.c, zlib
  * format) into one TracePacket { bytes compressed_packets = 50 } -- which Perfetto's trace processor
  * expands in place, as it does for traces the tracing service compresses -- and written through
  * oc_out_write; the footer flushes the last batch.  OCULAR_PERFETTO_DEFLATE=0 in the environment
@@ -42,9 +43,10 @@
  * loop instant once its names are interned), with the timestamp last.  Everything else goes through
  * the small protobuf writer below.  Compression needs no search for the slice packets: the sink knows
  * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
- * same thread, code and timestamp delta (rep_slot), else of the last one of its kind followed by the
- * timestamp bytes as literals.  Loop instants and the protobuf writer's packets get theirs from
- * deflate.c's matcher, a run at a time.
+ * same thread, code and timestamp delta (rep_slot, end_rep), else of the last one of its kind followed
+ * by the timestamp bytes as literals.  The copy of the last identical packet is nearly every slice packet
+ * (fib: 99%) and is tested first; the other cases are out of line (begin_tokens, end_tokens).  Loop
+ * instants and the protobuf writer's packets get theirs from deflate.c's matcher, a run at a time.
  *
  * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
  * (ENOMEM), which is reported like a failed write.
@@ -123,6 +125,10 @@ enum { CLOCK_MONOTONIC_ID = 3, CLOCK_BOOTTIME_ID = 6, CLOCK_INCREMENTAL_ID = 64 
 enum { SEQS_PER_PROCESS_BITS = 10 };
 /* raw bytes per compressed_packets batch: Perfetto asks for compressed packets under 512 KiB */
 #define BATCH (256u * 1024u)
+/* The first batch of a session is smaller: deflate.c codes each batch with the counts of the one
+ * before, and the first has none (all symbols alike); a short first batch soon gives the next ones
+ * codes fitted to the trace. */
+#define FIRST_BATCH (16u * 1024u)
 /* room past BATCH that a template packet may use without a check (the largest is under 48 bytes) */
 #define BATCH_SLACK 256u
 
@@ -246,8 +252,17 @@ static void pb_close(pbw *w) {
 }
 
 /* ---- sink state ---- */
+/* Where the thread's last slice end with timestamp delta `delta` was written (a stream offset, see
+ * P.base; 0: never): a slice end with that delta is the same bytes, a copy for deflate found without a
+ * search or a hash.  A small table per thread, direct-mapped by the delta's low bits. */
+typedef struct {
+    uint64_t delta, at;
+} end_rep;
+#define END_REPS 16u
+
 typedef struct {
     long tid;
+    uint32_t num;          /* its index in P.th, plus 1 */
     uint32_t seq;          /* trusted_packet_sequence_id */
     uint64_t uuid;         /* its thread track */
     uint64_t last_ns;      /* value of the sequence's incremental clock */
@@ -261,6 +276,7 @@ typedef struct {
     /* where this sequence's packets were written (stream offsets, see P.base; 0: never): the last one,
      * and the last slice end by the length of its timestamp varint (that makes its length byte) */
     uint64_t last_at, end_at[11];   /* end_at[0]: the last slice end of any length */
+    end_rep ends[END_REPS];         /* by timestamp delta */
 } pf_thread;
 
 /* a code object's slice-begin TrackEvent, ready to copy: {type, category, name_iid,
@@ -279,8 +295,8 @@ typedef struct {
     uint32_t iid;
 } loop_slot;
 
-/* Where the last packet of a kind (slice end, or a code's begin; thread) with a given timestamp delta
- * was written: a packet with the same key is the same bytes.  Direct-mapped by a hash of the key. */
+/* Where the last slice begin of a code on a thread with a given timestamp delta was written: a packet
+ * with the same key is the same bytes.  Direct-mapped by a hash of the key (slice ends: end_rep). */
 #define REP_BITS 12
 typedef struct {
     uint64_t kind, delta, at;
@@ -292,7 +308,8 @@ static struct {
     uint64_t process_uuid;
     uint64_t mono0;            /* MONOTONIC at the header */
     pf_thread *th;
-    uint32_t nth, cap_th, last;
+    pf_thread *cur;            /* the thread of the last packet while the sink is writing, else NULL */
+    uint32_t nth, cap_th;
     uint32_t own_seq;          /* the renderer's own sequence; threads follow it */
     uint32_t next_seq;
     code_te *codes;            /* by code id */
@@ -304,6 +321,7 @@ static struct {
     uint8_t *raw, *z;          /* the batch being collected, its compressed form */
     size_t raw_n, raw_cap, z_cap;
     uint64_t base;             /* stream offset of raw[0]: all bytes of earlier batches, plus 1 */
+    size_t batch_limit;        /* raw bytes that end a batch: FIRST_BATCH, then BATCH */
     size_t unscanned;          /* raw[unscanned..raw_n): packets with no tokens yet (see scan_pending) */
     rep_slot reps[1u << REP_BITS];
 } P;
@@ -312,6 +330,7 @@ static void fail(oc_out *o) {
     if (!o->err)
         o->err = ENOMEM;
     P.active = 0;
+    P.cur = NULL;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
@@ -380,12 +399,13 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     size_t n = P.raw_n;
     P.raw_n = 0;
     P.base += n;
+    P.batch_limit = BATCH;
     if (!n)
         return;
     if (!P.deflate) {
         oc_out_write(o, (const char *)P.raw, n);
         if (o->err)
-            P.active = 0;
+            P.active = 0, P.cur = NULL;
         return;
     }
     size_t zn = oc_z_finish(P.raw, n, &P.z, &P.z_cap);
@@ -403,7 +423,7 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
     oc_out_write(o, (const char *)P.z, zn);
     if (o->err)
-        P.active = 0;
+        P.active = 0, P.cur = NULL;
 }
 
 /* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
@@ -415,12 +435,12 @@ static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
 }
 
 static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
-    return &P.reps[((kind ^ delta * 0xff51afd7ed558ccdull) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
+    return &P.reps[((kind ^ delta << 20) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
 }
 
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
 static inline void batch_done(oc_out *o) {
-    if (UNLIKELY(P.raw_n >= BATCH))
+    if (UNLIKELY(P.raw_n >= P.batch_limit))
         flush_batch(o);
 }
 
@@ -600,6 +620,7 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     pf_thread *t = &P.th[P.nth++];
     memset(t, 0, sizeof *t);
     t->tid = tid;
+    t->num = P.nth; /* (already counted) */
     t->seq = P.next_seq++;
     t->uuid = thread_uuid(tid);
     t->last_ns = ts;
@@ -641,29 +662,34 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     return t;
 }
 
-static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uint64_t ts) {
-    for (uint32_t i = 0; i < P.nth; i++)
-        if (P.th[i].tid == tid) {
-            P.last = i;
-            return &P.th[i];
-        }
-    pf_thread *t = new_thread(o, tid, ts);
-    if (t)
-        P.last = (uint32_t)(t - P.th);
-    return t;
-}
-
-static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
-    if (LIKELY(P.last < P.nth && P.th[P.last].tid == tid))
-        return &P.th[P.last];
-    return thread_slow(o, tid, ts);
-}
-
 /* The sink is writing: it has an output, and no write has failed (flush_batch and fail() clear
- * P.active on an error, so the common path tests one flag). */
+ * P.active on an error). */
 static inline int ready(oc_out *o) {
     (void)o;
     return P.active;
+}
+
+/* thread_for's slow path: not the last packet's thread, or not writing (NULL) */
+static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uint64_t ts) {
+    if (!ready(o))
+        return NULL;
+    pf_thread *t = NULL;
+    for (uint32_t i = 0; i < P.nth && !t; i++)
+        if (P.th[i].tid == tid)
+            t = &P.th[i];
+    if (!t)
+        t = new_thread(o, tid, ts);
+    P.cur = P.active ? t : NULL;
+    return t;
+}
+
+/* The thread's state, or NULL when the sink is not writing (P.cur is only set while it is, so the
+ * common path tests one pointer and one tid). */
+static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
+    pf_thread *t = P.cur;
+    if (LIKELY(t != NULL && t->tid == tid))
+        return t;
+    return thread_slow(o, tid, ts);
 }
 
 /* ---- interned data of one packet ---- */
@@ -730,8 +756,9 @@ static void pf_header(oc_out *o) {
     P.deflate = !(env && strcmp(env, "0") == 0);
     P.raw_cap = BATCH + 4096;
     P.base = 1;
+    P.batch_limit = FIRST_BATCH;
     P.unscanned = SIZE_MAX;
-    oc_z_start(); /* (a forked child's copy of the parent's token buffer, if any, is simply reused) */
+    oc_z_start(); /* (a forked child's copy of the parent's stream buffer, if any, is simply reused) */
     if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
         fail(o);
         return;
@@ -800,14 +827,56 @@ static __attribute__((noinline)) void begin_slow(oc_out *o, pf_thread *t, uint64
     pkt_end(o);
 }
 
+/* A slice begin's tokens when it is not a copy of the last identical packet (or the matcher has
+ * packets pending): a copy of the code's last begin on the thread and the timestamp as literals, or
+ * piecewise (sequence header and TrackEvent copied from where they last were). */
+static __attribute__((noinline)) void begin_tokens(oc_out *o, pf_thread *t, code_te *c, const uint8_t *p,
+                                                   uint32_t pre, uint32_t tsl, uint64_t delta, rep_slot *r,
+                                                   uint64_t cur) {
+    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+        fail(o);
+    oc_ztokens z = oc_zt;
+    const uint8_t *ts = p + pre;
+    uint32_t th = t->num, te = 2u + t->hdr_len;
+    uint64_t kind = (uint64_t)c->iid << 32 | th;
+    if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
+        oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    } else {
+        if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
+            oc_z_match(&z, pre, (uint32_t)(cur - c->at));
+        } else {
+            lits(&z, p, 2);
+            if (near(t->last_at, cur))
+                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+            else
+                lits(&z, p + 2, t->hdr_len);
+            if (near(c->te_at, cur + te))
+                oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
+            else
+                lits(&z, p + te, pre - te);
+        }
+        lits(&z, ts, tsl);
+        r->kind = kind;
+        r->delta = delta;
+    }
+    r->at = cur;
+    oc_zt = z;
+    c->at = cur;
+    c->te_at = cur + te;
+    c->th = th;
+    c->tsl = (uint8_t)tsl;
+    t->last_at = cur;
+}
+
 static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
-    if (UNLIKELY(!ready(o)))
-        return;
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (UNLIKELY(!t))
         return;
     code_te *c;
-    if (LIKELY(code_id < P.code_cap && (c = &P.codes[code_id])->iid && bit_test(t->names, t->names_cap, c->iid) &&
+    /* c->th == t->num: the code's last begin was on this thread's sequence, so its names are interned
+     * there (maintained with deflate only; else the bitmap says) */
+    if (LIKELY(code_id < P.code_cap &&
+               ((c = &P.codes[code_id])->th == t->num || (c->iid && bit_test(t->names, t->names_cap, c->iid))) &&
                ts_ns >= t->last_ns)) {
         uint8_t *p = P.raw + P.raw_n, *b = p + 2;
         memcpy(b, t->end, 8);
@@ -821,44 +890,25 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         t->last_ns = ts_ns;
         p[0] = TAG_LEN(TRACE_PACKET);
         p[1] = (uint8_t)(b - p - 2);
-        if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same code, thread and
-                          * timestamp delta), or else of the code's last begin on the thread and the
-                          * timestamp as literals, or else piecewise */
-            if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
-                fail(o);
-            oc_ztokens z = oc_zt;
+        if (P.deflate) { /* as LZ77 tokens: mostly a copy of the last identical packet (same code, thread
+                          * and timestamp delta), found without a search; else begin_tokens */
             uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
-            uint32_t tsl = (uint32_t)(b - ts), th = (uint32_t)(t - P.th) + 1;
-            uint32_t pre = (uint32_t)(ts - p), te = 2u + t->hdr_len;
+            uint32_t tsl = (uint32_t)(b - ts), th = t->num;
             uint64_t kind = (uint64_t)c->iid << 32 | th;
             rep_slot *r = rep_slot_of(kind, delta);
-            if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
-                oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+            if (LIKELY(r->kind == kind && r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+                oc_ztokens z = oc_zt;
+                oc_z_match(&z, (uint32_t)(b - p), (uint32_t)(cur - r->at));
+                oc_zt = z;
+                r->at = cur;
+                c->at = cur;
+                c->te_at = cur + 2u + t->hdr_len;
+                c->th = th;
+                c->tsl = (uint8_t)tsl;
+                t->last_at = cur;
             } else {
-                if (near(c->at, cur) && c->th == th && c->tsl == tsl) {
-                    oc_z_match(&z, pre, (uint32_t)(cur - c->at));
-                } else {
-                    lits(&z, p, 2);
-                    if (near(t->last_at, cur))
-                        oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
-                    else
-                        lits(&z, p + 2, t->hdr_len);
-                    if (near(c->te_at, cur + te))
-                        oc_z_match(&z, pre - te, (uint32_t)(cur + te - c->te_at));
-                    else
-                        lits(&z, p + te, pre - te);
-                }
-                lits(&z, ts, tsl);
-                r->kind = kind;
-                r->delta = delta;
+                begin_tokens(o, t, c, p, (uint32_t)(ts - p), tsl, delta, r, cur);
             }
-            r->at = cur;
-            oc_zt = z;
-            c->at = cur;
-            c->te_at = cur + te;
-            c->th = th;
-            c->tsl = (uint8_t)tsl;
-            t->last_at = cur;
         }
         P.raw_n = (size_t)(b - P.raw);
         batch_done(o);
@@ -874,9 +924,40 @@ static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t
     pkt_end(o);
 }
 
+/* A slice end's tokens when it is not a copy of the last identical packet (or the matcher has
+ * packets pending): a copy of the thread's last end and the timestamp as literals, or piecewise. */
+static __attribute__((noinline)) void end_tokens(oc_out *o, pf_thread *t, const uint8_t *p, uint32_t tsl,
+                                                 uint64_t delta, uint64_t cur) {
+    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+        fail(o);
+    oc_ztokens z = oc_zt;
+    uint32_t pre = 2u + t->end_len;
+    const uint8_t *ts = p + pre;
+    end_rep *r = &t->ends[delta & (END_REPS - 1)];
+    if (r->delta == delta && near(r->at, cur)) {
+        oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    } else {
+        if (near(t->end_at[tsl], cur)) {
+            oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
+        } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
+            lits(&z, p, 2);
+            oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
+        } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
+            lits(&z, p, 2);
+            oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
+            lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
+        } else {
+            lits(&z, p, pre);
+        }
+        lits(&z, ts, tsl);
+        r->delta = delta;
+    }
+    r->at = cur;
+    oc_zt = z;
+    t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
+}
+
 static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
-    if (UNLIKELY(!ready(o)))
-        return;
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (UNLIKELY(!t))
         return;
@@ -891,40 +972,24 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     uint64_t delta = ts_ns - t->last_ns;
     b = put_varint(b, delta);
     t->last_ns = ts_ns;
+    uint32_t n = (uint32_t)(b - p), tsl = (uint32_t)(b - ts);
     p[0] = TAG_LEN(TRACE_PACKET);
-    p[1] = (uint8_t)(b - p - 2);
-    if (P.deflate) { /* as LZ77 tokens: a copy of the last identical packet (same thread and timestamp
-                      * delta), or else of the thread's last end and the timestamp as literals */
-        if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
-            fail(o);
-        oc_ztokens z = oc_zt;
-        uint64_t cur = P.base + P.raw_n, kind = (uint32_t)(t - P.th) + 1;
-        uint32_t tsl = (uint32_t)(b - ts), pre = 2u + t->end_len;
-        rep_slot *r = rep_slot_of(kind, delta);
-        if (r->kind == kind && r->delta == delta && near(r->at, cur)) {
-            oc_z_match(&z, pre + tsl, (uint32_t)(cur - r->at));
+    p[1] = (uint8_t)(n - 2);
+    if (P.deflate) { /* as LZ77 tokens: nearly always a copy of the last identical packet (same thread
+                      * and timestamp delta), found without a search; else end_tokens */
+        uint64_t cur = P.base + P.raw_n;
+        end_rep *r = &t->ends[delta & (END_REPS - 1)];
+        if (LIKELY(r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+            oc_ztokens z = oc_zt;
+            oc_z_match(&z, n, (uint32_t)(cur - r->at));
+            oc_zt = z;
+            r->at = cur;
+            t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
         } else {
-            if (near(t->end_at[tsl], cur)) {
-                oc_z_match(&z, pre, (uint32_t)(cur - t->end_at[tsl]));
-            } else if (near(t->end_at[0], cur)) { /* any end: the same but for the length byte */
-                lits(&z, p, 2);
-                oc_z_match(&z, pre - 2, (uint32_t)(cur - t->end_at[0]));
-            } else if (near(t->last_at, cur)) { /* any packet of the thread: the same sequence header */
-                lits(&z, p, 2);
-                oc_z_match(&z, t->hdr_len, (uint32_t)(cur - t->last_at));
-                lits(&z, p + 2 + t->hdr_len, pre - 2u - t->hdr_len);
-            } else {
-                lits(&z, p, pre);
-            }
-            lits(&z, ts, tsl);
-            r->kind = kind;
-            r->delta = delta;
+            end_tokens(o, t, p, tsl, delta, cur);
         }
-        r->at = cur;
-        oc_zt = z;
-        t->end_at[tsl] = t->end_at[0] = t->last_at = cur;
     }
-    P.raw_n = (size_t)(b - P.raw);
+    P.raw_n += n;
     batch_done(o);
 }
 

@@ -11,113 +11,90 @@
  *
  * Accumulation runs in the renderer (no GIL); export runs with the GIL after it finished.
  */
-#include "ocular.h"
+#include "stats.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    uint32_t src, dest;
-    uint64_t iterations, cycles, self_cycles, insns;
-} loop_stat;
-
-typedef struct {
-    uint64_t calls, segments, truncated;
-    uint64_t incl, self;        /* ticks, compensated; incl counts each recursion tree once */
-    uint64_t incl_all;          /* sum of every segment's inclusive ticks (for the mean) */
-    double sq;                  /* sum of squares of per-segment inclusive ticks */
-    uint64_t min, max;
-    uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
-    uint64_t *unit_count;       /* per unit: executions */
-    uint32_t *block_end;        /* adaptive: last unit of the block starting here */
-    uint32_t nunits;            /* of the code, once unit_cycles is allocated */
-    loop_stat *loops;
-    uint32_t nloops, caploops;
-    uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
-                                   this function's self time, unmeasured */
-    uint32_t ncallees, capcallees;
-    uint32_t callers[4];        /* the first functions that called this one (for callees_deinst) */
-    uint32_t ncallers;
-} code_stat;
-
-static code_stat *cs;
-static uint32_t ncs;
+oc_code_stat *oc_cs;
+uint32_t oc_ncs;
 uint64_t oc_stats_gaps_seen;
 uint64_t oc_stats_min_gap = UINT64_MAX;
+uint64_t oc_stats_net_off;
 static int failed;
 
 
 void oc_stats_reset(void) {
-    for (uint32_t i = 0; i < ncs; i++) {
-        free(cs[i].unit_cycles);
-        free(cs[i].unit_count);
-        free(cs[i].block_end);
-        free(cs[i].loops);
-        free(cs[i].callees_deinst);
+    for (uint32_t i = 0; i < oc_ncs; i++) {
+        free(oc_cs[i].unit_cycles);
+        free(oc_cs[i].unit_count);
+        free(oc_cs[i].block_end);
+        free(oc_cs[i].loops);
+        free(oc_cs[i].callees_deinst);
     }
-    free(cs);
-    cs = NULL;
-    ncs = 0;
+    free(oc_cs);
+    oc_cs = NULL;
+    oc_ncs = 0;
     oc_stats_gaps_seen = 0;
     oc_stats_min_gap = UINT64_MAX;
+    oc_stats_net_off = 0;
     failed = 0;
     oc_attr_reset();
 }
 
 /* fork child: forget the parent's arrays without freeing them (they may be mid-update) */
 void oc_stats_abandon(void) {
-    cs = NULL;
-    ncs = 0;
+    oc_cs = NULL;
+    oc_ncs = 0;
 }
 
-static inline code_stat *get(uint32_t id) {
-    if (UNLIKELY(id >= ncs)) {
+static inline oc_code_stat *get(uint32_t id) {
+    if (UNLIKELY(id >= oc_ncs)) {
         uint32_t n = id + 256;
-        code_stat *c = realloc(cs, (size_t)n * sizeof *c);
+        oc_code_stat *c = realloc(oc_cs, (size_t)n * sizeof *c);
         if (!c) {
             failed = 1;
             return NULL;
         }
-        memset(c + ncs, 0, (size_t)(n - ncs) * sizeof *c);
-        cs = c;
-        ncs = n;
+        memset(c + oc_ncs, 0, (size_t)(n - oc_ncs) * sizeof *c);
+        for (uint32_t i = oc_ncs; i < n; i++)
+            c[i].min = UINT64_MAX; /* no segment yet (the accumulator takes the smaller) */
+        oc_cs = c;
+        oc_ncs = n;
     }
-    return &cs[id];
+    return &oc_cs[id];
 }
 
 uint64_t oc_stats_overhead(void) { return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap; }
 
-void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
-                    uint32_t caller) {
-    code_stat *c = get(id);
+/* stats.h's oc_stats_slice when the table must grow first, for a truncated slice, or for a caller not
+ * yet in the code's list */
+void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
+                         uint32_t caller) {
+    oc_code_stat *c = get(id);
     if (!c)
         return;
-    if (is_call && caller != UINT32_MAX && c->ncallers < 4 && (!c->ncallers || c->callers[0] != caller)) {
-        uint32_t k = 1;
-        while (k < c->ncallers && c->callers[k] != caller)
-            k++;
-        if (k >= c->ncallers)
-            c->callers[c->ncallers++] = caller;
-    }
+    if (is_call)
+        oc_stats_caller(c, caller);
     if (truncated) {
         c->truncated++;
         return;
     }
-    if (is_call)
-        c->calls++;
-    c->segments++;
-    c->self += self;
-    c->incl += total_add;
-    c->incl_all += incl;
-    c->sq += (double)incl * (double)incl;
-    if (c->segments == 1 || incl < c->min)
-        c->min = incl;
-    if (incl > c->max)
-        c->max = incl;
+    oc_stats_add(c, is_call, incl, self, total_add);
+}
+
+void oc_stats_caller(oc_code_stat *c, uint32_t caller) {
+    if (caller == UINT32_MAX)
+        return;
+    uint32_t k = 0;
+    while (k < 4 && c->callers[k] && c->callers[k] != caller + 1)
+        k++;
+    if (k < 4 && !c->callers[k])
+        c->callers[k] = caller + 1;
 }
 
 static void deinst_callee(uint32_t caller, uint32_t callee) {
-    code_stat *c = get(caller);
+    oc_code_stat *c = get(caller);
     if (!c)
         return;
     for (uint32_t i = 0; i < c->ncallees; i++)
@@ -139,14 +116,14 @@ static void deinst_callee(uint32_t caller, uint32_t callee) {
 /* Rendering is over and the recording's final code states are known: a callee whose start was
  * de-instrumented has later calls that sit, unmeasured, in its callers' self time. */
 void oc_stats_finish(void) {
-    uint32_t n = ncs < R.ncodes ? ncs : R.ncodes;
+    uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes;
     for (uint32_t id = 0; id < n; id++)
         if (R.codes[id].flags & CF_START_DISABLED)
-            for (uint32_t k = 0; k < cs[id].ncallers; k++)
-                deinst_callee(cs[id].callers[k], id);
+            for (uint32_t k = 0; k < 4 && oc_cs[id].callers[k]; k++)
+                deinst_callee(oc_cs[id].callers[k] - 1, id);
 }
 
-static int units(code_stat *c, uint32_t id) {
+static int units(oc_code_stat *c, uint32_t id) {
     if (LIKELY(c->unit_cycles != NULL))
         return 0;
     c->nunits = oc_rcode(id)->nunits;
@@ -155,24 +132,28 @@ static int units(code_stat *c, uint32_t id) {
     c->unit_count = calloc(n, sizeof(uint64_t));
     c->block_end = calloc(n, sizeof(uint32_t));
     if (!c->unit_cycles || !c->unit_count || !c->block_end) {
+        free(c->unit_cycles); /* all or none: the accumulators test unit_cycles alone */
+        free(c->unit_count);
+        free(c->block_end);
+        c->unit_cycles = NULL;
+        c->unit_count = NULL;
+        c->block_end = NULL;
         failed = 1;
         return -1;
     }
     return 0;
 }
 
-void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
-    code_stat *c = get(id);
-    if (!c || units(c, id) < 0 || start >= c->nunits || end < start)
+/* stats.h's oc_stats_block when the table must grow or the code's per-unit arrays be allocated first */
+void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
+    oc_code_stat *c = get(id);
+    if (!c || units(c, id) < 0)
         return;
-    c->unit_cycles[start] += cycles;
-    c->unit_count[start]++;
-    if (end > c->block_end[start])
-        c->block_end[start] = end;
+    oc_stats_block(id, start, end, cycles);
 }
 
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
-    code_stat *c = get(id);
+    oc_code_stat *c = get(id);
     if (!c || units(c, id) < 0 || unit >= c->nunits)
         return;
     c->unit_cycles[unit] += cycles;
@@ -181,10 +162,10 @@ void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
 
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns) {
-    code_stat *c = get(id);
+    oc_code_stat *c = get(id);
     if (!c)
         return;
-    loop_stat *l = NULL;
+    oc_loop_stat *l = NULL;
     for (uint32_t i = 0; i < c->nloops; i++)
         if (c->loops[i].dest == dest) { /* one loop per header; continue edges included */
             l = &c->loops[i];
@@ -195,7 +176,7 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
     if (!l) {
         if (c->nloops == c->caploops) {
             uint32_t cap = c->caploops ? c->caploops * 2 : 4;
-            loop_stat *n = realloc(c->loops, cap * sizeof *n);
+            oc_loop_stat *n = realloc(c->loops, cap * sizeof *n);
             if (!n) {
                 failed = 1;
                 return;
@@ -214,7 +195,7 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
     l->insns += insns;
 }
 
-static uint64_t loop_cycles(const code_stat *c) {
+static uint64_t loop_cycles(const oc_code_stat *c) {
     uint64_t m = 0;
     for (uint32_t i = 0; i < c->nloops; i++)
         if (c->loops[i].cycles > m)
@@ -234,7 +215,7 @@ static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
         return -1;
     uint32_t m = 0;
     for (uint32_t id = 0; id < n; id++) {
-        const code_stat *c = &cs[id];
+        const oc_code_stat *c = &oc_cs[id];
         if (loops ? c->nloops != 0 : (c->segments || c->truncated)) {
             k[m][0] = loops ? loop_cycles(c) : c->self;
             k[m][1] = id;
@@ -253,10 +234,10 @@ static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
  * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
  * session, whose code table (same ids) still holds the code objects. */
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
-    uint32_t n = ncs < R.ncodes ? ncs : R.ncodes, total = 0;
+    uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes, total = 0;
     uint8_t *keep = NULL;
     for (uint32_t id = 0; id < n; id++)
-        if (cs[id].segments || cs[id].truncated)
+        if (oc_cs[id].segments || oc_cs[id].truncated)
             total++;
     if (limit && total > limit) {
         keep = calloc(n + 1, 1);
@@ -271,7 +252,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         return NULL;
     }
     for (uint32_t id = 0; id < n; id++) {
-        code_stat *c = &cs[id];
+        oc_code_stat *c = &oc_cs[id];
         oc_codeent *e = oc_rcode(id);
         if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
             continue;
@@ -292,7 +273,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         if (!loops)
             goto fail;
         for (uint32_t i = 0; i < c->nloops; i++) {
-            loop_stat *l = &c->loops[i];
+            oc_loop_stat *l = &c->loops[i];
             PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
                                         "iterations", (unsigned long long)l->iterations,
                                         "cycles", (unsigned long long)l->cycles,
@@ -368,7 +349,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             "firstlineno", e->firstlineno,
             "calls", (unsigned long long)c->calls, "segments", (unsigned long long)c->segments,
             "truncated", (unsigned long long)c->truncated, "incl", (unsigned long long)c->incl,
-            "self", (unsigned long long)c->self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)c->min,
+            "self", (unsigned long long)c->self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)(c->segments ? c->min : 0),
             "max", (unsigned long long)c->max,
             "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
             "enters", e->enters, "loops", loops, "units", unitd);

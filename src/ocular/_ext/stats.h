@@ -1,0 +1,83 @@
+/* stats.h -- the statistics' per-code table (stats.c) and the accumulators the renderer calls for every
+ * slice and every basic block, inline: they run once or twice per event, and a call into stats.c cost
+ * more than the additions themselves.  The rare cases (a code id beyond the table, a truncated slice,
+ * a code's first block) go to stats.c.  Renderer thread only; no Python API.
+ */
+#ifndef OCULAR_STATS_H
+#define OCULAR_STATS_H
+
+#include "ocular.h"
+
+typedef struct {
+    uint32_t src, dest;
+    uint64_t iterations, cycles, self_cycles, insns;
+} oc_loop_stat;
+
+typedef struct {
+    uint64_t calls, segments, truncated;
+    uint64_t incl, self;        /* ticks, compensated; incl counts each recursion tree once */
+    uint64_t incl_all;          /* sum of every segment's inclusive ticks (for the mean) */
+    double sq;                  /* sum of squares of per-segment inclusive ticks */
+    uint64_t min, max;          /* min: UINT64_MAX until the first segment */
+    uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
+    uint64_t *unit_count;       /* per unit: executions */
+    uint32_t *block_end;        /* adaptive: last unit of the block starting here */
+    uint32_t nunits;            /* of the code, once unit_cycles is allocated */
+    oc_loop_stat *loops;
+    uint32_t nloops, caploops;
+    uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
+                                   this function's self time, unmeasured */
+    uint32_t ncallees, capcallees;
+    uint32_t callers[4];        /* 1 + the code ids of the first functions that called this one, 0: free */
+} oc_code_stat;
+
+extern oc_code_stat *oc_cs; /* by code id */
+extern uint32_t oc_ncs;
+
+void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
+                         uint32_t caller);
+void oc_stats_caller(oc_code_stat *c, uint32_t caller);
+void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
+
+static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uint64_t self, uint64_t total_add) {
+    c->calls += is_call != 0;
+    c->segments++;
+    c->self += self;
+    c->incl += total_add;
+    c->incl_all += incl;
+    c->sq += (double)incl * (double)incl;
+    c->min = incl < c->min ? incl : c->min;
+    c->max = incl > c->max ? incl : c->max;
+}
+
+/* One closed slice (a segment) of code `id`: its inclusive and self ticks, and what it adds to the
+ * code's total (recursion counted once); a truncated one (its end inferred) is only counted.  caller:
+ * the calling frame's code id (UINT32_MAX: none), kept among the code's first four callers. */
+static inline void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add,
+                                  int truncated, uint32_t caller) {
+    if (UNLIKELY(id >= oc_ncs || truncated)) {
+        oc_stats_slice_slow(id, is_call, incl, self, total_add, truncated, caller);
+        return;
+    }
+    oc_code_stat *c = &oc_cs[id];
+    if (UNLIKELY(is_call && c->callers[0] != caller + 1 && c->callers[1] != caller + 1))
+        oc_stats_caller(c, caller);
+    oc_stats_add(c, is_call, incl, self, total_add);
+}
+
+/* One execution of the basic block of code `id` spanning units [start, end], with its self ticks. */
+static inline void oc_stats_block(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles) {
+    oc_code_stat *c;
+    if (UNLIKELY(id >= oc_ncs || !(c = &oc_cs[id])->unit_cycles)) {
+        oc_stats_block_slow(id, start, end, cycles);
+        return;
+    }
+    if (start >= c->nunits || end < start)
+        return;
+    c->unit_cycles[start] += cycles;
+    c->unit_count[start]++;
+    if (end > c->block_end[start])
+        c->block_end[start] = end;
+}
+
+#endif
