@@ -982,6 +982,8 @@ static void render_span(rthread *t, uint32_t s, int drop) {
 static struct {
     int on;                  /* a live render was started and not yet taken over or discarded */
     pthread_t thread;
+    pthread_mutex_t lock;    /* with cond: the thread's wait between steps, cut short by stop */
+    pthread_cond_t cond;
     int stop;                /* __atomic: asked to stop */
     int failed, opened;
     char *rec_path, *out_path;
@@ -994,7 +996,7 @@ static struct {
     uint32_t done;           /* spans of thread 0 rendered */
     uint32_t known;          /* code ids below this all have their table entry */
     oc_render_result res;
-} L = {.fd = -1};
+} L = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static void live_step(void) {
     struct stat st;
@@ -1064,19 +1066,34 @@ static void *live_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
     pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* the program comes first */
-    while (!__atomic_load_n(&L.stop, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&L.lock);
+    while (!L.stop) {
+        pthread_mutex_unlock(&L.lock);
         live_step();
+        pthread_mutex_lock(&L.lock);
         if (L.failed)
             break;
-        struct timespec ts = {0, 5000000}; /* 5 ms: the recorder writes in 1 MiB pieces */
-        nanosleep(&ts, NULL);
+        /* 5 ms (the recorder writes in 1 MiB pieces), or until stop asks for the rest */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 5000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        if (!L.stop)
+            pthread_cond_timedwait(&L.cond, &L.lock, &dl);
     }
+    pthread_mutex_unlock(&L.lock);
     return NULL;
 }
 
 static void live_join(void) {
     if (L.on == 1) {
+        pthread_mutex_lock(&L.lock);
         __atomic_store_n(&L.stop, 1, __ATOMIC_RELEASE);
+        pthread_cond_signal(&L.cond);
+        pthread_mutex_unlock(&L.lock);
         pthread_join(L.thread, NULL);
         L.on = 2; /* joined, state kept */
     }
@@ -1160,6 +1177,8 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
 
 /* In a fork child: the live thread does not exist here, and its state may be mid-update; forget it. */
 void oc_render_live_fork_child(void) {
+    pthread_mutex_init(&L.lock, NULL); /* the parent's thread may have held it at fork */
+    pthread_cond_init(&L.cond, NULL);
     if (!L.on)
         return;
     if (W.out.fd >= 0)
