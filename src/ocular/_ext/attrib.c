@@ -74,6 +74,13 @@ void oc_attr_reset(void) {
     oc_attr_on = 0;
 }
 
+/* fork child: forget the parent's tables without freeing them (its render thread may have been
+ * updating them) */
+void oc_attr_abandon(void) {
+    memset(&AT, 0, sizeof AT);
+    oc_attr_on = 0;
+}
+
 static inline uint64_t rd64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);

@@ -417,6 +417,7 @@ typedef struct {
     uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
 } oc_attr_thread;
 void oc_attr_reset(void);
+void oc_attr_abandon(void);                         /* fork child: forget without freeing */
 void oc_attr_block(const uint8_t *p, uint32_t len); /* a SAMPLING block: its windows are appended */
 extern int oc_attr_on;                               /* the recording has sampling windows */
 /* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was

@@ -46,6 +46,7 @@ void oc_stats_reset(void) {
 void oc_stats_abandon(void) {
     oc_cs = NULL;
     oc_ncs = 0;
+    oc_attr_abandon();
 }
 
 static inline oc_code_stat *get(uint32_t id) {
