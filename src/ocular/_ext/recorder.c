@@ -140,20 +140,30 @@ static void write_new_threads(oc_out *o, int final) {
 
 /* The entries below `upto` are complete (published under the lock by a thread holding the GIL) and
  * read by nobody else: once written, their strings are only needed again by a flight-recorder dump. */
-static void write_new_codes(oc_out *o, uint32_t upto) {
-    while (RC.codes_written < upto) {
-        oc_codeent *e = oc_code_entry(RC.codes_written);
+/* Write the code table entries [codes_written, upto) and free what the recording now holds (names and
+ * bytecode).  The freeing happens under S.lock (`locked`: the caller holds it): fork() takes that lock
+ * first (atfork_prepare), so a fork child never inherits an entry freed but not yet cleared, which its
+ * oc_codetable_clear() would free a second time. */
+static void write_new_codes(oc_out *o, uint32_t upto, int locked) {
+    uint32_t from = RC.codes_written;
+    while (RC.codes_written < upto)
         write_code(o, RC.codes_written++);
-        if (!S.ring_bytes) {
-            free(e->qualname_raw);
-            free(e->filename_raw);
-            free(e->code);
-            free(e->lines);
-            e->qualname_raw = e->filename_raw = NULL;
-            e->code = NULL;
-            e->lines = NULL;
-        }
+    if (S.ring_bytes || from == upto)
+        return;
+    if (!locked)
+        pthread_mutex_lock(&S.lock);
+    for (uint32_t id = from; id < upto; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        free(e->qualname_raw);
+        free(e->filename_raw);
+        free(e->code);
+        free(e->lines);
+        e->qualname_raw = e->filename_raw = NULL;
+        e->code = NULL;
+        e->lines = NULL;
     }
+    if (!locked)
+        pthread_mutex_unlock(&S.lock);
 }
 
 static void write_chunk(oc_out *o, const oc_chunk *c) {
@@ -362,7 +372,7 @@ static void finish_locked(void) {
         ring_release();
         return;
     }
-    write_new_codes(&RC.out, S.ncodes);
+    write_new_codes(&RC.out, S.ncodes, 1);
     write_new_threads(&RC.out, 1);
     write_calib(&RC.out);
     write_codestate(&RC.out);
@@ -441,7 +451,7 @@ static void *recorder_main(void *arg) {
             S.threads_named_seen = S.threads_named;
             write_new_threads(&RC.out, 0);
             pthread_mutex_unlock(&S.lock);
-            write_new_codes(&RC.out, upto);
+            write_new_codes(&RC.out, upto, 0);
         } else {
             pthread_mutex_unlock(&S.lock);
         }
