@@ -550,7 +550,6 @@ void oc_recorder_stop(uint64_t stop_ticks) {
 void oc_recorder_fork_child(void) {
     in_fork_child = 1;
     S.writer_started = 0;
-    oc_render_live_fork_child();
     if (S.rec_fd >= 0)
         close(S.rec_fd); /* our copy only; the parent keeps writing its own */
     S.rec_fd = -1;

@@ -3,8 +3,8 @@
  *
  * It runs after the program stopped recording (at stop_tracing(), or in another process by
  * `python -m ocular convert`), without the GIL and without the Python API; with a second CPU it starts
- * while the program records (see "rendering while recording" below) and finishes at stop.  The recording is mapped
- * read-only; a first pass indexes its blocks (code table, thread names, calibration, each thread's
+ * while the program records (see "rendering while recording" below) and finishes at stop.  The
+ * recording is mapped read-only; a first pass indexes its blocks (code table, thread names, calibration, each thread's
  * chunks in order), then every thread's record stream is rendered on its own, start to end.
  *
  * Stack reconstruction is keyed by frame depth (carried in every enter/leave record): an end that
@@ -356,7 +356,6 @@ static inline int is_enter(uint32_t k) { return k == K_START || k == K_RESUME ||
 static inline int is_leave(uint32_t k) { return k == K_RETURN || k == K_YIELD || k == K_UNWIND || k == K_CRETURN; }
 static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 * p + 1 : 2 * p; }
 
-/* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction). */
 /* The gap since the thread's previous timed record goes to the running frame's self time.  `steady`
  * (a constant where it is inlined): the thread has a previous record and the calibration has seen
  * all its gaps, so neither is tested. */
@@ -370,10 +369,10 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
             oc_stats_gap(delta);
         if (LIKELY(t->n > 0)) {
             frame *top = &t->stack[t->n - 1];
-            top->self += oc_stats_net(delta);
+            uint64_t net = oc_stats_net(delta);
+            top->self += net;
             if (UNLIKELY(oc_attr_on))
-                oc_attr_gap(&t->attr, t->prev_ts, ts, oc_stats_net(delta), top->code_id, top->hidden, top->anchor,
-                            top->head);
+                oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
         }
     }
     t->prev_ts = ts;
@@ -529,7 +528,6 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
         }
     }
 }
-
 
 /* Flight-recorder window: the frames already open at the thread's first kept record, outermost
  * first, from the ends that match nothing before them; opened at that record's time, marked cut. */
