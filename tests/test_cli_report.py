@@ -193,6 +193,48 @@ def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
     assert header["ns"] is None or header["ns"] < 0.05 * per_iteration_sleep, (header, per_iteration_sleep)
 
 
+ALLOC = """
+def work():
+    t = 0
+    for i in range(2000):
+        t += i
+        if i % 7 == 0:
+            t += 3
+        big = [i] * 30000  # the cost: a large list built, and the previous one freed
+        t -= len(big)
+    t += 1
+    return t
+work()
+"""
+
+
+@pytest.mark.parametrize("mode", ["adaptive", "precise"])
+def test_a_large_allocation_in_a_loop_is_charged_to_its_line_and_instruction(tmp_path, mode):
+    """Ground truth: the loop's time is in one line's instructions, none of them a call: building a
+    30,000-element list (BINARY_OP) and freeing the previous one (STORE_FAST).  In adaptive mode its
+    block's cycles must be split among its instructions (the instruction probe after the threshold),
+    not spread evenly; in precise mode no instruction is charged with the iterations that ran after the
+    code's instruction recording ended (the last recorded JUMP_BACKWARD was).  Jump targets are offsets,
+    specialized forms too."""
+    (tmp_path / "a.py").write_text(ALLOC)
+    line = ALLOC.splitlines().index(next(x for x in ALLOC.splitlines() if "big = [i]" in x)) + 1
+    p = cli(["--mode", mode, "--report-json", "-o", "t.json", "a.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
+    (lp,) = [lp for lp in rep["loops"] if lp["function"] == "work"]
+    rows = [r for r in lp["rows"] if r["cycles"] is not None]
+    on_line = sum(r["cycles"] for r in rows if r["line"] == line)
+    off_line = [r for r in rows if r["line"] != line]
+    hottest = max(rows, key=lambda r: r["cycles"])
+    assert hottest["line"] == line and hottest["base"] in ("BINARY_OP", "STORE_FAST"), (hottest, lp["rows"])
+    assert on_line > 0.8 * sum(r["cycles"] for r in rows), lp["rows"]
+    assert all(r["cycles"] < 0.05 * on_line for r in off_line), lp["rows"]
+    # nothing is charged with more than an iteration (the rest of the loop after recording ended)
+    assert all(r["cycles"] < 1.5 * lp["cycles_per_iteration"] for r in rows), (lp["cycles_per_iteration"], lp["rows"])
+    jumps = [r for r in lp["rows"] if r["base"] in ("FOR_ITER", "JUMP_BACKWARD")]
+    assert len(jumps) == 2 and all(re.fullmatch(r"to \d+", r["arg"]) for r in jumps), jumps
+
+
 def test_the_loop_header_is_not_charged_with_the_way_into_the_loop(tmp_path):
     """The block that enters a loop ends at its header too; the header's row shows its own block only
     (the bundled example's generator loop showed FOR_ITER at ~2,600 cycles in a 940-cycle iteration)."""

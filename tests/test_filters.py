@@ -232,7 +232,9 @@ def test_excluded_hot_function_called_from_included_loop(moddir, tmp_path):
     events, res = run_traced(moddir, tmp_path, drive=100_000, exclude=["mod_b"], deinstrument_threshold=100)
     assert "beta_hot" not in names(events)
     assert names(events).count("alpha_drive") == 1
-    assert res["events"] < 1000, res
+    # 100 iterations' jumps, then the loop's instruction probe (100 more of each of its ~10 instructions);
+    # 100,000 excluded calls would be far more
+    assert res["events"] < 2000, res
 
 
 def test_excluded_with_threshold_zero(moddir, tmp_path):

@@ -277,16 +277,25 @@ def _release_tool(tool_id, callbacks):
         mon.set_events(tool_id, 0)
         for ev in _callback_events(callbacks):
             mon.register_callback(tool_id, ev, None)
+        if callbacks:
+            for code in _ocular._probed_codes():  # instruction probes' local events (none fire now)
+                mon.set_local_events(tool_id, code, 0)
     mon.free_tool_id(tool_id)
 
 
 def _register(tool_id, mode, callbacks):
+    """Register every callback and switch on the mode's events (adaptive mode registers INSTRUCTION's
+    callback without the event: probes set it locally on hot loops' code objects)."""
     mon = _mon
+    for name in callbacks:
+        if name == "BRANCH" and hasattr(mon.events, "BRANCH_LEFT"):
+            continue  # 3.14+: registered as BRANCH_LEFT/RIGHT below
+        mon.register_callback(tool_id, getattr(mon.events, name), callbacks[name])
     mask = 0
     for name in _events_for(mode, "CALL" in callbacks):
-        cb = callbacks.get(name) or callbacks.get("BRANCH")  # BRANCH_LEFT/RIGHT share the handler
         ev = getattr(mon.events, name)
-        mon.register_callback(tool_id, ev, cb)
+        if name not in callbacks:  # BRANCH_LEFT/RIGHT share the BRANCH handler
+            mon.register_callback(tool_id, ev, callbacks["BRANCH"])
         mask |= ev
     mon.set_events(tool_id, mask)
 
@@ -401,8 +410,10 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     """Start tracing every thread of this process.
 
     mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
-        ``deinstrument_threshold`` hits so the code runs at full speed again) or "precise" (also every
-        instruction).
+        ``deinstrument_threshold`` hits so the code runs at full speed again; a loop whose back edge
+        passes it gets a short instruction probe that splits its blocks' cycles among their
+        instructions) or "precise" (also every instruction; a code object's instructions stop being
+        recorded once one of them passes the threshold).
     perfetto: write the timeline (Chrome trace JSON, opens in ui.perfetto.dev); False records
         statistics only and writes no file.
     deinstrument_threshold: hits per location before it answers DISABLE (an int >= 0); 0 traces
@@ -505,6 +516,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                     loops=loops_code, thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
+        if mode == "adaptive" and deinstrument_threshold:
+            _ocular._probes(tid, _mon.set_local_events, _mon.events.INSTRUCTION)
         if sampling_us:
             _ocular._sampling_start(tid, _mon.get_tool, _mon.restart_events, *sampling_us)
     except BaseException:

@@ -71,6 +71,22 @@ def _settle(codes):
         mon.free_tool_id(tool)
 
 
+def _block_share(units, block, offset, block_cycles):
+    """The cycles per execution of the instruction at `offset` in a basic block (the offsets `block`)
+    whose executions took `block_cycles` each: split in proportion to its instructions' cycles in the
+    instruction probe that followed the threshold (adaptive mode), evenly without one."""
+    weights = []
+    for off in block:
+        v = units.get(off)
+        weights.append(v[4] / v[3] if v and v[3] else None)
+    total = sum(w for w in weights if w)
+    if total <= 0:
+        return block_cycles / (len(block) or 1)
+    # (an instruction the probe never saw alone, one without INSTRUCTION events of its own: its time
+    # is in the instruction before it)
+    return block_cycles * (weights[block.index(offset)] or 0) / total
+
+
 @functools.lru_cache(maxsize=1)
 def _cache_table():
     from . import _cache_entries
@@ -78,12 +94,13 @@ def _cache_table():
     return _cache_entries()
 
 
-_JUMPS = frozenset(dis.hasjrel) | frozenset(getattr(dis, "hasjabs", ()))
+_JUMPS = frozenset(dis.hasjrel) | frozenset(getattr(dis, "hasjabs", ())) | frozenset(getattr(dis, "hasjump", ()))
 
 
 def _arg(ins):
-    """The argument column: a jump's target as an offset on every version (3.13's dis prints labels)."""
-    if ins.opcode in _JUMPS and isinstance(ins.argval, int):
+    """The argument column: a jump's target as an offset on every version (3.13+'s dis prints labels,
+    for specialized forms too: FOR_ITER_RANGE is known by its base opcode)."""
+    if getattr(ins, "baseopcode", ins.opcode) in _JUMPS and isinstance(ins.argval, int):
         return f"to {ins.argval}"
     return ins.argrepr
 
@@ -260,9 +277,9 @@ class Report:
                 while k < len(blocks) and blocks[k][1][2] < ins.offset:
                     k += 1
                 if k < len(blocks) and blocks[k][0] <= ins.offset:
-                    start, (count, cycles, end) = blocks[k]
-                    n = bisect.bisect_right(offsets, end) - bisect.bisect_left(offsets, start) or 1
-                    cyc = cycles / count / n
+                    start, (count, cycles, end, _, _) = blocks[k]
+                    i0, i1 = bisect.bisect_left(offsets, start), bisect.bisect_right(offsets, end)
+                    cyc = _block_share(units, offsets[i0:i1], ins.offset, cycles / count)
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
             arg = _arg(ins)
@@ -310,9 +327,9 @@ class Report:
             else:
                 cover = [(s0, v) for s0, v in blocks if s0 <= off <= v[2]]
                 if cover:
-                    start, (count, cycles, end) = cover[-1]
-                    n = sum(1 for x in offsets if start <= x * 2 <= end) or 1
-                    cyc = cycles / count / n
+                    start, (count, cycles, end, _, _) = cover[-1]
+                    cyc = _block_share(units, [x * 2 for x in offsets if start <= x * 2 <= end], off,
+                                       cycles / count)
             op = bc[2 * u]
             name = dis.opname[op] if same_python and op < len(dis.opname) else f"op{op}"
             rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
@@ -487,7 +504,8 @@ class Report:
             out.append("      not specialize instrumented instructions; use a threshold to see the specialized forms")
         if self.mode != "precise" and hot:
             out.append("")
-            out.append("cyc/exec(blk): cycles of each basic block per execution, spread evenly over its instructions")
+            out.append("cyc/exec(blk): cycles of each basic block per execution, split over its instructions in proportion")
+            out.append("               to an instruction-level probe after the loop's threshold (evenly where none ran)")
         return "\n".join(out)
 
     @staticmethod

@@ -173,7 +173,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.gen++;
     oc_buffer_reset();
     S.c_functions = c_functions;
-    PyObject *cbs = oc_make_callbacks(precise, c_functions);
+    PyObject *cbs = oc_make_callbacks(c_functions);
     if (!cbs)
         return NULL;
     oc_clock_init();
@@ -196,6 +196,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
         return NULL;
     }
     oc_sampling_stop();
+    Py_CLEAR(S.set_local_events);
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
     oc_codetable_snapshot();
@@ -321,6 +322,49 @@ static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
     for (uint32_t id = 0; id < S.ncodes; id++) {
         oc_codeent *e = oc_code_entry(id);
         if (!e->extra || !(e->extra->flags || e->extra->sites_disabled))
+            continue;
+        PyObject *co = oc_code_object(e);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_XDECREF(co);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(probes_doc, "_probes(tool_id, set_local_events, INSTRUCTION)\n\n"
+                         "Adaptive mode with a threshold: arm an instruction probe on each loop whose back edge\n"
+                         "passes the threshold (after _start; _stop ends it).");
+
+static PyObject *py_probes(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int tool_id;
+    PyObject *fn;
+    unsigned long ev;
+    if (!PyArg_ParseTuple(args, "iOk:_probes", &tool_id, &fn, &ev))
+        return NULL;
+    if (!S.active || S.precise || !S.threshold) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: probes need an adaptive session with a threshold");
+        return NULL;
+    }
+    S.tool_id = tool_id;
+    S.insn_event = ev;
+    Py_XSETREF(S.set_local_events, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* Code objects an instruction probe set local events on this session (3.12/3.13 clear them at stop:
+ * free_tool_id leaves local events in place). */
+static PyObject *py_probed_codes(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (!e->extra || e->extra->probe != 1)
             continue;
         PyObject *co = oc_code_object(e);
         if (co && PyList_Append(out, co) < 0) {
@@ -461,6 +505,8 @@ static PyMethodDef methods[] = {
      "functions by self time and limit by loop cycles; 0: all)."},
     {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
+    {"_probes", py_probes, METH_VARARGS, probes_doc},
+    {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
     {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on."},

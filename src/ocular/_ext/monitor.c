@@ -10,6 +10,9 @@
  * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
  * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE -- for at
  * most 4096 unrecorded ends (recursion), after which the writer infers the remaining ends.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * INSTRUCTION (precise mode, or an adaptive-mode probe armed when a loop's back edge passes the
+ * threshold, see arm_probe): once one instruction site of a code object passes the threshold, that
+ * code's instruction recording ends (an end record), and its other sites answer DISABLE unrecorded.
  * CALL sites record C functions only (K_CCALL, then K_CRETURN from C_RETURN/C_RAISE), with a counter
  * per site like jumps; a site calling anything else is disabled at its first event.
  * PY_THROW and PY_UNWIND cannot be disabled and never get DISABLE.  Counters persist for the
@@ -246,6 +249,26 @@ static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit) {
     return SITE_RECORD;
 }
 
+/* Adaptive mode: a loop's back edge has just passed the threshold, so its blocks' cycles are known from
+ * the first `threshold` iterations, but not how each block's cycles divide among its instructions (a
+ * large allocation in a long block).  Arm INSTRUCTION events on this code object (set_local_events, once
+ * per code): its instructions are then recorded until one of them passes the threshold (cb_insn), and
+ * the renderer splits each block's cycles in proportion to its instructions' cycles in this probe.
+ * Costs one call into sys.monitoring per hot loop; the probe's events are bounded by the threshold
+ * times the instructions executed per iteration. */
+static __attribute__((noinline)) void arm_probe(oc_codeextra *ex, PyObject *code) {
+    ex->probe = 2;
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, code, S.insn_event);
+    if (r) {
+        ex->probe = 1;
+        Py_DECREF(r);
+    } else {
+        PyErr_Clear(); /* (a code object sys.monitoring refuses: no probe, the blocks stay even) */
+    }
+    PyErr_SetRaisedException(exc);
+}
+
 /* JUMP and BRANCH: (code, offset, destination) */
 static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
     (void)self, (void)kw;
@@ -259,8 +282,11 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     uint32_t src = small_int(args[1]) >> 1, dest = small_int(args[2]) >> 1;
     int verdict = site_verdict(ex, 0, src);
     if (UNLIKELY(verdict != SITE_RECORD)) {
-        if (verdict == SITE_DISABLE)
+        if (verdict == SITE_DISABLE) {
+            if (dest < src && !ex->probe && S.set_local_events)
+                arm_probe(ex, args[0]);
             RETURN_DISABLE;
+        }
         RETURN_NONE;
     }
     oc_rec *r = reserve();
@@ -360,19 +386,27 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
         RETURN_NONE;
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
-    uint32_t off = small_int(args[1]) >> 1;
+    if (UNLIKELY(ex->insn_done))
+        RETURN_DISABLE;
+    uint32_t off = (small_int(args[1]) >> 1) & (OC_INSN_END - 1);
     int verdict = site_verdict(ex, 1, off);
     if (UNLIKELY(verdict != SITE_RECORD)) {
-        if (verdict == SITE_DISABLE)
-            RETURN_DISABLE;
-        RETURN_NONE;
+        if (verdict != SITE_DISABLE)
+            RETURN_NONE;
+        /* The first site past the threshold ends instruction recording for the whole code object: a
+         * recorded instruction followed by unrecorded ones would be charged with their time.  The end
+         * is recorded, so the instruction before it gets its own time. */
+        ex->insn_done = 1;
+        off |= OC_INSN_END;
     }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         r->ts = oc_now();
         r->code_id = ex->id;
-        r->info = OC_INFO(K_INSN, off & OC_PAYLOAD_MAX);
+        r->info = OC_INFO(K_INSN, off);
     }
+    if (UNLIKELY(off & OC_INSN_END))
+        RETURN_DISABLE;
     RETURN_NONE;
 }
 
@@ -385,8 +419,9 @@ static PyObject *make_cb(vectorcallfunc f, const char *name) {
     return (PyObject *)cb;
 }
 
-/* {event name: callback} for the mode; the Python layer registers them with sys.monitoring. */
-PyObject *oc_make_callbacks(int precise, int c_functions) {
+/* {event name: callback}; the Python layer registers them with sys.monitoring and sets the mode's
+ * events (INSTRUCTION: every instruction in precise mode; in adaptive mode only probes' local events). */
+PyObject *oc_make_callbacks(int c_functions) {
     static const struct {
         const char *name;
         vectorcallfunc f;
@@ -402,8 +437,6 @@ PyObject *oc_make_callbacks(int precise, int c_functions) {
     if (!d)
         return NULL;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (!precise && strcmp(table[i].name, "INSTRUCTION") == 0)
-            continue;
         if (!c_functions && (strcmp(table[i].name, "CALL") == 0 || strncmp(table[i].name, "C_", 2) == 0))
             continue;
         PyObject *cb = make_cb(table[i].f, table[i].name);

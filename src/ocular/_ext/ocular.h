@@ -53,6 +53,11 @@ enum oc_kind {
  * function) recorded only because a sampling window is open: outside windows it is de-instrumented. */
 enum { OC_MARK_SAMPLED = 1 };
 #define OC_NO_CODE UINT32_MAX
+/* K_INSN payload bit: the instruction at this offset is not recorded (its site answered DISABLE, and so
+ * will every instruction of the code object): the gap before it is the previous instruction's, and no
+ * instruction is running from here on. */
+#define OC_INSN_END (1u << 27)
+
 #define OC_PAYLOAD_BITS 28
 #define OC_PAYLOAD_MAX ((1u << OC_PAYLOAD_BITS) - 1)
 #define OC_NEAR_BITS 14
@@ -119,6 +124,8 @@ typedef struct {
     uint32_t nunits;
     uint32_t sites_disabled; /* a jump or instruction site of this code answered DISABLE */
     uint32_t late_ends;      /* unrecorded ends seen while return sites were kept armed (capped) */
+    uint32_t probe;          /* adaptive: 1 once an instruction probe was armed on this code (2: it failed) */
+    uint32_t insn_done;      /* an instruction site passed the threshold: no more INSTRUCTION records */
     uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
@@ -204,6 +211,10 @@ typedef struct {
     size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
     int loops;                    /* OC_LOOPS_*: what an orphaned fork child's render shows of loops */
     int c_functions;              /* CALL/C_RETURN/C_RAISE are monitored */
+    PyObject *set_local_events;   /* adaptive mode with a threshold: sys.monitoring.set_local_events, for
+                                     instruction probes (NULL: none) */
+    int tool_id;
+    unsigned long insn_event;     /* sys.monitoring.events.INSTRUCTION */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -390,7 +401,7 @@ static inline void oc_stats_gap(uint64_t delta) {
 }
 uint64_t oc_stats_overhead(void);
 /* oc_stats_slice, oc_stats_block: stats.h (inline, the renderer's per-event accumulators) */
-void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles);
+void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
                    uint64_t insns);
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
@@ -437,7 +448,7 @@ PyObject *oc_attr_summary(void);                     /* GIL: the sampling figure
 
 /* monitor.c */
 int oc_monitor_init(PyObject *module);
-PyObject *oc_make_callbacks(int precise, int c_functions);
+PyObject *oc_make_callbacks(int c_functions);
 
 /* usdt.c: USDT probes (provider "ocular") with their own sys.monitoring tool; adds _usdt_* functions */
 int oc_usdt_init(PyObject *module);

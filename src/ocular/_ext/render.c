@@ -285,7 +285,9 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     }
     if (hit) {
         oc_codeent *e = oc_rcode(f->code_id);
-        uint32_t insns = R.precise ? (uint32_t)(f->insns - hit->insn_mark) : static_insns(f->code_id, dest, src);
+        /* (precise mode: counted, unless the code's instruction recording has ended) */
+        uint32_t insns = R.precise && f->insns != hit->insn_mark ? (uint32_t)(f->insns - hit->insn_mark)
+                                                                  : static_insns(f->code_id, dest, src);
         uint64_t cycles = ts - hit->last_ts;
         oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
         if (W.loops == OC_LOOPS_ITERATIONS) {
@@ -463,15 +465,19 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->far_src = p;
         t->far_code = r->code_id;
         break;
-    case K_INSN:
+    case K_INSN: /* precise mode, or an adaptive-mode probe: per-instruction statistics only */
         tick(t, r, steady);
         if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
-            f->insns++;
             if (f->insn_unit != UINT32_MAX)
-                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self);
-            f->insn_unit = p;
-            f->insn_self = f->self;
+                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self, !R.precise);
+            if (p & OC_INSN_END) { /* the code's instruction recording ends: nothing runs on record */
+                f->insn_unit = UINT32_MAX;
+            } else {
+                f->insns++;
+                f->insn_unit = p;
+                f->insn_self = f->self;
+            }
         }
         break;
     case K_PAUSE:

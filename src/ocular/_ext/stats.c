@@ -28,6 +28,7 @@ void oc_stats_reset(void) {
     for (uint32_t i = 0; i < oc_ncs; i++) {
         free(oc_cs[i].unit_cycles);
         free(oc_cs[i].unit_count);
+        free(oc_cs[i].probe_cycles);
         free(oc_cs[i].block_end);
         free(oc_cs[i].loops);
         free(oc_cs[i].callees_deinst);
@@ -153,10 +154,24 @@ void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cyc
     oc_stats_block(id, start, end, cycles);
 }
 
-void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles) {
+/* One execution of an instruction with its self ticks: precise mode's per-unit figures, or (probe) an
+ * adaptive-mode probe's, kept apart from the blocks'. */
+void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe) {
     oc_code_stat *c = get(id);
     if (!c || units(c, id) < 0 || unit >= c->nunits)
         return;
+    if (probe) {
+        if (!c->probe_cycles) {
+            c->probe_cycles = calloc(2 * (size_t)c->nunits, sizeof(uint64_t));
+            if (!c->probe_cycles) {
+                failed = 1;
+                return;
+            }
+        }
+        c->probe_cycles[2 * unit] += cycles;
+        c->probe_cycles[2 * unit + 1]++;
+        return;
+    }
     c->unit_cycles[unit] += cycles;
     c->unit_count[unit]++;
 }
@@ -293,11 +308,15 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             goto fail;
         }
         if (c->unit_cycles && c->nloops) { /* the report shows blocks only inside loops */
-            for (uint32_t u = 0; u < e->nunits; u++) {
-                if (!c->unit_count[u])
+            /* offset -> (executions, ticks, block end, probe executions, probe ticks) */
+            uint64_t *pr = c->probe_cycles;
+            for (uint32_t u = 0; u < e->nunits && u < c->nunits; u++) {
+                if (!c->unit_count[u] && !(pr && pr[2 * u + 1]))
                     continue;
-                PyObject *v = Py_BuildValue("(KKI)", (unsigned long long)c->unit_count[u],
-                                            (unsigned long long)c->unit_cycles[u], c->block_end[u] * 2);
+                PyObject *v = Py_BuildValue("(KKIKK)", (unsigned long long)c->unit_count[u],
+                                            (unsigned long long)c->unit_cycles[u], c->block_end[u] * 2,
+                                            (unsigned long long)(pr ? pr[2 * u + 1] : 0),
+                                            (unsigned long long)(pr ? pr[2 * u] : 0));
                 PyObject *k = PyLong_FromUnsignedLong(u * 2);
                 int rc = (v && k) ? PyDict_SetItem(unitd, k, v) : -1;
                 Py_XDECREF(v);

@@ -22,6 +22,8 @@ typedef struct {
     uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
     uint64_t *unit_count;       /* per unit: executions */
     uint32_t *block_end;        /* adaptive: last unit of the block starting here */
+    uint64_t *probe_cycles;     /* adaptive: per unit, an instruction probe's self ticks and executions
+                                   (2u, 2u+1); NULL without a probe */
     uint32_t nunits;            /* of the code, once unit_cycles is allocated */
     oc_loop_stat *loops;
     uint32_t nloops, caploops;
