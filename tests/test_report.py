@@ -227,3 +227,22 @@ def test_version_specific_opcodes_in_the_hot_loop():
         assert ("BINARY_SUBSCR", "BINARY_SUBSCR_LIST_INT") in pairs, rows
         assert not any(b == "NOT_TAKEN" for b, _s, _a in rows), rows
     assert not any(s.startswith("INSTRUMENTED") for _b, s, _a in rows), rows
+
+
+def test_block_cycles_are_split_by_the_instruction_probe():
+    """Adaptive mode: a block's measured cycles per execution are split among its instructions in
+    proportion to the instruction probe's figures; a call instruction (whose probe figure includes any
+    de-instrumented callee) gets what the other instructions leave; no probe: evenly."""
+    from ocular._report import _block_shares
+
+    # offset -> (block executions, block ticks, block end, probe executions, probe ticks)
+    units = {0: (10, 1000, 6, 5, 50), 2: (0, 0, 0, 5, 850), 4: (0, 0, 0, 5, 50), 6: (0, 0, 0, 5, 50)}
+    assert _block_shares(units, [0, 2, 4, 6], set(), 100.0) == {0: 5.0, 2: 85.0, 4: 5.0, 6: 5.0}
+    # offset 2 is a call: the others keep their probe figures (10 each), the call the remaining 70
+    assert _block_shares(units, [0, 2, 4, 6], {2}, 100.0) == {0: 10.0, 2: 70.0, 4: 10.0, 6: 10.0}
+    # ...but at most its own probe figure (170): the rest goes to the others in proportion
+    assert _block_shares(units, [0, 2, 4, 6], {2}, 230.0) == {0: 20.0, 2: 170.0, 4: 20.0, 6: 20.0}
+    # the others' probe figures exceed the block: scaled down to it, the call gets nothing
+    assert _block_shares(units, [0, 2, 4, 6], {2}, 15.0) == {0: 5.0, 2: 0.0, 4: 5.0, 6: 5.0}
+    # no probe
+    assert _block_shares({0: (10, 1000, 6, 0, 0)}, [0, 2, 4, 6], set(), 100.0) == {0: 25.0, 2: 25.0, 4: 25.0, 6: 25.0}

@@ -71,20 +71,43 @@ def _settle(codes):
         mon.free_tool_id(tool)
 
 
-def _block_share(units, block, offset, block_cycles):
-    """The cycles per execution of the instruction at `offset` in a basic block (the offsets `block`)
-    whose executions took `block_cycles` each: split in proportion to its instructions' cycles in the
-    instruction probe that followed the threshold (adaptive mode), evenly without one."""
-    weights = []
+def _is_call(name):
+    """An instruction that runs a callee (whose time, once the callee is de-instrumented, an instruction
+    probe cannot tell from the instruction's own)."""
+    return name.startswith("CALL") and not name.startswith("CALL_INTRINSIC")
+
+
+def _block_shares(units, block, calls, block_cycles):
+    """Cycles per execution of each instruction of a basic block (offsets `block`) whose executions took
+    `block_cycles` each, from the instruction probe that followed the loop's threshold (adaptive mode),
+    or evenly without one.  The block's cycles exclude the calls made in it (they are their own rows),
+    but in the probe a call instruction's time includes any de-instrumented callee's: so the call
+    instructions (offsets in `calls`) get what the other instructions leave of the block, each at most
+    its probe figure, and the others the rest in proportion to the probe (without calls, the whole
+    block in proportion to the probe)."""
+    weights = {}
     for off in block:
         v = units.get(off)
-        weights.append(v[4] / v[3] if v and v[3] else None)
-    total = sum(w for w in weights if w)
+        weights[off] = v[4] / v[3] if v and v[3] else 0.0
+    total = sum(weights.values())
     if total <= 0:
-        return block_cycles / (len(block) or 1)
-    # (an instruction the probe never saw alone, one without INSTRUCTION events of its own: its time
-    # is in the instruction before it)
-    return block_cycles * (weights[block.index(offset)] or 0) / total
+        return {off: block_cycles / (len(block) or 1) for off in block}
+    in_calls = [off for off in block if off in calls]
+    call_total = sum(weights[off] for off in in_calls)
+    rest = total - call_total
+    if not in_calls or rest <= 0:
+        # (an instruction the probe never saw alone, one without INSTRUCTION events of its own: its time
+        # is in the instruction before it)
+        return {off: block_cycles * w / total for off, w in weights.items()}
+    if block_cycles <= rest:  # the others alone account for the block: scaled down to it
+        return {off: 0.0 if off in calls else block_cycles * w / rest for off, w in weights.items()}
+    left = block_cycles - rest
+    if left <= call_total:  # the calls share what is left, each at most its probe figure
+        return {off: left * w / call_total if off in calls else w for off, w in weights.items()}
+    # more than the probe's calls took (the block's executions ran slower than the probe's: preemption,
+    # a colder cache): the excess goes to the other instructions, in proportion
+    grow = (block_cycles - call_total) / rest
+    return {off: w if off in calls else w * grow for off, w in weights.items()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -266,6 +289,8 @@ class Report:
         blocks = sorted((start, v) for start, v in units.items() if v[0] and lo <= start <= hi) if not precise else []
         instrs = [i for i in all_instrs if lo <= i.offset <= hi]
         offsets = [i.offset for i in instrs]
+        calls = {i.offset for i in instrs if _is_call(base.get(i.offset, i.opname))}
+        shares = {}  # adaptive: block start -> {offset: cycles per execution}
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
         for ins in instrs:
             cyc = None
@@ -278,8 +303,10 @@ class Report:
                     k += 1
                 if k < len(blocks) and blocks[k][0] <= ins.offset:
                     start, (count, cycles, end, _, _) = blocks[k]
-                    i0, i1 = bisect.bisect_left(offsets, start), bisect.bisect_right(offsets, end)
-                    cyc = _block_share(units, offsets[i0:i1], ins.offset, cycles / count)
+                    if start not in shares:
+                        i0, i1 = bisect.bisect_left(offsets, start), bisect.bisect_right(offsets, end)
+                        shares[start] = _block_shares(units, offsets[i0:i1], calls, cycles / count)
+                    cyc = shares[start].get(ins.offset)
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
             arg = _arg(ins)
@@ -316,6 +343,9 @@ class Report:
             u += 1 + (cache[bc[2 * u]] & 0x7F if same_python else 0)
         blocks = (sorted((start, v) for start, v in units.items() if v[0] and lp["dest"] <= start <= lp["src"])
                   if not precise else [])
+        calls = {u * 2 for u in offsets
+                 if same_python and bc[2 * u] < len(dis.opname) and _is_call(dis.opname[bc[2 * u]])}
+        shares = {}  # block start -> {offset: cycles per execution}
         rows = []
         for u in offsets:
             off = u * 2
@@ -328,8 +358,10 @@ class Report:
                 cover = [(s0, v) for s0, v in blocks if s0 <= off <= v[2]]
                 if cover:
                     start, (count, cycles, end, _, _) = cover[-1]
-                    cyc = _block_share(units, [x * 2 for x in offsets if start <= x * 2 <= end], off,
-                                       cycles / count)
+                    if start not in shares:
+                        shares[start] = _block_shares(units, [x * 2 for x in offsets if start <= x * 2 <= end],
+                                                      calls, cycles / count)
+                    cyc = shares[start].get(off)
             op = bc[2 * u]
             name = dis.opname[op] if same_python and op < len(dis.opname) else f"op{op}"
             rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
