@@ -516,7 +516,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                     loops=loops_code, thread_roots=bool(thread_roots))
     try:
         _register(tid, mode, callbacks)
-        if mode == "adaptive" and deinstrument_threshold:
+        if mode == "adaptive":
             _ocular._probes(tid, _mon.set_local_events, _mon.events.INSTRUCTION)
         if sampling_us:
             _ocular._sampling_start(tid, _mon.get_tool, _mon.restart_events, *sampling_us)

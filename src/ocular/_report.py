@@ -373,6 +373,7 @@ class Report:
         ns = self.ns_per_tick
         lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
+        timed = lp.get("timed_iterations", lp["iterations"]) or 1  # (iterations an instruction probe slowed: untimed)
         return {
             "category": category(f["file"]),
             "function": f["name"],
@@ -382,9 +383,9 @@ class Report:
             "end_offset": hi,
             "iterations": lp["iterations"],
             "cycles": lp["cycles"],
-            "cycles_per_iteration": lp["cycles"] / it,
-            "self_cycles_per_iteration": lp["self_cycles"] / it,
-            "ns_per_iteration": lp["cycles"] / it * ns,
+            "cycles_per_iteration": lp["cycles"] / timed,
+            "self_cycles_per_iteration": lp["self_cycles"] / timed,
+            "ns_per_iteration": lp["cycles"] / timed * ns,
             "instructions_per_iteration": lp["instructions"] / it,
             "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
             "rows": None,

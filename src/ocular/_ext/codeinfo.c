@@ -189,6 +189,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     memset(ex, 0, sizeof *ex);
     ex->gen = S.gen;
     ex->id = UINT32_MAX;
+    ex->code = (PyObject *)co;
 
     PyObject *fname = utf8_bytes(co->co_filename);
     if (!fname) {

@@ -159,6 +159,8 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
+    S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
+    S.probe_after = 0;
     S.write_json = out != Py_None && format != 2;
     S.format = format;
     Py_XSETREF(S.disable, Py_NewRef(disable));
@@ -197,6 +199,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     }
     oc_sampling_stop();
     Py_CLEAR(S.set_local_events);
+    S.probe_after = 0;
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
     oc_codetable_snapshot();
@@ -335,8 +338,8 @@ static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
 }
 
 PyDoc_STRVAR(probes_doc, "_probes(tool_id, set_local_events, INSTRUCTION)\n\n"
-                         "Adaptive mode with a threshold: arm an instruction probe on each loop whose back edge\n"
-                         "passes the threshold (after _start; _stop ends it).");
+                         "Adaptive mode: arm an instruction probe on each loop whose back edge passes the\n"
+                         "threshold (threshold 0: after a warm-up); after _start, _stop ends it.");
 
 static PyObject *py_probes(PyObject *mod, PyObject *args) {
     (void)mod;
@@ -345,13 +348,15 @@ static PyObject *py_probes(PyObject *mod, PyObject *args) {
     unsigned long ev;
     if (!PyArg_ParseTuple(args, "iOk:_probes", &tool_id, &fn, &ev))
         return NULL;
-    if (!S.active || S.precise || !S.threshold) {
-        PyErr_SetString(PyExc_RuntimeError, "ocular: probes need an adaptive session with a threshold");
+    if (!S.active || S.precise) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: probes need an adaptive session");
         return NULL;
     }
     S.tool_id = tool_id;
     S.insn_event = ev;
     Py_XSETREF(S.set_local_events, Py_NewRef(fn));
+    S.insn_limit = S.threshold ? S.threshold : OC_PROBE_LEN;
+    S.probe_after = S.threshold ? 0 : OC_PROBE_AFTER;
     Py_RETURN_NONE;
 }
 

@@ -226,13 +226,14 @@ static PyObject *cb_unwind(PyObject *self, PyObject *const *args, size_t nargsf,
 }
 
 /* The per-site threshold shared by jumps, instructions and C calls (which: 0, 1, 2 as in
- * oc_code_counters): SITE_RECORD, SITE_DISABLE after `threshold` hits (the site answers DISABLE), or
+ * oc_code_counters; limit: S.threshold, or S.insn_limit for instructions, 0 for none): SITE_RECORD,
+ * SITE_DISABLE after `limit` hits (the site answers DISABLE), or
  * SITE_SKIP when its counters cannot be allocated (nothing recorded, the failure reported at stop). */
 enum { SITE_RECORD, SITE_DISABLE, SITE_SKIP };
-static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit) {
+static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit, uint32_t limit) {
     static const char *const oom[] = {"out of memory for jump counters", "out of memory for instruction counters",
                                       "out of memory for call counters"};
-    if (!S.threshold)
+    if (!limit)
         return SITE_RECORD;
     uint32_t *hits = which == 2 ? ex->call_hits : which ? ex->insn_hits : ex->edge_hits;
     if (UNLIKELY(!hits)) {
@@ -242,7 +243,7 @@ static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit) {
             return SITE_SKIP;
         }
     }
-    if (LIKELY(unit < ex->nunits) && UNLIKELY(++hits[unit] > S.threshold)) {
+    if (LIKELY(unit < ex->nunits) && UNLIKELY(++hits[unit] > limit)) {
         ex->sites_disabled = 1;
         return SITE_DISABLE;
     }
@@ -252,14 +253,16 @@ static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit) {
 /* Adaptive mode: a loop's back edge has just passed the threshold, so its blocks' cycles are known from
  * the first `threshold` iterations, but not how each block's cycles divide among its instructions (a
  * large allocation in a long block).  Arm INSTRUCTION events on this code object (set_local_events, once
- * per code): its instructions are then recorded until one of them passes the threshold (cb_insn), and
+ * per code): its instructions are then recorded until one of them passes S.insn_limit (cb_insn), and
  * the renderer splits each block's cycles in proportion to its instructions' cycles in this probe.
- * Costs one call into sys.monitoring per hot loop; the probe's events are bounded by the threshold
- * times the instructions executed per iteration. */
-static __attribute__((noinline)) void arm_probe(oc_codeextra *ex, PyObject *code) {
+ * At threshold 0 (nothing is ever disabled) the probe starts after S.probe_after back jumps of the
+ * code instead, and lasts OC_PROBE_LEN executions of its hottest instruction; the renderer leaves the
+ * blocks and iterations it overlaps out of their figures.  Costs one call into sys.monitoring per hot
+ * loop; the probe's events are bounded by its length times the instructions per iteration. */
+static __attribute__((noinline)) void arm_probe(oc_codeextra *ex) {
     ex->probe = 2;
     PyObject *exc = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, code, S.insn_event);
+    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, ex->code, S.insn_event);
     if (r) {
         ex->probe = 1;
         Py_DECREF(r);
@@ -267,6 +270,12 @@ static __attribute__((noinline)) void arm_probe(oc_codeextra *ex, PyObject *code
         PyErr_Clear(); /* (a code object sys.monitoring refuses: no probe, the blocks stay even) */
     }
     PyErr_SetRaisedException(exc);
+}
+
+/* threshold 0 (no site is ever disabled): a code object's probe starts after a warm-up of back jumps */
+static __attribute__((noinline)) void count_back_jump(oc_codeextra *ex) {
+    if (!ex->probe && ++ex->back_jumps >= S.probe_after)
+        arm_probe(ex);
 }
 
 /* JUMP and BRANCH: (code, offset, destination) */
@@ -280,15 +289,17 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
     uint32_t src = small_int(args[1]) >> 1, dest = small_int(args[2]) >> 1;
-    int verdict = site_verdict(ex, 0, src);
+    int verdict = site_verdict(ex, 0, src, S.threshold);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict == SITE_DISABLE) {
             if (dest < src && !ex->probe && S.set_local_events)
-                arm_probe(ex, args[0]);
+                arm_probe(ex);
             RETURN_DISABLE;
         }
         RETURN_NONE;
     }
+    if (UNLIKELY(dest < src) && UNLIKELY(S.probe_after))
+        count_back_jump(ex);
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
         RETURN_NONE;
@@ -354,7 +365,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (!is_cfunc(callable))
         RETURN_DISABLE;
     uint32_t off = small_int(args[1]) >> 1;
-    int verdict = site_verdict(ex, 2, off);
+    int verdict = site_verdict(ex, 2, off, S.threshold);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict == SITE_DISABLE)
             return call_sampled(callable);
@@ -389,7 +400,7 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->insn_done))
         RETURN_DISABLE;
     uint32_t off = (small_int(args[1]) >> 1) & (OC_INSN_END - 1);
-    int verdict = site_verdict(ex, 1, off);
+    int verdict = site_verdict(ex, 1, off, S.insn_limit);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict != SITE_DISABLE)
             RETURN_NONE;

@@ -58,6 +58,11 @@ enum { OC_MARK_SAMPLED = 1 };
  * instruction is running from here on. */
 #define OC_INSN_END (1u << 27)
 
+/* threshold-0 instruction probes (monitor.c arm_probe): after this many back jumps of a code object,
+ * for this many executions of its hottest instruction */
+#define OC_PROBE_AFTER 64
+#define OC_PROBE_LEN 256
+
 #define OC_PAYLOAD_BITS 28
 #define OC_PAYLOAD_MAX ((1u << OC_PAYLOAD_BITS) - 1)
 #define OC_NEAR_BITS 14
@@ -126,6 +131,8 @@ typedef struct {
     uint32_t late_ends;      /* unrecorded ends seen while return sites were kept armed (capped) */
     uint32_t probe;          /* adaptive: 1 once an instruction probe was armed on this code (2: it failed) */
     uint32_t insn_done;      /* an instruction site passed the threshold: no more INSTRUCTION records */
+    uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to S.probe_after */
+    PyObject *code;          /* the code object this is the extra of (borrowed: it frees this) */
     uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
@@ -215,6 +222,9 @@ typedef struct {
                                      instruction probes (NULL: none) */
     int tool_id;
     unsigned long insn_event;     /* sys.monitoring.events.INSTRUCTION */
+    uint32_t probe_after;         /* threshold 0 with probes: back jumps of a code before its probe (0: off) */
+    uint32_t insn_limit;          /* executions of an instruction site recorded (0: all): the threshold, or
+                                     OC_PROBE_LEN for threshold-0 probes */
     int stopping;
     pthread_t writer;
     int writer_started;
@@ -403,7 +413,7 @@ uint64_t oc_stats_overhead(void);
 /* oc_stats_slice, oc_stats_block: stats.h (inline, the renderer's per-event accumulators) */
 void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe);
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
-                   uint64_t insns);
+                   uint64_t insns, int timed);
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit);
 void oc_stats_finish(void); /* after rendering: callers of de-instrumented callees (their self holds later calls) */
 

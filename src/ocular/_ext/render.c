@@ -66,6 +66,7 @@ typedef struct {
     int is_call;            /* began with PY_START (not a resume) */
     uint32_t blk_start;     /* adaptive: unit where the current basic block began, or UINT32_MAX */
     uint64_t blk_self;
+    uint64_t blk_insns;     /* adaptive: `insns` when the block began (instruction records: a probe) */
     uint32_t insn_unit;     /* precise: the instruction being executed, or UINT32_MAX */
     uint64_t insn_self;
     loop_slot loops[NLOOPS];
@@ -285,11 +286,13 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     }
     if (hit) {
         oc_codeent *e = oc_rcode(f->code_id);
-        /* (precise mode: counted, unless the code's instruction recording has ended) */
-        uint32_t insns = R.precise && f->insns != hit->insn_mark ? (uint32_t)(f->insns - hit->insn_mark)
-                                                                  : static_insns(f->code_id, dest, src);
+        /* (precise mode: counted, unless the code's instruction recording has ended; adaptive mode: an
+         * iteration with instruction records ran under a threshold-0 probe, slower: not timed) */
+        int probed = f->insns != hit->insn_mark;
+        uint32_t insns = R.precise && probed ? (uint32_t)(f->insns - hit->insn_mark)
+                                             : static_insns(f->code_id, dest, src);
         uint64_t cycles = ts - hit->last_ts;
-        oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns);
+        oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns, R.precise || !probed);
         if (W.loops == OC_LOOPS_ITERATIONS) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
             W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
@@ -337,6 +340,7 @@ static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t
     f->is_call = is_call;
     f->blk_start = is_call ? 0 : UINT32_MAX; /* a call starts a block at offset 0 */
     f->blk_self = 0;
+    f->blk_insns = 0;
     f->insn_unit = UINT32_MAX;
     for (int k = 0; k < NLOOPS; k++) /* free slots (a slot's run starts when it is taken) */
         f->loops[k].src = UINT32_MAX;
@@ -447,11 +451,12 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
             break;
         frame *f = &t->stack[t->n - 1];
-        if (!R.precise) {
-            if (f->blk_start != UINT32_MAX && one_block(f->code_id, f->blk_start, src))
+        if (!R.precise) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
+            if (f->blk_start != UINT32_MAX && f->blk_insns == f->insns && one_block(f->code_id, f->blk_start, src))
                 oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
             f->blk_start = dest;
             f->blk_self = f->self;
+            f->blk_insns = f->insns;
         }
         if (dest < src)
             on_backjump(t, f, src, dest, r->ts);

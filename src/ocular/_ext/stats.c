@@ -177,7 +177,7 @@ void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe) {
 }
 
 void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
-                   uint64_t insns) {
+                   uint64_t insns, int timed) {
     oc_code_stat *c = get(id);
     if (!c)
         return;
@@ -206,9 +206,12 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
         l->dest = dest;
     }
     l->iterations++;
+    l->insns += insns;
+    if (!timed)
+        return;
+    l->timed++;
     l->cycles += cycles;
     l->self_cycles += self_cycles;
-    l->insns += insns;
 }
 
 static uint64_t loop_cycles(const oc_code_stat *c) {
@@ -290,8 +293,9 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             goto fail;
         for (uint32_t i = 0; i < c->nloops; i++) {
             oc_loop_stat *l = &c->loops[i];
-            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
+            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
                                         "iterations", (unsigned long long)l->iterations,
+                                        "timed_iterations", (unsigned long long)l->timed,
                                         "cycles", (unsigned long long)l->cycles,
                                         "self_cycles", (unsigned long long)l->self_cycles,
                                         "instructions", (unsigned long long)l->insns);

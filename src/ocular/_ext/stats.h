@@ -11,6 +11,7 @@
 typedef struct {
     uint32_t src, dest;
     uint64_t iterations, cycles, self_cycles, insns;
+    uint64_t timed; /* iterations whose cycles are counted (not those an instruction probe slowed) */
 } oc_loop_stat;
 
 typedef struct {
