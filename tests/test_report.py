@@ -246,3 +246,30 @@ def test_block_cycles_are_split_by_the_instruction_probe():
     assert _block_shares(units, [0, 2, 4, 6], {2}, 15.0) == {0: 5.0, 2: 0.0, 4: 5.0, 6: 5.0}
     # no probe
     assert _block_shares({0: (10, 1000, 6, 0, 0)}, [0, 2, 4, 6], set(), 100.0) == {0: 25.0, 2: 25.0, 4: 25.0, 6: 25.0}
+
+
+def test_instruction_probe_leaves_no_local_events_behind():
+    """A probe sets INSTRUCTION events on the hot loop's code object alone (set_local_events); stop takes
+    them away on every version (3.12/3.13's free_tool_id would leave them armed under our old id), and
+    the next session probes the loop again, recording the same events."""
+    p = run_py("""
+        import sys, ocular
+        def work(n):
+            t = 0
+            for i in range(n):
+                t += i
+            return t
+        counts = []
+        for k in range(2):
+            ocular.start_tracing(perfetto=False, report=False, sampling=False)
+            work(3000)
+            r = ocular.stop_tracing()
+            counts.append(r["events"])
+            print(sys.monitoring.get_local_events(r["tool_id"], work.__code__))
+        print(counts[0], counts[1])
+    """)
+    first, second, counts = p.stdout.split("\n")[:3]
+    assert first == second == "0", p.stdout
+    a, b = map(int, counts.split())
+    # 500 iterations' jumps, then the probe's instructions (500 of each): well above the jumps alone
+    assert a == b and a > 2000, p.stdout
