@@ -226,6 +226,7 @@ def test_a_large_allocation_in_a_loop_is_charged_to_its_line_and_instruction(tmp
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
     (lp,) = [lp for lp in rep["loops"] if lp["function"] == "work"]
+    assert lp["split"] == ("instructions" if mode == "precise" else "probe"), lp
     rows = [r for r in lp["rows"] if r["cycles"] is not None]
     hottest = max(rows, key=lambda r: r["cycles"])
     assert hottest["line"] == line and hottest["base"] in ("BINARY_OP", "STORE_FAST"), (hottest, lp["rows"])

@@ -63,8 +63,9 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
-                   help="adaptive: function and jump events, de-instrumented after --threshold hits; "
-                        "precise: also every instruction (default: %(default)s)")
+                   help="adaptive: function and jump events, de-instrumented after --threshold hits (each hot "
+                        "loop then gets a short instruction probe); precise: also every instruction "
+                        "(default: %(default)s)")
     p.add_argument("--threshold", type=int, default=500, metavar="N",
                    help="hits per location before it stops being traced; 0 traces everything "
                         "(default: %(default)s)")

@@ -215,6 +215,10 @@ class Report:
         cache = {}
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
+            # how the rows' cycles were had: per instruction (precise), or blocks split by an instruction
+            # probe, or evenly (no probe ran in the loop)
+            lp["split"] = "instructions" if self.mode == "precise" else "probe" if any(
+                v[3] for off, v in f["units"].items() if raw["dest"] <= off <= raw["src"]) else "even"
             if code is None:  # gone by stop, or recorded by another process: the recorded bytecode
                 lp["rows"] = self._recorded_rows(f, raw)
                 lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
@@ -388,6 +392,7 @@ class Report:
             "ns_per_iteration": lp["cycles"] / timed * ns,
             "instructions_per_iteration": lp["instructions"] / it,
             "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
+            "split": None,  # once its rows are built: "instructions", "probe" or "even"
             "rows": None,
         }
 
