@@ -88,8 +88,9 @@ static void reset_counters(void) {
     S.internal_msg[0] = 0;
     S.write_errno = 0;
     S.bytes_written = 0;
-    S.calibrated = 0;
-    S.ns_per_tick = 1.0;
+    S.calibrated = S.early_calibrated = 0;
+    S.ns_per_tick = S.early_npt = 1.0;
+    S.knee_tsc = UINT64_MAX;
     S.stopping = 0;
     S.pauses = 0;
     S.recorder_idle = 0;
@@ -466,7 +467,6 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     S.pid = (long)getpid();
     S.main_ident = ident;
     reset_counters();
-    S.calibrated = 0;
     oc_clock_sample(&S.tsc0, &S.mono0_ns);
     S.active = 0;
     if (set_paths(out, tmp, rec) < 0)
