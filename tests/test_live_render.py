@@ -251,3 +251,43 @@ def test_a_bad_setting_is_refused_before_tracing(tmp_path):
         print(ocular.is_tracing())
     """, str(tmp_path / "t.json"), env={"OCULAR_LIVE_RENDER": "yes"})
     assert "OCULAR_LIVE_RENDER='yes' is not valid" in p.stdout and p.stdout.split()[-1] == "False"
+
+
+def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
+    """With the real clock, ticks convert at an early rate (calibrated ~2 ms in) up to a knee ~20 ms in and
+    at the final rate after it, so rendering can start at ~2 ms: the chunks before the knee are final
+    at once, the later ones wait for the final rate.  The output rendered while recording must be
+    byte for byte the render of the same recording from scratch, and its timestamps increase per
+    thread across the knee, spanning the program's own time."""
+    out = tmp_path / "k.json"
+    p = run_py("""
+        import json, sys, time, ocular
+        kept = []
+        ocular._discard = kept.append  # keep the recording, to render it again from scratch
+        def leaf(i):
+            return i * 2
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, sampling=False)
+        t0 = time.monotonic_ns()
+        for k in range(30):
+            for i in range(2000):
+                leaf(i)
+            time.sleep(0.002)
+        t1 = time.monotonic_ns()
+        r = ocular.stop_tracing()
+        print(json.dumps(dict(live=r["live_events"], events=r["events"], rec=kept[0], t0=t0, t1=t1)))
+    """, str(out), env={"OCULAR_LIVE_RENDER": "1"})
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["live"] > 0, info
+    again = tmp_path / "again.json"
+    run_py("import ocular, sys; ocular.convert(sys.argv[1], sys.argv[2])", info["rec"], str(again))
+    assert out.read_bytes() == again.read_bytes()
+    trace = load_trace(out)["traceEvents"]
+    check_balanced(trace)
+    evs = [e for e in trace if e["ph"] in ("B", "E")]  # one thread: in the file's order
+    assert sum(1 for e in evs if e["ph"] == "B" and e.get("name") == "leaf") == 30 * 2000
+    ts = [e["ts"] for e in evs if e["ph"] == "B" and e.get("name") == "leaf"]
+    assert [e["ts"] for e in evs] == sorted(e["ts"] for e in evs)
+    # (µs in the trace, CLOCK_MONOTONIC: the leaves lie within the program's own span, which is > 60 ms
+    # and so crosses the knee)
+    assert info["t0"] / 1e3 <= ts[0] and ts[-1] <= info["t1"] / 1e3, (ts[0], ts[-1], info)
+    assert (ts[-1] - ts[0]) > 0.9 * (info["t1"] - info["t0"]) / 1e3 - 4000

@@ -1,10 +1,15 @@
 /* clock.c -- the time source: invariant TSC on x86-64, the virtual counter on aarch64, clock_gettime
  * elsewhere, and the calibration of ticks to nanoseconds against CLOCK_MONOTONIC.
  *
- * Calibration never pauses the program: start_tracing samples (ticks, monotonic) once, and the writer
- * thread takes the second sample ~20 ms later (or at stop, if sooner).  The rate is then fixed for the
- * session, so converted timestamps stay monotonic per thread.  A test mode replaces the counter with
- * one that advances by exactly one tick per read (deterministic reports in tests).
+ * Calibration never pauses the program: start_tracing samples (ticks, monotonic) once, and the recorder
+ * thread calibrates twice.  ~2 ms in, an early rate and a knee ~20 ms after the start: ticks before the
+ * knee convert at the early rate (so a renderer can convert them at once, while the program runs).
+ * ~20 ms in (or at stop, if sooner), the final rate over the whole 20 ms, for ticks from the knee on,
+ * continuing from where the early rate put the knee: the mapping is continuous and increasing, so
+ * timestamps stay monotonic per thread; the early rate's error (a few ppm over 2 ms) can misplace the
+ * first 20 ms by well under a microsecond, and later timestamps by that much at most, while durations
+ * after the knee get the final rate's accuracy.  A test mode replaces the counter with one that advances
+ * by exactly one tick per read (deterministic reports in tests).
  */
 #include "ocular.h"
 #include <string.h>
@@ -74,20 +79,46 @@ void oc_clock_sample(uint64_t *ticks, uint64_t *mono) {
     }
 }
 
+/* ticks per ns from (tsc0, mono0) to now, or 1.0 (clock_gettime and the test clock: ticks are ns) */
+static double rate_now(uint64_t *ticks) {
+    *ticks = 0;
+    if (oc_test_clock || !oc_use_tsc)
+        return 1.0;
+    uint64_t t, m;
+    oc_clock_sample(&t, &m);
+    *ticks = t;
+    if (t > S.tsc0 && m > S.mono0_ns)
+        return (double)(m - S.mono0_ns) / (double)(t - S.tsc0);
+    return 1.0;
+}
+
+void oc_clock_calibrate_early(void) {
+    if (S.early_calibrated)
+        return;
+    uint64_t t;
+    double r = rate_now(&t);
+    S.early_npt = r;
+    S.early_calibrated = 1;
+    if (!t) { /* ticks are nanoseconds: nothing to refine */
+        S.ns_per_tick = r;
+        S.knee_tsc = UINT64_MAX;
+        S.calibrated = 1;
+        return;
+    }
+    S.knee_tsc = S.tsc0 + (uint64_t)(20e6 / r); /* ~20 ms after the start, by the early rate */
+}
+
 void oc_clock_calibrate(void) {
     if (S.calibrated)
         return;
-    if (oc_test_clock) {
-        S.ns_per_tick = 1.0; /* one tick is one nanosecond in test mode */
-    } else if (!oc_use_tsc) {
-        S.ns_per_tick = 1.0;
-    } else {
-        uint64_t t, m;
-        oc_clock_sample(&t, &m);
-        if (t > S.tsc0 && m > S.mono0_ns)
-            S.ns_per_tick = (double)(m - S.mono0_ns) / (double)(t - S.tsc0);
-        else
-            S.ns_per_tick = 1.0;
-    }
+    uint64_t t;
+    double r = rate_now(&t);
+    if (!S.early_calibrated) { /* stop came first: one rate throughout */
+        S.early_npt = r;
+        S.knee_tsc = UINT64_MAX;
+        S.early_calibrated = 1;
+    } /* (else the early rate and knee are published already: they stay; if stop came before the knee,
+       * every timestamp converts at the early rate, and durations at this one) */
+    S.ns_per_tick = r;
     S.calibrated = 1;
 }

@@ -88,8 +88,9 @@ static void reset_counters(void) {
     S.internal_msg[0] = 0;
     S.write_errno = 0;
     S.bytes_written = 0;
-    S.calibrated = 0;
-    S.ns_per_tick = 1.0;
+    S.calibrated = S.early_calibrated = 0;
+    S.ns_per_tick = S.early_npt = 1.0;
+    S.knee_tsc = UINT64_MAX;
     S.stopping = 0;
     S.pauses = 0;
     S.recorder_idle = 0;
@@ -304,6 +305,27 @@ static PyObject *py_dump(PyObject *mod, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* Append to `out` the live code objects of this session's table whose extra `pick` selects; returns
+ * out, or NULL (out released) on failure. */
+static PyObject *append_codes(PyObject *out, int (*pick)(const oc_codeextra *)) {
+    for (uint32_t id = 0; id < S.ncodes; id++) {
+        oc_codeent *e = oc_code_entry(id);
+        if (!e->extra || !pick(e->extra))
+            continue;
+        PyObject *co = oc_code_object(e);
+        if (co && PyList_Append(out, co) < 0) {
+            Py_DECREF(co);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_XDECREF(co);
+    }
+    return out;
+}
+
+static int disabled_here(const oc_codeextra *ex) { return ex->flags || ex->sites_disabled; }
+static int probed_here(const oc_codeextra *ex) { return ex->probe == 1; }
+
 /* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later
  * session (or another tool) starts from armed sites. */
 static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
@@ -322,19 +344,7 @@ static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
         }
         Py_XDECREF(co);
     }
-    for (uint32_t id = 0; id < S.ncodes; id++) {
-        oc_codeent *e = oc_code_entry(id);
-        if (!e->extra || !(e->extra->flags || e->extra->sites_disabled))
-            continue;
-        PyObject *co = oc_code_object(e);
-        if (co && PyList_Append(out, co) < 0) {
-            Py_DECREF(co);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_XDECREF(co);
-    }
-    return out;
+    return append_codes(out, disabled_here);
 }
 
 PyDoc_STRVAR(probes_doc, "_probes(tool_id, set_local_events, INSTRUCTION)\n\n"
@@ -365,21 +375,7 @@ static PyObject *py_probes(PyObject *mod, PyObject *args) {
 static PyObject *py_probed_codes(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     PyObject *out = PyList_New(0);
-    if (!out)
-        return NULL;
-    for (uint32_t id = 0; id < S.ncodes; id++) {
-        oc_codeent *e = oc_code_entry(id);
-        if (!e->extra || e->extra->probe != 1)
-            continue;
-        PyObject *co = oc_code_object(e);
-        if (co && PyList_Append(out, co) < 0) {
-            Py_DECREF(co);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_XDECREF(co);
-    }
-    return out;
+    return out ? append_codes(out, probed_here) : NULL;
 }
 
 static PyObject *py_release(PyObject *mod, PyObject *unused) {
@@ -466,7 +462,6 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     S.pid = (long)getpid();
     S.main_ident = ident;
     reset_counters();
-    S.calibrated = 0;
     oc_clock_sample(&S.tsc0, &S.mono0_ns);
     S.active = 0;
     if (set_paths(out, tmp, rec) < 0)

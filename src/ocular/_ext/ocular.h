@@ -188,8 +188,11 @@ typedef struct {
 
     /* clock */
     uint64_t tsc0, mono0_ns;
-    double ns_per_tick;    /* set by calibration */
-    int calibrated;
+    double ns_per_tick;    /* the rate from knee_tsc on: set by the final calibration (~20 ms in) */
+    int calibrated;        /* the final calibration is done */
+    double early_npt;      /* the rate before knee_tsc: set by the early calibration (~2 ms in) */
+    uint64_t knee_tsc;     /* where early_npt gives way to ns_per_tick (UINT64_MAX: one rate throughout) */
+    int early_calibrated;  /* the early calibration is done: timestamps before knee_tsc are final */
 
     /* output */
     char *out_path, *tmp_path;
@@ -247,6 +250,7 @@ void oc_clock_set_test(int on);
 extern int oc_test_clock;
 extern uint64_t oc_test_ticks;
 void oc_clock_sample(uint64_t *ticks, uint64_t *mono_ns);
+void oc_clock_calibrate_early(void);     /* ~2 ms in: early_npt and knee_tsc (non-TSC clocks: final) */
 void oc_clock_calibrate(void);           /* from (tsc0, mono0) to now; sets ns_per_tick */
 static inline uint64_t oc_now(void);
 
@@ -322,8 +326,10 @@ typedef struct {
     int precise;
     uint32_t threshold;
     uint64_t dropped;
-    double ns_per_tick;
+    double ns_per_tick;      /* ticks -> ns from knee_tsc on (durations: the session's rate) */
     uint64_t tsc0, mono0_ns;
+    double early_npt;        /* ticks -> ns before knee_tsc */
+    uint64_t knee_tsc, knee_ns; /* UINT64_MAX: one rate throughout */
     char clock[24];
     char *process_name;      /* JSON-escaped */
     oc_thread *threads;

@@ -78,12 +78,15 @@ static void write_header(oc_out *o) {
     oc_out_write(o, pn, nlen);
 }
 
+/* CALIB: the mapping known so far (docs/recording.md): the final rate is 0 until the final calibration */
 static void write_calib(oc_out *o) {
-    block(o, OC_BLK_CALIB, 24);
+    block(o, OC_BLK_CALIB, 40);
     put_u64(o, S.tsc0);
     put_u64(o, S.mono0_ns);
-    double npt = S.ns_per_tick;
+    double npt = S.calibrated ? S.ns_per_tick : 0.0, early = S.early_npt;
     oc_out_write(o, (const char *)&npt, 8);
+    oc_out_write(o, (const char *)&early, 8);
+    put_u64(o, S.knee_tsc);
 }
 
 static void write_code(oc_out *o, uint32_t id) {
@@ -403,14 +406,21 @@ static void *recorder_main(void *arg) {
     int orphaned = 0;
     pthread_mutex_lock(&S.lock);
     for (;;) {
-        if (!S.calibrated) {
-            if (S.stopping || mono_now_ns() - RC.start_ns >= 20000000ull) {
+        if (!S.calibrated) { /* (chunks wait for the early calibration: ~2 ms) */
+            uint64_t since = mono_now_ns() - RC.start_ns;
+            if (!S.early_calibrated) {
+                if (!S.stopping && since < 2000000ull) {
+                    wait_writer_ms(1);
+                    continue;
+                }
+                oc_clock_calibrate_early();
+                if (!S.ring_bytes)
+                    write_calib(&RC.out);
+            }
+            if (!S.calibrated && (S.stopping || since >= 20000000ull)) {
                 oc_clock_calibrate();
                 if (!S.ring_bytes)
                     write_calib(&RC.out);
-            } else {
-                wait_writer_ms(10);
-                continue;
             }
         }
         oc_chunk *c = S.q_head;
@@ -432,7 +442,9 @@ static void *recorder_main(void *arg) {
                 continue;
             }
             S.recorder_idle = 1;
-            wait_writer_ms(20); /* woken by a batch of chunks, by stop, or by the clock */
+            /* woken by a batch of chunks, by stop, or by the clock (the final calibration's time) */
+            uint64_t since = mono_now_ns() - RC.start_ns;
+            wait_writer_ms(!S.calibrated && since < 20000000ull ? (int)((20000000ull - since) / 1000000ull) + 1 : 20);
             S.recorder_idle = 0;
             continue;
         }

@@ -113,7 +113,8 @@ static struct {
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
     int loops;               /* OC_LOOPS_*: what the trace shows of loops */
     int have_header;         /* the header block was indexed */
-    int calibrated;          /* a calibration block was indexed: the clock's final mapping is known */
+    int calibrated;          /* a calibration block was indexed: ticks before its knee convert finally */
+    int calib_final;         /* ...and the final rate, after the knee, is known too */
     int live_failed;         /* rendering while recording met what it cannot render early (a pause) */
     int anon;                /* the output is an unnamed file (O_TMPFILE), named when complete */
     uint64_t live_events;    /* records rendered while the program was recording */
@@ -134,9 +135,17 @@ oc_codeent *oc_rcode(uint32_t id) {
 /* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
  * conversion to uint64_t needs a test for the upper half) */
 static inline uint64_t to_ns(uint64_t ticks) {
+    if (LIKELY(ticks >= R.knee_tsc)) /* (clock.c: the early rate before the knee, the final one after) */
+        return R.knee_ns + (uint64_t)(int64_t)((double)(int64_t)(ticks - R.knee_tsc) * R.ns_per_tick);
     int64_t d = (int64_t)(ticks - R.tsc0);
-    return R.mono0_ns + (uint64_t)(int64_t)((double)d * R.ns_per_tick);
+    return R.mono0_ns + (uint64_t)(int64_t)((double)d * R.early_npt);
 }
+
+/* a duration of `ticks` ending at `at`, at the rate of the mapping there */
+static inline uint64_t dur_ns(uint64_t ticks, uint64_t at) {
+    return (uint64_t)((double)ticks * (at >= R.knee_tsc ? R.ns_per_tick : R.early_npt));
+}
+
 
 static uint64_t mono_now_ns(void) {
     struct timespec ts;
@@ -296,7 +305,7 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         if (W.loops == OC_LOOPS_ITERATIONS) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
             W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
-                         (uint64_t)((double)cycles * R.ns_per_tick));
+                         dur_ns(cycles, ts));
         }
         if (!hit->run_iters++)
             hit->run_first_ts = hit->last_ts;
@@ -611,6 +620,27 @@ static inline uint64_t rd64(const uint8_t *p) {
     return v;
 }
 
+/* A CALIB block (docs/recording.md): 24 bytes (one rate) or 40 (a final rate, 0 until known, the early
+ * rate and the knee).  Returns 1 once the final rate is known. */
+static int read_calib(const uint8_t *p, uint32_t len) {
+    R.tsc0 = rd64(p);
+    R.mono0_ns = rd64(p + 8);
+    double npt;
+    memcpy(&npt, p + 16, 8);
+    if (len < 40) {
+        R.ns_per_tick = R.early_npt = npt;
+        R.knee_tsc = R.knee_ns = UINT64_MAX;
+        return 1;
+    }
+    memcpy(&R.early_npt, p + 24, 8);
+    R.knee_tsc = rd64(p + 32);
+    R.knee_ns = R.knee_tsc == UINT64_MAX
+                    ? UINT64_MAX
+                    : R.mono0_ns + (uint64_t)(int64_t)((double)(int64_t)(R.knee_tsc - R.tsc0) * R.early_npt);
+    R.ns_per_tick = npt > 0 ? npt : R.early_npt;
+    return npt > 0;
+}
+
 /* Names shown in viewers carry no control characters (a `python -c` command line holds newlines). */
 static char *clean_name(const uint8_t *p, uint32_t n) {
     char *s = oc_dup_raw((const char *)p, n);
@@ -730,7 +760,9 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             R.pid = (long)rd32(p + 20);
             R.tsc0 = rd64(p + 24);
             R.mono0_ns = rd64(p + 32);
-            memcpy(&R.ns_per_tick, p + 40, 8);
+            memcpy(&R.ns_per_tick, p + 40, 8); /* (a CALIB block follows with the mapping) */
+            R.early_npt = R.ns_per_tick;
+            R.knee_tsc = R.knee_ns = UINT64_MAX;
             memcpy(R.clock, p + 48, 23);
             R.clock[23] = 0;
             R.test_clock = strcmp(R.clock, "test") == 0;
@@ -815,9 +847,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         }
         case OC_BLK_CALIB:
             if (len >= 24) {
-                R.tsc0 = rd64(p);
-                R.mono0_ns = rd64(p + 8);
-                memcpy(&R.ns_per_tick, p + 16, 8);
+                W.calib_final = read_calib(p, len);
                 W.calibrated = 1;
             }
             break;
@@ -1051,6 +1081,9 @@ static void live_step(void) {
                 top = id;
         }
         if (top >= L.known)
+            break;
+        /* a chunk reaching past the clock's knee waits for the final calibration (~20 ms in) */
+        if (!W.calib_final && sp->n && sp->recs[sp->n - 1].ts >= R.knee_tsc)
             break;
         render_span(t, L.done, 0);
         if (W.live_failed) {
@@ -1318,7 +1351,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.out.fd = -1;
     res->events = R.events = W.events;
     res->live_events = W.live_events;
-    R.wall_ns = (double)(int64_t)(W.stop_ticks - (R.ring && W.window_ticks ? W.window_ticks : R.tsc0)) * R.ns_per_tick;
+    R.wall_ns = (double)(int64_t)(to_ns(W.stop_ticks) - to_ns(R.ring && W.window_ticks ? W.window_ticks : R.tsc0));
     if (R.wall_ns < 0)
         R.wall_ns = 0;
     res->bytes = W.out.total;
