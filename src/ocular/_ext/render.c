@@ -146,7 +146,6 @@ static inline uint64_t dur_ns(uint64_t ticks, uint64_t at) {
     return (uint64_t)((double)ticks * (at >= R.knee_tsc ? R.ns_per_tick : R.early_npt));
 }
 
-
 static uint64_t mono_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
