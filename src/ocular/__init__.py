@@ -279,7 +279,8 @@ def _release_tool(tool_id, callbacks):
             mon.register_callback(tool_id, ev, None)
         if callbacks:
             for code in _ocular._probed_codes():  # instruction probes' local events (none fire now)
-                mon.set_local_events(tool_id, code, 0)
+                with contextlib.suppress(ValueError, TypeError):  # (as _settle: the id is freed whatever)
+                    mon.set_local_events(tool_id, code, 0)
     mon.free_tool_id(tool_id)
 
 
