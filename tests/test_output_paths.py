@@ -120,3 +120,51 @@ def test_output_that_becomes_a_fifo_while_tracing_is_left_alone(tmp_path):
     kept = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     assert len(kept) == 1 and kept[0] in p.stdout
     check_balanced(load_trace(str(tmp_path / kept[0]))["traceEvents"])
+
+
+def test_existing_output_is_replaced_and_nothing_is_left(tmp_path):
+    """An existing output is replaced as os.replace would (names exchanged, then the old file removed,
+    so ext4 does not write the new trace back at once): the output holds the new trace, another hard
+    link to the old file keeps the old content, and no temporary file stays, for a trace, a converted
+    recording and a merge."""
+    out = tmp_path / "t.json"
+    out.write_text("old trace")
+    os.link(out, tmp_path / "keep.json")
+    p = run_cli("-q", "--no-report", "-o", str(out), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "traced_here" in names(load_trace(str(out))["traceEvents"])
+    assert (tmp_path / "keep.json").read_text() == "old trace"
+    rec = tmp_path / "r.ocular"
+    assert run_cli("-q", "-o", str(rec), "-c", PROG, cwd=tmp_path).returncode == 0
+    pf, j2 = tmp_path / "t.pftrace", tmp_path / "r.json"
+    for _ in range(2):  # the second convert and merge replace the first's outputs
+        for conv in (pf, j2):
+            p = run_cli("convert", str(rec), "-o", str(conv), cwd=tmp_path)
+            assert p.returncode == 0 and conv.stat().st_size > 0, p.stderr
+        p = run_cli("merge", str(out), str(j2), "-o", str(tmp_path / "m.json"), cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        check_balanced(load_trace(str(tmp_path / "m.json"))["traceEvents"])
+    assert sorted(os.listdir(tmp_path)) == ["keep.json", "m.json", "r.json", "r.ocular", "ran.out",
+                                          "t.json", "t.pftrace"]
+
+
+def test_replace_file_edge_cases(tmp_path):
+    """ocular._replace_file: creates a missing destination, never swaps a directory in, and names both
+    paths in its error."""
+    a, b, d = tmp_path / "a", tmp_path / "b", tmp_path / "dir"
+    a.write_text("new")
+    ocular._replace_file(str(a), str(b))
+    assert b.read_text() == "new" and not a.exists()
+    a.write_text("newer")
+    ocular._replace_file(a, b)  # os.PathLike too
+    assert b.read_text() == "newer" and not a.exists()
+    d.mkdir()
+    (d / "inside").write_text("x")
+    a.write_text("x")
+    with pytest.raises(IsADirectoryError) as info:
+        ocular._replace_file(str(a), str(d))
+    assert str(a) in str(info.value) and str(d) in str(info.value)
+    assert (d / "inside").read_text() == "x" and a.read_text() == "x"
+    with pytest.raises(FileNotFoundError):
+        ocular._replace_file(str(tmp_path / "missing"), str(b))
+    assert b.read_text() == "newer"

@@ -629,7 +629,9 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
             else:
                 for p in items:
                     _merge_perfetto_input(files[id(p)], p["path"], p, f, progress)
-        os.replace(tmp, out_abs)
+        from . import _replace_file
+
+        _replace_file(tmp, out_abs)  # (cheaper than os.replace over a large previous merge)
     except BaseException:
         try:
             os.unlink(tmp)

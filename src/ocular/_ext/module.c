@@ -8,6 +8,10 @@
 #include <string.h>
 #include <errno.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 oc_session S;
 
@@ -492,6 +496,54 @@ static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
     return Py_BuildValue("{s:s,s:O}", "source", oc_clock_source(), "invariant_tsc", tsc ? Py_True : Py_False);
 }
 
+/* Put the finished file `src` under the name `dst`, replacing what is there, as rename(2) does, but
+ * without rename's cost of replacing a large file: on ext4 a rename over an existing file starts the
+ * writeback of the new one at once (its auto_da_alloc heuristic; ~58 ms for a 97 MB trace, measured),
+ * an exchange does not.  So when `dst` exists the two names are exchanged (renameat2 RENAME_EXCHANGE:
+ * at every moment `dst` holds the old or the new file), then the old file, now under `src`, is
+ * removed (returns False if it could not be: it is left under `src`).  Where the system or the
+ * filesystem has no exchange, a plain rename.  OSError if neither works. */
+static PyObject *py_replace(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *src_arg, *dst_arg, *src_o = NULL, *dst_o = NULL;
+    if (!PyArg_ParseTuple(args, "OO:_replace", &src_arg, &dst_arg))
+        return NULL;
+    if (!PyUnicode_FSConverter(src_arg, &src_o) || !PyUnicode_FSConverter(dst_arg, &dst_o)) {
+        Py_XDECREF(src_o);
+        return NULL;
+    }
+    const char *src = PyBytes_AS_STRING(src_o), *dst = PyBytes_AS_STRING(dst_o);
+    int rc, err = 0, exchanged = 0;
+    Py_BEGIN_ALLOW_THREADS
+#if defined(SYS_renameat2)
+    struct stat st; /* (only a regular file is exchanged: an exchange would also swap a directory in) */
+    rc = lstat(dst, &st) == 0 && S_ISREG(st.st_mode)
+             ? (int)syscall(SYS_renameat2, AT_FDCWD, src, AT_FDCWD, dst, 2 /* RENAME_EXCHANGE */)
+             : -1;
+    if (rc == 0) {
+        exchanged = 1;
+        if (unlink(src) != 0)
+            err = errno;
+    } else
+#endif
+    {
+        rc = rename(src, dst);
+        if (rc != 0)
+            err = errno;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *res = NULL;
+    if (!exchanged && rc != 0) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObjects(PyExc_OSError, src_arg, dst_arg);
+    } else {
+        res = Py_NewRef(err ? Py_False : Py_True); /* False: the old file is left under `src` */
+    }
+    Py_DECREF(src_o);
+    Py_DECREF(dst_o);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
@@ -507,6 +559,8 @@ static PyMethodDef methods[] = {
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_probes", py_probes, METH_VARARGS, probes_doc},
     {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
+    {"_replace", py_replace, METH_VARARGS,
+     "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
     {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on."},
