@@ -43,13 +43,13 @@ def _thread_rusage():
     return ru.ru_nvcsw, ru.ru_nivcsw
 
 
-def _floor_start(events):
+def _floor_start(events, clock=False):
     import _ocular_floor
 
     from bench.configs import EVENT_SETS, FLOOR_TOOL_ID, monitoring_events
 
     mon = sys.monitoring
-    cb = _ocular_floor.callback()
+    cb = _ocular_floor.clocked() if clock else _ocular_floor.callback()
     mon.use_tool_id(FLOOR_TOOL_ID, "ocular-bench-floor")
     mask = 0
     evs = monitoring_events(EVENT_SETS[events])
@@ -101,7 +101,7 @@ def _start(cfg_name, outdir):
     if kind == "untraced":
         return None, None, None
     if kind == "floor":
-        stop, _ = _floor_start(cfg.events)
+        stop, _ = _floor_start(cfg.events, cfg.params.get("clock", False))
         return stop, None, None
     if kind == "cprofile":
         import cProfile

@@ -83,6 +83,12 @@ CONFIGS = {
             events="adaptive", floor="floor", requires="_ocular_floor",
         ),
         Config(
+            "floor-clock", "floor",
+            "the floor, reading the clock Ocular reads per event (the TSC): what any tracer that "
+            "timestamps every event pays at least",
+            events="adaptive", floor="floor", requires="_ocular_floor", params={"clock": True},
+        ),
+        Config(
             "floor-precise", "floor",
             "no-op C callback on Ocular precise's events: adaptive + INSTRUCTION",
             events="precise", floor="floor-precise", requires="_ocular_floor",

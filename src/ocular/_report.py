@@ -30,7 +30,6 @@ import array
 import bisect
 import dis
 import functools
-import json
 import os
 import re
 import sys
@@ -431,6 +430,8 @@ class Report:
         }
 
     def to_json(self, **kw):
+        import json  # (here: the report is made at every stop, its JSON seldom; json costs ~1.5 ms to import)
+
         return json.dumps(self.to_dict(), **kw)
 
     def format(self, width=120, top=TOP_FUNCTIONS, sort="self", all_code=False, loops=TOP_LOOPS):

@@ -19,6 +19,9 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h> /* _mm_sfence */
+#endif
 
 OC_TLS __thread oc_tls_t oc_tls;
 static pthread_key_t tkey;
@@ -65,6 +68,9 @@ static void enqueue(oc_tbuf *b) {
     oc_chunk *c = b->chunk;
     if (!c)
         return;
+#if defined(__x86_64__)
+    _mm_sfence(); /* the records are non-temporal stores (monitor.c put_rec): visible before the chunk */
+#endif
     c->n = (uint32_t)(b->pos - c->recs);
     c->next = NULL;
     if (c->n == 0) {

@@ -3,7 +3,7 @@
  * Each callback is an instance of a small C type that carries its own vectorcall function pointer
  * (cheaper to call than a METH_FASTCALL builtin).  Per event: read the code object's extra slot,
  * check the filter verdict and the hit counter, read the clock, append one 16-byte record to this
- * thread's chunk.  Nothing allocates, nothing locks, nothing raises: failures set a flag reported by
+ * thread's chunk (with non-temporal stores on x86-64, see put_rec).  Nothing allocates, nothing locks, nothing raises: failures set a flag reported by
  * stop_tracing(), and the slow paths keep any exception in flight intact.
  *
  * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
@@ -22,6 +22,9 @@
  */
 #include "ocular.h"
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h> /* _mm_stream_si64 */
+#endif
 
 static int fast_extra_ok = 0;
 
@@ -77,6 +80,23 @@ static inline oc_rec *reserve(void) {
     return b->pos++;
 }
 
+/* Write a record.  On x86-64 with non-temporal stores: the program never reads its records again and
+ * the recorder reads them on another CPU, so a store that fetched the line first (its previous chunk
+ * was last read by the recorder) only cost the program time: fib(26) at threshold 0 ran 5 % faster
+ * (median of 31 interleaved rounds, 21 of them faster).  The stores are weakly ordered: the chunk's
+ * owner fences before it hands the chunk over (buffer.c enqueue); another thread only ever reads a
+ * chunk after its owner released the GIL (a locked instruction, which drains them too). */
+static inline __attribute__((always_inline)) void put_rec(oc_rec *r, uint64_t ts, uint32_t code, uint32_t info) {
+#if defined(__x86_64__)
+    _mm_stream_si64((long long *)(void *)&r->ts, (long long)ts);
+    _mm_stream_si64((long long *)(void *)&r->code_id, (long long)((uint64_t)info << 32 | code));
+#else
+    r->ts = ts;
+    r->code_id = code;
+    r->info = info;
+#endif
+}
+
 static inline uint32_t frame_depth(void) {
 #if PY_VERSION_HEX >= 0x030D0000
     PyThreadState *ts = PyThreadState_GetUnchecked();
@@ -106,13 +126,8 @@ static __attribute__((noinline)) void record_sampled(uint32_t code_id, uint32_t 
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
         return;
-    r->ts = ts;
-    r->code_id = OC_NO_CODE;
-    r->info = OC_INFO(K_MARK, OC_MARK_SAMPLED);
-    oc_rec *r2 = oc_tls.buf->pos++; /* reserve() always leaves one spare record */
-    r2->ts = ts;
-    r2->code_id = code_id;
-    r2->info = info;
+    put_rec(r, ts, OC_NO_CODE, OC_INFO(K_MARK, OC_MARK_SAMPLED));
+    put_rec(oc_tls.buf->pos++, ts, code_id, info); /* reserve() always leaves one spare record */
 }
 
 static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint32_t kind) {
@@ -127,6 +142,7 @@ static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint3
     record_sampled(ex->id, OC_INFO(kind, depth), now);
     RETURN_NONE;
 }
+
 
 static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_codeextra *ex = lookup(args[0]);
@@ -149,11 +165,8 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     if (depth < 64)
         ex->open_depths |= (uint64_t)1 << depth;
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = ex->id;
-        r->info = OC_INFO(kind, depth);
-    }
+    if (LIKELY(r != NULL))
+        put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
     RETURN_NONE;
 }
 
@@ -190,11 +203,8 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         }
     }
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = ex->id;
-        r->info = OC_INFO(kind, depth);
-    }
+    if (LIKELY(r != NULL))
+        put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
     if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open_depths && !window_open())
         RETURN_DISABLE;
     RETURN_NONE;
@@ -304,17 +314,12 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(!r))
         RETURN_NONE;
     uint64_t ts = oc_now();
-    r->ts = ts;
-    r->code_id = ex->id;
     if (LIKELY(src <= OC_NEAR_MAX && dest <= OC_NEAR_MAX)) {
-        r->info = OC_INFO(K_JUMP, (src << OC_NEAR_BITS) | dest);
+        put_rec(r, ts, ex->id, OC_INFO(K_JUMP, (src << OC_NEAR_BITS) | dest));
     } else {
-        r->info = OC_INFO(K_FARJUMP, src & OC_PAYLOAD_MAX);
-        oc_tbuf *b = oc_tls.buf; /* the slow path always leaves one spare record */
-        oc_rec *r2 = b->pos++;
-        r2->ts = ts;
-        r2->code_id = ex->id;
-        r2->info = OC_INFO(K_EXT, dest & OC_PAYLOAD_MAX);
+        put_rec(r, ts, ex->id, OC_INFO(K_FARJUMP, src & OC_PAYLOAD_MAX));
+        /* the slow path always leaves one spare record */
+        put_rec(oc_tls.buf->pos++, ts, ex->id, OC_INFO(K_EXT, dest & OC_PAYLOAD_MAX));
     }
     RETURN_NONE;
 }
@@ -329,11 +334,8 @@ static inline void record_cfunc(PyObject *callable, uint32_t kind) {
     if (UNLIKELY(id == UINT32_MAX))
         return;
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = id;
-        r->info = OC_INFO(kind, frame_depth());
-    }
+    if (LIKELY(r != NULL))
+        put_rec(r, oc_now(), id, OC_INFO(kind, frame_depth()));
 }
 
 /* a C call site past its threshold: recorded (marked as sampled) only inside a sampling window */
@@ -411,11 +413,8 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
         off |= OC_INSN_END;
     }
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL)) {
-        r->ts = oc_now();
-        r->code_id = ex->id;
-        r->info = OC_INFO(K_INSN, off);
-    }
+    if (LIKELY(r != NULL))
+        put_rec(r, oc_now(), ex->id, OC_INFO(K_INSN, off));
     if (UNLIKELY(off & OC_INSN_END))
         RETURN_DISABLE;
     RETURN_NONE;
