@@ -201,17 +201,24 @@ floor_measured_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---- module ----------------------------------------------------------- */
 
+/* a FloorCallback calling f */
+static PyObject *
+new_callback(vectorcallfunc f)
+{
+    FloorCallback *self = PyObject_New(FloorCallback, &FloorCallback_Type);
+    if (self == NULL) {
+        return NULL;
+    }
+    self->vectorcall = f;
+    return (PyObject *)self;
+}
+
 static PyObject *
 floor_callback(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    FloorCallback *self = PyObject_New(FloorCallback, &FloorCallback_Type);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = floor_vectorcall;
-    return (PyObject *)self;
+    return new_callback(floor_vectorcall);
 }
 
 static PyObject *
@@ -219,12 +226,7 @@ floor_clocked(PyObject *module, PyObject *unused)
 {
     (void)module;
     (void)unused;
-    FloorCallback *self = PyObject_New(FloorCallback, &FloorCallback_Type);
-    if (self == NULL) {
-        return NULL;
-    }
-    self->vectorcall = clocked_vectorcall;
-    return (PyObject *)self;
+    return new_callback(clocked_vectorcall);
 }
 
 static PyMethodDef floor_methods[] = {
