@@ -3,8 +3,9 @@
  * Each callback is an instance of a small C type that carries its own vectorcall function pointer
  * (cheaper to call than a METH_FASTCALL builtin).  Per event: read the code object's extra slot,
  * check the filter verdict and the hit counter, read the clock, append one 16-byte record to this
- * thread's chunk (with non-temporal stores on x86-64, see put_rec).  Nothing allocates, nothing locks, nothing raises: failures set a flag reported by
- * stop_tracing(), and the slow paths keep any exception in flight intact.
+ * thread's chunk (with non-temporal stores on x86-64, see put_rec).  Nothing allocates, nothing locks,
+ * nothing raises: failures set a flag reported by stop_tracing(), and the slow paths keep any exception
+ * in flight intact.
  *
  * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
  * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
@@ -94,10 +95,10 @@ static inline oc_rec *reserve(void) {
 
 /* Write a record.  On x86-64 with non-temporal stores: the program never reads its records again and
  * the recorder reads them on another CPU, so a store that fetched the line first (its previous chunk
- * was last read by the recorder) only cost the program time: fib(26) at threshold 0 ran 5 % faster
- * (median of 31 interleaved rounds, 21 of them faster).  The stores are weakly ordered: the chunk's
- * owner fences before it hands the chunk over (buffer.c enqueue); another thread only ever reads a
- * chunk after its owner released the GIL (a locked instruction, which drains them too). */
+ * was last read by the recorder) only cost the program time: fib(26) at threshold 0 was faster in 99
+ * of 159 interleaved rounds (five runs; per-round median ratio 0.94-1.006).  The stores are weakly
+ * ordered: the chunk's owner fences before it hands the chunk over (buffer.c enqueue); another thread
+ * only ever reads a chunk after its owner released the GIL (a locked instruction, which drains them). */
 static inline __attribute__((always_inline)) void put_rec(oc_rec *r, uint64_t ts, uint32_t code, uint32_t info) {
 #if defined(__x86_64__)
     _mm_stream_si64((long long *)(void *)&r->ts, (long long)ts);
@@ -161,7 +162,6 @@ static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint3
     record_sampled(ex->id, OC_INFO(kind, depth), now);
     RETURN_NONE;
 }
-
 
 static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_codeextra *ex = lookup(args[0]);
@@ -256,8 +256,9 @@ static inline __attribute__((always_inline)) PyObject *enter_fast(PyObject *cons
     return enter_full(args, kind);
 }
 
-/* The usual return or yield (a code object of this session whose start is recorded), as on_leave
- * records it; anything else goes to on_leave before anything is changed. */
+/* The usual return or yield (a code object of this session without flags: its start is not
+ * de-instrumented), recorded as on_leave would; anything else goes to on_leave before anything is
+ * changed. */
 static inline __attribute__((always_inline)) PyObject *leave_fast(PyObject *const *args, uint32_t kind) {
     PyThreadState *ts = tstate();
     oc_codeextra *ex = lookup_fast(args[0]);
