@@ -495,19 +495,7 @@ static inline uint64_t oc_fast_now(void) {
     return 0;
 #endif
 }
-static inline uint64_t oc_now(void) {
-#if defined(__x86_64__)
-    if (LIKELY(oc_fast_clock))
-        return __rdtsc();
-#elif defined(__aarch64__)
-    if (LIKELY(oc_fast_clock)) {
-        uint64_t v;
-        __asm__ volatile("mrs %0, cntvct_el0" : "=r"(v));
-        return v;
-    }
-#endif
-    return oc_now_slow();
-}
+static inline uint64_t oc_now(void) { return LIKELY(oc_fast_clock) ? oc_fast_now() : oc_now_slow(); }
 
 #ifndef OC_UNRESOLVED_OK
 #pragma GCC visibility pop
