@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <unistd.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 

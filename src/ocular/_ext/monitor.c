@@ -124,11 +124,13 @@ static inline uint32_t depth_of(PyThreadState *ts) {
 
 static inline uint32_t frame_depth(void) { return depth_of(tstate()); }
 
-/* An instruction offset (a non-negative int): a compact int's one digit, as PyUnstable_Long_CompactValue
- * reads it but without its sign (never negative here; 0's digit is 0). */
+/* An instruction offset (a non-negative int) that is a compact int: its one digit, as
+ * PyUnstable_Long_CompactValue reads it but without its sign (never negative here; 0's digit is 0). */
+static inline uint32_t compact_offset(PyObject *o) { return (uint32_t)((PyLongObject *)o)->long_value.ob_digit[0]; }
+
 static inline uint32_t small_int(PyObject *o) {
     if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)o)))
-        return (uint32_t)((PyLongObject *)o)->long_value.ob_digit[0];
+        return compact_offset(o);
     return (uint32_t)PyLong_AsUnsignedLongMask(o);
 }
 
@@ -396,11 +398,10 @@ static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, P
     oc_codeextra *ex;
     if (LIKELY(!S.threshold && oc_fast_clock && PyVectorcall_NARGS(nargsf) >= 3) &&
         LIKELY((ex = lookup_fast(args[0])) != NULL && !(ex->flags & CF_EXCLUDED))) {
-        PyLongObject *a = (PyLongObject *)args[1], *d = (PyLongObject *)args[2];
         oc_tbuf *b = oc_tls.buf;
-        if (LIKELY(PyUnstable_Long_IsCompact(a) && PyUnstable_Long_IsCompact(d) && oc_tls.gen == S.gen &&
-                   b->pos < b->end)) {
-            uint32_t src = (uint32_t)a->long_value.ob_digit[0] >> 1, dest = (uint32_t)d->long_value.ob_digit[0] >> 1;
+        if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)args[1]) &&
+                   PyUnstable_Long_IsCompact((PyLongObject *)args[2]) && oc_tls.gen == S.gen && b->pos < b->end)) {
+            uint32_t src = compact_offset(args[1]) >> 1, dest = compact_offset(args[2]) >> 1;
             if (LIKELY((src | dest) <= OC_NEAR_MAX)) {
                 if (UNLIKELY(dest < src) && S.probe_after && !ex->probe) {
                     if (ex->back_jumps + 1 >= S.probe_after)

@@ -632,10 +632,10 @@ static int read_calib(const uint8_t *p, uint32_t len) {
         return 1;
     }
     memcpy(&R.early_npt, p + 24, 8);
-    R.knee_tsc = rd64(p + 32);
-    R.knee_ns = R.knee_tsc == UINT64_MAX
-                    ? UINT64_MAX
-                    : R.mono0_ns + (uint64_t)(int64_t)((double)(int64_t)(R.knee_tsc - R.tsc0) * R.early_npt);
+    uint64_t knee = rd64(p + 32);
+    R.knee_tsc = UINT64_MAX; /* (so that to_ns converts the knee itself at the early rate) */
+    R.knee_ns = knee == UINT64_MAX ? UINT64_MAX : to_ns(knee);
+    R.knee_tsc = knee;
     R.ns_per_tick = npt > 0 ? npt : R.early_npt;
     return npt > 0;
 }
