@@ -168,3 +168,19 @@ def test_replace_file_edge_cases(tmp_path):
     with pytest.raises(FileNotFoundError):
         ocular._replace_file(str(tmp_path / "missing"), str(b))
     assert b.read_text() == "newer"
+
+
+def test_no_blocks_stay_allocated_past_the_end(tmp_path):
+    """The renderer allocates its output's blocks ahead of its writes (4 MiB first) and gives back what
+    it did not fill: a small trace, rendered at stop or converted, takes no more disk than its size."""
+    rec, out, conv = tmp_path / "r.ocular", tmp_path / "t.json", tmp_path / "c.json"
+    for args in (("-o", str(out)), ("-o", str(rec))):
+        p = run_cli("-q", "--no-report", *args, "-c", PROG, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    p = run_cli("convert", str(rec), "-o", str(conv), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for f in (out, conv):
+        st = f.stat()
+        assert 0 < st.st_size < 1 << 20
+        assert st.st_blocks * 512 <= st.st_size + 65536, (f, st.st_size, st.st_blocks)
+        assert "traced_here" in names(load_trace(str(f))["traceEvents"])

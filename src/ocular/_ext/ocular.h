@@ -371,10 +371,16 @@ struct oc_out {
     char *buf;
     size_t len, cap;
     int err;
-    uint64_t total;
+    uint64_t total;     /* bytes written: the file offset (written from 0, in order) */
+    uint64_t reserved;  /* the file's blocks are allocated up to here (oc_out_preallocate) */
+    int prealloc;       /* allocate ahead of the writes (fallocate) */
 };
 void oc_out_write(oc_out *o, const char *s, size_t n);
 void oc_out_flush(oc_out *o);
+/* Allocate the file's blocks ahead of the writes from now on (o->fd set, nothing written yet), and
+ * give back what was allocated past the end: oc_out_trim, before the file is closed (0 or errno). */
+void oc_out_preallocate(oc_out *o);
+int oc_out_trim(oc_out *o);
 void oc_out_printf(oc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A sink turns the writer's reconstructed events into bytes.  All calls come from the writer thread. */
 typedef struct {

@@ -965,7 +965,7 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
         if (W.out.fd < 0) {
             snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
             return -1;
-        }
+        }        oc_out_preallocate(&W.out);
     }
     W.sink->header(&W.out);
     return 0;
@@ -1335,6 +1335,11 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     }
     W.sink->footer(&W.out, R.clock, R.precise);
     oc_out_flush(&W.out);
+    if (!W.out.err) {
+        int err = oc_out_trim(&W.out);
+        if (err)
+            W.out.err = err;
+    }
     if (out_path && !W.out.err) {
         int err = name_output(out_path);
         if (err)

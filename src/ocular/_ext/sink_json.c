@@ -3,10 +3,13 @@
  * Runs on the renderer only: no GIL, no Python API.  Numbers are formatted by hand (printf costs
  * several hundred ns an event).  Every event line ends with ",\n"; the footer writes the metadata
  * events last, so the array never ends with a dangling comma.  Output goes through write(2) from our
- * own buffer, never stdio, so a forked child's exit cannot flush half of it a second time.
+ * own buffer, never stdio, so a forked child's exit cannot flush half of it a second time; that buffer
+ * (oc_out, shared with the other sinks and the recorder) is defined here, with the renderer's
+ * allocation of its output's blocks ahead of the writes.
  */
 #include "ocular.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,12 +30,44 @@ static long pfx_tid = -1;
 static char pfx_b[96], pfx_e[96]; /* {"ph":"B","pid":P,"tid":T,"ts":  and the same for "E" */
 static size_t npfx_be;
 
+/* Writing into blocks allocated beforehand costs the kernel less than allocating them write by write
+ * (ext4: 110 MB of JSON in 1 MiB writes, 22 ms of system time against 16 ms with fallocate first), so
+ * the renderer's output allocates ahead in steps: 4 MiB, then half of what is written, at most 64 MiB.
+ * The blocks past the end are allocated without growing the file (FALLOC_FL_KEEP_SIZE): the file
+ * holds only what was written; oc_out_trim gives them back.  Where fallocate is not supported, or
+ * fails (a full disk), writes go on as before and report their own errors.  (The recorder does not:
+ * its 16 bytes an event, written while the program runs, measured no faster.) */
+void oc_out_preallocate(oc_out *o) {
+    o->prealloc = 1;
+    o->reserved = o->total;
+}
+
+static void reserve_ahead(oc_out *o) {
+    uint64_t need = o->total + o->len, step = o->total / 2;
+    step = step < (4u << 20) ? (4u << 20) : step > (64u << 20) ? (64u << 20) : step;
+    if (fallocate(o->fd, FALLOC_FL_KEEP_SIZE, (off_t)o->reserved, (off_t)(need + step - o->reserved)) != 0) {
+        o->prealloc = 0;
+        return;
+    }
+    o->reserved = need + step;
+}
+
+int oc_out_trim(oc_out *o) {
+    if (o->fd < 0 || o->reserved <= o->total)
+        return 0;
+    o->reserved = o->total;
+    o->prealloc = 0;
+    return ftruncate(o->fd, (off_t)o->total) == 0 ? 0 : errno;
+}
+
 void oc_out_flush(oc_out *o) {
     size_t off = 0;
     if (o->fd < 0 || o->err) {
         o->len = 0;
         return;
     }
+    if (o->prealloc && o->total + o->len > o->reserved)
+        reserve_ahead(o);
     while (off < o->len) {
         ssize_t w = write(o->fd, o->buf + off, o->len - off);
         if (w < 0) {
