@@ -14,6 +14,7 @@ that runs traced code in its own process is watched too: after ``OCULAR_TEST_TIM
 (default 1800) the backtraces of the pytest process (and its children) are printed and it exits.
 """
 
+import bisect
 import collections
 import contextlib
 import json
@@ -138,21 +139,75 @@ def run_py(code, *args, cwd=None, env=None, timeout=120, check=True):
     return p
 
 
-def load_trace(path):
-    """Parse a Chrome trace JSON file written by Ocular and check its envelope."""
+def load_trace(path, raw=False):
+    """Parse a Chrome trace JSON file written by Ocular and check its envelope.  Ocular writes each
+    function's slice as one complete event ("X", at its end); unless raw, they are given back as a
+    begin and an end ("B"/"E"), every thread's events in time order, as a viewer reads them (see
+    as_begin_end)."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     assert isinstance(data, dict)
     assert data["displayTimeUnit"] == "ns"
     assert isinstance(data["traceEvents"], list)
+    if not raw:
+        data["traceEvents"] = as_begin_end(data["traceEvents"])
     return data
+
+
+def _ns(us):
+    return round(us * 1000)
+
+
+def as_begin_end(events):
+    """The function slices of a trace ("X" events not of category "loop") as "B"/"E" pairs, every thread's
+    timed events in time order, as a viewer nests them: per thread, slices in order of their begins (the
+    longest first among equal begins), each inside the open one that contains it (a slice of zero
+    duration too), an end emitted once the next slice begins at or after it; other timed events (instants,
+    loop runs) after the begins and ends of their nanosecond.  A slice's "E" has its end time; its "B"
+    keeps the args (file, line, cut).  Untimed events (metadata) keep their order, last."""
+    untimed, other, slices = [], collections.defaultdict(list), collections.defaultdict(list)
+    for i, e in enumerate(events):
+        if "ts" not in e:
+            untimed.append(e)
+        elif e.get("ph") == "X" and e.get("cat") != "loop":
+            b, d = _ns(e["ts"]), _ns(e["dur"])
+            slices[(e["pid"], e["tid"])].append((b, -d, i, e))
+        else:
+            other[(e.get("pid"), e.get("tid"))].append((_ns(e["ts"]), i, e))
+    out = []
+    for key in sorted(set(slices) | set(other), key=repr):
+        seq, stack = [], []  # seq: (time, event); stack: (end, event)
+        for b, negd, _, e in sorted(slices.get(key, ()), key=lambda s: s[:3]):
+            end = b - negd
+            while stack and not (end <= stack[-1][0]):
+                top_end, top = stack.pop()
+                seq.append((top_end, {"ph": "E", "pid": top["pid"], "tid": top["tid"], "ts": top_end / 1000}))
+            begin = {k: v for k, v in e.items() if k != "dur"}
+            begin["ph"] = "B"
+            seq.append((b, begin))
+            stack.append((end, e))
+        while stack:
+            top_end, top = stack.pop()
+            seq.append((top_end, {"ph": "E", "pid": top["pid"], "tid": top["tid"], "ts": top_end / 1000}))
+        times = [t for t, _ in seq]
+        merged, k = [], 0
+        for t, _, e in sorted(other.get(key, ()), key=lambda o: o[:2]):
+            j = bisect.bisect_right(times, t)
+            merged.extend(ev for _, ev in seq[k:j])
+            k = max(k, j)
+            merged.append(e)
+        merged.extend(ev for _, ev in seq[k:])
+        out.extend(merged)
+    return out + untimed
 
 
 def check_balanced(events):
     """Every B has an E on the same (pid, tid), properly nested, timestamps monotonic per thread.
 
-    Returns {(pid, tid): [(name, begin_ts, end_ts, depth), ...]} of the reconstructed slices.
+    Returns {(pid, tid): [(name, begin_ts, end_ts, depth), ...]} of the reconstructed slices.  Complete
+    events ("X") are read as a begin and an end first (as_begin_end).
     """
+    events = _begin_end(events)
     stacks = collections.defaultdict(list)
     last_ts = {}
     slices = collections.defaultdict(list)
@@ -174,8 +229,15 @@ def check_balanced(events):
     return slices
 
 
+def _begin_end(events):
+    """events as as_begin_end gives them, if they hold a function slice as a complete event"""
+    if any(e.get("ph") == "X" and e.get("cat") != "loop" for e in events):
+        return as_begin_end(events)
+    return events
+
+
 def names(events, ph="B"):
-    return [e["name"] for e in events if e["ph"] == ph]
+    return [e["name"] for e in _begin_end(events) if e["ph"] == ph]
 
 
 @pytest.fixture

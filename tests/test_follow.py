@@ -323,7 +323,7 @@ def test_fork_warning_is_not_ours(tmp_path):
 
 def test_merge_progress_on_a_terminal_only(tmp_path):
     """A large merge redraws a progress line on a terminal; piped, stderr only gets the summary."""
-    big = traced(tmp_path, "big.json", "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(22)")
+    big = traced(tmp_path, "big.json", "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(23)")
     assert big.stat().st_size > 8 << 20
     e = dict(os.environ, PYTHONPATH=SRC)
     cmd = [*python_cmd(), "-m", "ocular", "merge", "big.json", "-o", "m.json"]

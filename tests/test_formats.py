@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import SRC, python_cmd
+from conftest import SRC, as_begin_end, python_cmd
 
 PROGRAM = '''
 import threading
@@ -130,7 +130,7 @@ def _expected_folded(tree, thread_roots=False):
 def test_call_tree_equals_the_timeline(rendered):
     """The call tree (what every profile format is written from) against the Chrome JSON timeline of the
     same recording: per function, the same calls and the same self nanoseconds."""
-    events = json.loads(rendered["outs"]["p.json"].read_text())["traceEvents"]
+    events = as_begin_end(json.loads(rendered["outs"]["p.json"].read_text())["traceEvents"])
     calls, self_ns = collections.Counter(), collections.Counter()
     stacks = collections.defaultdict(list)
     for e in events:

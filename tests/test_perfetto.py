@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from conftest import run_py
+from conftest import as_begin_end, run_py
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
@@ -273,7 +273,7 @@ def test_same_events_as_json(tmp_path):
     """The same program traced to JSON and to protobuf gives the same events on the same threads."""
     jpath, jinfo = run_program(tmp_path, "same.json", "json")
     with open(jpath, encoding="utf-8") as f:
-        jev = json.load(f)["traceEvents"]
+        jev = as_begin_end(json.load(f)["traceEvents"])
     tname = {e["tid"]: e["args"]["name"] for e in jev if e["ph"] == "M" and e["name"] == "thread_name"}
     kind = {"B": BEGIN, "E": END, "i": INSTANT}
     jshape = collections.Counter((tname[e["tid"]], kind[e["ph"]], e.get("name") if e["ph"] != "E" else None)

@@ -617,13 +617,23 @@ ocular.start_tracing(output=ok, report=False)   # the process goes on, and so do
 work(10)
 ocular.stop_tracing()
 print("alive")
+rec = ok + ".ocular"                  # a recording on a roomy disk, rendered onto the full one
+ocular.start_tracing(output=rec, deinstrument_threshold=0, report=False)
+work(100000)
+ocular.stop_tracing()
+try:
+    ocular.convert(rec, os.path.join(os.path.dirname(full), "converted.json"))
+    print("convert: no error")
+except OSError as e:
+    print("convert: OSError", e.errno, e)
 """
 
 
 def test_trace_on_a_full_file_system(tmp_path):
     """The trace goes to a 256 KiB tmpfs and outgrows it.  Expect: stop_tracing() raises OSError with
     errno ENOSPC and a message naming the cause; nothing is left on the small file system (no final
-    name, no temporary file); the process continues and a following session works."""
+    name, no temporary file); the process continues and a following session works.  The same for a
+    recording converted onto it (the JSON renderer's writes go through its writer thread there)."""
     small = tmp_path / "small"
     small.mkdir()
     mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
@@ -638,6 +648,7 @@ def test_trace_on_a_full_file_system(tmp_path):
         assert f"OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
         assert "No space left on device" in p.stdout
         assert "alive" in p.stdout
+        assert f"convert: OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
         assert os.listdir(small) == []
         check_balanced(load_trace(str(ok))["traceEvents"])
     finally:

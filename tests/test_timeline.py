@@ -1,4 +1,4 @@
-"""The rebuilt timeline: JSON validity, B/E balance and nesting, exact slice sequences, exceptions,
+"""The rebuilt timeline: JSON validity (complete events, read as B/E by conftest.load_trace), balance and nesting, exact slice sequences, exceptions,
 generators and coroutines, sessions started or stopped inside running code, deep recursion,
 de-instrumentation (threshold) and loop instants (adaptive and precise mode).
 
@@ -114,8 +114,17 @@ def test_json_valid_balanced_monotonic_in_process(trace_path):
     # timestamps are microseconds with exactly three decimals in the file text
     with open(trace_path, encoding="utf-8") as f:
         text = f.read()
-    stamps = re.findall(r'"ts":([0-9.eE+-]+)', text)
+    stamps = re.findall(r'"(?:ts|dur)":([0-9.eE+-]+)', text)
     assert stamps and all(re.fullmatch(r"\d+\.\d{3}", s) for s in stamps), stamps[:5]
+    # in the file, a slice is one complete event, written when it ends: no B/E, ends in file order
+    raw = load_trace(trace_path, raw=True)["traceEvents"]
+    assert {e["ph"] for e in raw} <= {"X", "i", "M"}, {e["ph"] for e in raw}
+    xs = [e for e in raw if e["ph"] == "X"]
+    assert collections.Counter(e["name"] for e in xs) == got
+    assert all(e["cat"] == "python" and e["dur"] >= 0 for e in xs)
+    ends = [round(e["ts"] * 1000) + round(e["dur"] * 1000) for e in xs]
+    assert ends == sorted(ends)
+    assert xs[-1]["name"] == "outer" and [e["name"] for e in xs[:2]] == ["leaf", "leaf"]
 
 
 def test_exact_sequence_of_slices(trace_path):

@@ -22,7 +22,7 @@ import warnings
 
 import pytest
 
-from conftest import SRC, run_py
+from conftest import SRC, as_begin_end, run_py
 
 import ocular.usdt  # importable thanks to PYTHONPATH=src
 from ocular import _ocular
@@ -764,7 +764,7 @@ print("CPROFILE_FIB", calls.get("fib"), "TRACE_TOOL", res.tool_id, "USDT_TOOL", 
     assert int(m.group(1)) == 1973
     assert (int(m.group(2)), int(m.group(3))) == (3, 4)  # cProfile 2, tracing 3, the probes 4
     with open(trace, encoding="utf-8") as f:
-        names = [e.get("name") for e in json.load(f)["traceEvents"] if e.get("ph") == "B"]
+        names = [e.get("name") for e in as_begin_end(json.load(f)["traceEvents"]) if e.get("ph") == "B"]
     assert names.count("fib") == 1973
     assert st["events_after"] == 0 and st["holder_after"] is None
 

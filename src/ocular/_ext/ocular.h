@@ -365,7 +365,8 @@ static inline uint64_t oc_stats_net(uint64_t delta) {
 }
 oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
 
-/* sink_json.c */
+/* out.c */
+struct oc_writer;
 struct oc_out {
     int fd;
     char *buf;
@@ -374,6 +375,7 @@ struct oc_out {
     uint64_t total;     /* bytes written: the file offset (written from 0, in order) */
     uint64_t reserved;  /* the file's blocks are allocated up to here (oc_out_preallocate) */
     int prealloc;       /* allocate ahead of the writes (fallocate) */
+    struct oc_writer *async; /* a writer thread writes the full buffers (oc_out_async_start), or NULL */
 };
 void oc_out_write(oc_out *o, const char *s, size_t n);
 void oc_out_flush(oc_out *o);
@@ -381,8 +383,14 @@ void oc_out_flush(oc_out *o);
  * give back what was allocated past the end: oc_out_trim, before the file is closed (0 or errno). */
 void oc_out_preallocate(oc_out *o);
 int oc_out_trim(oc_out *o);
+/* From now on a writer thread writes the full buffers while the next fills (no-op when it cannot be
+ * started); oc_out_async_end hands over what is left and joins it, before the final flush. */
+void oc_out_async_start(oc_out *o);
+void oc_out_async_end(oc_out *o);
 void oc_out_printf(oc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A sink turns the writer's reconstructed events into bytes.  All calls come from the writer thread. */
+/* A sink turns the writer's reconstructed events into bytes.  All calls come from the writer thread.
+ * A sink with `slice` gets each slice whole when it ends (begin, end, begin_cut are then never called:
+ * NULL); the others get a begin and an end, in time order. */
 typedef struct {
     const char *name;
     void (*header)(oc_out *o);
@@ -396,6 +404,9 @@ typedef struct {
     /* optional: one run of a loop (OC_LOOPS_RUNS), from the end of its first iteration to its last */
     void (*loop_run)(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
                      uint32_t offset, uint64_t iterations, uint64_t cycles);
+    /* optional: a slice, at its end; cut: it began before a flight-recorder window (begin_ns is the
+     * window's edge) */
+    void (*slice)(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut);
 } oc_sink;
 /* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
 enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
@@ -409,12 +420,6 @@ enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_TREE = 3, OC_FORMAT
 PyObject *oc_tree_export(void); /* sink_tree.c: the last tree render's call tree (GIL held) */
 void oc_tree_release(void);
 
-void oc_json_header(oc_out *o);
-void oc_json_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
-void oc_json_end(oc_out *o, long tid, uint64_t ts_ns);
-void oc_json_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
-                  uint32_t insns, uint64_t cycles, uint64_t ns);
-void oc_json_footer(oc_out *o, const char *clock, int precise);
 
 
 /* stats.c (writer thread, except export) */
