@@ -63,8 +63,9 @@ typedef struct {
     uint64_t self;          /* compensated ticks spent in this frame itself */
     uint64_t child;         /* compensated inclusive ticks of its callees */
     uint64_t same;          /* inclusive ticks of nested activations of the same code already counted */
-    int is_call;            /* began with PY_START (not a resume) */
-    int cut;                /* began before the flight-recorder window (opened at its edge) */
+    uint8_t is_call;        /* began with PY_START (not a resume) */
+    uint8_t cut;            /* began before the flight-recorder window (opened at its edge) */
+    uint8_t loops_on;       /* loops[] is initialized (at the frame's first backward jump) */
     uint32_t blk_start;     /* adaptive: unit where the current basic block began, or UINT32_MAX */
     uint64_t blk_self;
     uint64_t blk_insns;     /* adaptive: `insns` when the block began (instruction records: a probe) */
@@ -184,7 +185,7 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
 static inline void pop_frame(rthread *t, uint64_t ts, int counted) {
     frame *f = &t->stack[t->n - 1];
-    if (UNLIKELY(W.loops == OC_LOOPS_RUNS))
+    if (UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
         for (int i = 0; i < NLOOPS; i++)
             if (f->loops[i].src != UINT32_MAX)
                 end_run(t, f, &f->loops[i]);
@@ -279,6 +280,11 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
      * loops whose header lies inside this iteration's span are inner loops (their next iteration
      * starts a new run); loops entirely before or after this one are finished: free their slots. */
     loop_slot *hit = NULL, *freeslot = NULL, *oldest = NULL;
+    if (!f->loops_on) { /* free slots (a slot's run starts when it is taken) */
+        for (int k = 0; k < NLOOPS; k++)
+            f->loops[k].src = UINT32_MAX;
+        f->loops_on = 1;
+    }
     for (int i = 0; i < NLOOPS; i++) {
         loop_slot *l = &f->loops[i];
         if (l->src != UINT32_MAX) {
@@ -355,15 +361,16 @@ static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t
     f->blk_self = 0;
     f->blk_insns = 0;
     f->insn_unit = UINT32_MAX;
-    for (int k = 0; k < NLOOPS; k++) /* free slots (a slot's run starts when it is taken) */
-        f->loops[k].src = UINT32_MAX;
-    frame *up = t->n > 1 ? f - 1 : NULL;
+    f->loops_on = 0;
     f->hidden = t->sampled;
-    f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
-    f->head = f->hidden && up && up->hidden ? up->head : code_id;
-    f->win_mark = t->attr.win_total;
-    if (UNLIKELY(f->hidden))
-        oc_attr_call(&t->attr, f->anchor, code_id, ts);
+    if (UNLIKELY(f->hidden || oc_attr_on)) { /* (only sampling windows read these) */
+        frame *up = t->n > 1 ? f - 1 : NULL;
+        f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
+        f->head = f->hidden && up && up->hidden ? up->head : code_id;
+        f->win_mark = t->attr.win_total;
+        if (f->hidden)
+            oc_attr_call(&t->attr, f->anchor, code_id, ts);
+    }
     return f;
 }
 
@@ -395,8 +402,10 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
         }
     }
     t->prev_ts = ts;
-    t->prev_code = r->code_id;
-    t->have_prev = 1;
+    if (!steady) { /* (steady: both are already what they would be set to, or no longer read) */
+        t->prev_code = r->code_id;
+        t->have_prev = 1;
+    }
     t->mark = 0; /* a sampling mark is for the record right after it */
 }
 

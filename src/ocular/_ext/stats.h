@@ -48,7 +48,8 @@ static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uin
     c->self += self;
     c->incl += total_add;
     c->incl_all += incl;
-    c->sq += (double)incl * (double)incl;
+    double d = (double)(int64_t)incl; /* (one instruction where uint64_t needs a test: incl < 2^63) */
+    c->sq += d * d;
     c->min = incl < c->min ? incl : c->min;
     c->max = incl > c->max ? incl : c->max;
 }
