@@ -184,3 +184,36 @@ def test_no_blocks_stay_allocated_past_the_end(tmp_path):
         assert 0 < st.st_size < 1 << 20
         assert st.st_blocks * 512 <= st.st_size + 65536, (f, st.st_size, st.st_blocks)
         assert "traced_here" in names(load_trace(str(f))["traceEvents"])
+
+
+def test_remove_frees_the_file_on_another_thread(tmp_path):
+    """_ocular._remove: the name goes at once (OSError naming the path as unlink gives), and the file's
+    last reference, a descriptor a short-lived thread closes, goes soon after: no descriptor of this
+    process is left on the deleted file."""
+    import time
+
+    from ocular import _ocular
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b"x" * (8 << 20))
+    _ocular._remove(str(big))
+    assert not big.exists()
+    with pytest.raises(FileNotFoundError) as info:
+        _ocular._remove(str(big))
+    assert str(big) in str(info.value)
+
+    def held():
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(big)):
+                out.append(target)
+        return out
+
+    deadline = time.monotonic() + 10
+    while held() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert held() == []

@@ -174,7 +174,7 @@ def _replace_file(src, dst):
     ~58 ms for a 97 MB trace; an exchange does not).  OSError as os.replace."""
     if not _ocular._replace(src, dst):  # exchanged, but the old file is still under src
         with contextlib.suppress(OSError):
-            os.unlink(src)
+            _ocular._remove(src)
         if os.path.lexists(src):
             _print_err(f"ocular: the previous {dst!r} could not be removed; it is left as {src!r}")
 
@@ -543,9 +543,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
 
 
 def _discard(path):
+    """Remove a file of ours if it exists; a large one's blocks are freed by a short-lived thread while
+    the program goes on (_ocular._remove)."""
     if path:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            _ocular._remove(path)
 
 
 def is_tracing():

@@ -307,6 +307,7 @@ int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as 
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"
 #define OC_RENDER_THREAD_NAME "ocular-render"
+#define OC_REMOVE_THREAD_NAME "ocular-remove"
 int oc_only_helper_threads_left(void); /* recorder.c: no thread but those two is alive (fork children) */
 
 /* render.c: a recording -> stack reconstruction -> statistics and one sink */

@@ -343,6 +343,7 @@ int oc_only_helper_threads_left(void) {
         *close_paren = 0;
         const char *comm = open_paren + 1;
         if (strcmp(comm, OC_USDT_THREAD_NAME) != 0 && strcmp(comm, OC_WRITER_THREAD_NAME) != 0 &&
+            strcmp(comm, OC_REMOVE_THREAD_NAME) != 0 &&
             strcmp(comm, OC_RENDER_THREAD_NAME) != 0)
             others = 1;
     }
