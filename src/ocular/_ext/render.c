@@ -986,7 +986,8 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
         if (W.out.fd < 0) {
             snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
             return -1;
-        }        oc_out_preallocate(&W.out);
+        }
+        oc_out_preallocate(&W.out);
     }
     W.sink->header(&W.out);
     return 0;

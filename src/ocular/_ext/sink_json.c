@@ -180,8 +180,9 @@ static inline void put_dur(oc_out *o, uint64_t ns) {
 
 /* One slice as a complete event ("X": begin and duration), written when it ends: half the events of
  * a begin and an end each, and a fifth fewer bytes.  The file is thus in order of the slices' ends;
- * the format does not ask for time order (viewers sort), and two slices of one thread never begin at
- * the same nanosecond (but the frames open at a flight-recorder window's edge, which end apart). */
+ * the format does not ask for time order (viewers sort).  Two slices of one thread begin at the same
+ * time only where one encloses the other (the frames open at a flight-recorder window's edge, which
+ * end apart): viewers nest equal begins by duration. */
 static void json_slice(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut) {
     frag *f = begin_tail(code_id);
     if (!f)
