@@ -512,7 +512,11 @@ static void *closer_main(void *arg) {
 }
 
 static int remove_later(const char *path) {
+#ifdef O_PATH
     int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+#else
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+#endif
     if (unlink(path) != 0) {
         int err = errno;
         if (fd >= 0)
