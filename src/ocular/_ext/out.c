@@ -14,9 +14,10 @@
  *   measured no faster.)
  * - A writer thread (oc_out_async_start): the buffer is handed to it when full, and filling goes on in
  *   a second buffer while it is written, so a CPU that would be idle does the system calls.  The
- *   renderer uses it where it has a CPU to itself and another one free: at stop, after the program, and
- *   in `convert`.  Only the writer thread then touches total, reserved and the file; a write error
- *   reaches o->err at the next hand-over (or at oc_out_async_end).
+ *   renderer uses it for JSON (~45 bytes an event; not for .pftrace's ~1.5, measured 1% slower) where
+ *   it has a CPU to itself and another one free: at stop, after the program, and in `convert`.  Only
+ *   the writer thread then touches total, reserved and the file; a write error reaches o->err at the
+ *   next hand-over (or at oc_out_async_end).
  */
 #include "ocular.h"
 #include <errno.h>
