@@ -154,8 +154,7 @@ void oc_out_async_end(oc_out *o) {
     struct oc_writer *w = o->async;
     if (!w)
         return;
-    if (o->len)
-        hand_over(o);
+    oc_out_flush(o);
     pthread_mutex_lock(&w->lock);
     w->quit = 1;
     pthread_cond_broadcast(&w->cond);

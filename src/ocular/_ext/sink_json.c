@@ -56,12 +56,30 @@ static inline void put_i64(oc_out *o, int64_t v) {
     }
 }
 
-/* Timestamps: microseconds with three decimals from integer nanoseconds.  A thread's timestamps rise
- * slowly, so the digits above the millisecond are formatted once per millisecond and kept; each event
- * then writes that prefix and six digits from a two-digit table. */
 static const char digits2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
                                  "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                  "8081828384858687888990919293949596979899";
+
+/* A duration (or a time below one millisecond) in microseconds with three decimals, from nanoseconds:
+ * the plain form, all digits formatted here. */
+static inline void put_dur(oc_out *o, uint64_t ns) {
+    char t[32];
+    int i = 28;
+    unsigned f = (unsigned)(ns % 1000);
+    uint64_t us = ns / 1000;
+    t[28] = '.';
+    t[29] = (char)('0' + f / 100);
+    memcpy(t + 30, digits2 + 2 * (f % 100), 2);
+    do {
+        t[--i] = (char)('0' + us % 10);
+        us /= 10;
+    } while (us);
+    put(o, t + i, (size_t)(32 - i));
+}
+
+/* Timestamps: microseconds with three decimals from integer nanoseconds.  A thread's timestamps rise
+ * slowly, so the digits above the millisecond are formatted once per millisecond and kept; each event
+ * then writes that prefix and six digits from a two-digit table. */
 static uint64_t ms_cached = UINT64_MAX;
 static char ms_str[24];
 static size_t ms_len;
@@ -70,11 +88,7 @@ static inline __attribute__((always_inline)) void put_ts(oc_out *o, uint64_t ns)
     uint64_t ms = ns / 1000000;
     if (UNLIKELY(ms != ms_cached)) {
         if (ms == 0) { /* no leading zeros in a JSON number: the plain form */
-            char tmp[16];
-            uint64_t us = ns / 1000;
-            unsigned f = (unsigned)(ns % 1000);
-            int n = snprintf(tmp, sizeof tmp, "%u.%03u", (unsigned)us, f);
-            put(o, tmp, (size_t)n);
+            put_dur(o, ns);
             return;
         }
         char tmp[24];
@@ -162,22 +176,6 @@ static void json_header(oc_out *o) {
     LIT(o, "{\"traceEvents\":[\n");
 }
 
-/* A duration in microseconds with three decimals, from nanoseconds. */
-static inline void put_dur(oc_out *o, uint64_t ns) {
-    char t[32];
-    int i = 28;
-    unsigned f = (unsigned)(ns % 1000);
-    uint64_t us = ns / 1000;
-    t[28] = '.';
-    t[29] = (char)('0' + f / 100);
-    memcpy(t + 30, digits2 + 2 * (f % 100), 2);
-    do {
-        t[--i] = (char)('0' + us % 10);
-        us /= 10;
-    } while (us);
-    put(o, t + i, (size_t)(32 - i));
-}
-
 /* One slice as a complete event ("X": begin and duration), written when it ends: half the events of
  * a begin and an end each, and a fifth fewer bytes.  The file is thus in order of the slices' ends;
  * the format does not ask for time order (viewers sort).  Two slices of one thread begin at the same
@@ -232,7 +230,7 @@ static void json_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_
     LIT(o, ",\"ts\":");
     put_ts(o, first_ns);
     LIT(o, ",\"dur\":");
-    put_ts(o, last_ns > first_ns ? last_ns - first_ns : 0);
+    put_dur(o, last_ns > first_ns ? last_ns - first_ns : 0);
     LIT(o, ",\"cat\":\"loop\",\"name\":\"loop ");
     put_str(o, e->qualname);
     LIT(o, ":");
