@@ -22,6 +22,7 @@ than a few megabytes shows its progress.
 """
 
 import json
+import math
 import os
 import sys
 import time
@@ -157,8 +158,10 @@ def _load_foreign_json(f, path, part, out):
     buf = []
     n = 0
     for i, ev in enumerate(events):
-        if not isinstance(ev, dict) or "ph" not in ev:
-            raise MergeError(f"{path!r}: traceEvents[{i}] is not a trace event: {str(ev)[:80]}")
+        try:
+            _check_event(ev)
+        except ValueError as exc:
+            raise MergeError(f"{path!r}: traceEvents[{i}] is not a trace event ({exc}): {str(ev)[:80]}") from None
         if part["pid"] is None and isinstance(ev.get("pid"), int):
             part["pid"] = ev["pid"]
         if ev["ph"] == "M":
@@ -224,6 +227,24 @@ def _copy_trusted(path, f, size, part, out, progress):
     return meta, other
 
 
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_event(ev):
+    """Raise ValueError naming what is wrong with a trace event: a timed event needs its time, process and
+    thread, a complete event ("X") its duration, for a viewer to place it."""
+    if not isinstance(ev, dict) or not isinstance(ev.get("ph"), str):
+        raise ValueError("not a trace event")
+    if ev["ph"] in ("B", "E", "X", "i", "C"):
+        if not _number(ev.get("ts")):
+            raise ValueError("no time stamp")
+        if not all(isinstance(ev.get(k), (int, str)) and not isinstance(ev.get(k), bool) for k in ("pid", "tid")):
+            raise ValueError("no process or thread id")
+    if ev["ph"] == "X" and not (_number(ev.get("dur")) and ev["dur"] >= 0):
+        raise ValueError("no duration")
+
+
 def _copy_checked(path, f, part, out, progress, incomplete):
     """Event by event, each line parsed; an incomplete trace may end in a torn line.  Returns the
     metadata and otherData of the footer (None when the trace has no footer)."""
@@ -244,8 +265,7 @@ def _copy_checked(path, f, part, out, progress, incomplete):
         body = line[:-1] if line.endswith(b",") else line
         try:
             ev = json.loads(body)
-            if not isinstance(ev, dict) or "ph" not in ev:
-                raise ValueError("not a trace event")
+            _check_event(ev)
         except ValueError as exc:
             if incomplete and not raw.endswith(b"\n"):
                 break  # the torn last line of a process that died while writing
