@@ -1,5 +1,5 @@
-"""Rendering while recording (issue 14): with a second CPU, the first thread's part of a JSON or .pftrace
-output is rendered as the recording grows, and stop renders only the rest.  The output must be the one a
+"""Rendering while recording (issue 14): with a second CPU, a JSON or .pftrace output is rendered as the
+recording grows (every thread's chunks, in the recording's order), and stop renders only the rest.  The output must be the one a
 render from scratch makes; anything the early render cannot do (a recorded pause) falls back to a render
 from scratch; a killed process leaves no partial output behind.  OCULAR_LIVE_RENDER=1 forces it on (also
 with one CPU), =0 off, so each test compares the two on the same workload."""
@@ -182,9 +182,12 @@ def _without_pause_ends(evs):
     return out
 
 
-def test_threads_after_the_first_are_rendered_at_stop(tmp_path):
+def test_threads_are_rendered_interleaved_as_recorded(tmp_path):
+    """Four threads: their chunks are rendered in the recording's order (every thread while recording,
+    not only the first), and the output is the one a render from scratch of the same recording makes
+    (the recording is kept under a second name, then converted)."""
     code = """
-        import sys, threading, time, ocular
+        import os, sys, threading, time, ocular
         def leaf(i):
             return i
         def work(n):
@@ -193,6 +196,7 @@ def test_threads_after_the_first_are_rendered_at_stop(tmp_path):
                 if i % 500 == 0:
                     time.sleep(0.001)
         ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+        os.link(ocular._session["recording"], sys.argv[2])
         ts = [threading.Thread(target=work, args=(20000,), name=f"w{k}") for k in range(3)]
         for t in ts:
             t.start()
@@ -200,12 +204,14 @@ def test_threads_after_the_first_are_rendered_at_stop(tmp_path):
         for t in ts:
             t.join()
         r = ocular.stop_tracing()
+        ocular.convert(sys.argv[2], sys.argv[3])
         print(r["live_events"], r["events"])
     """
-    out = tmp_path / "t.json"
-    p = run_py(code, str(out), env={"OCULAR_LIVE_RENDER": "1"})
+    out, kept, scratch = tmp_path / "t.json", tmp_path / "kept.ocular", tmp_path / "scratch.json"
+    p = run_py(code, str(out), str(kept), str(scratch), env={"OCULAR_LIVE_RENDER": "1", "OCULAR_SAMPLING": "0"})
     live_events, events = map(int, p.stdout.split())
-    assert 0 < live_events < events
+    assert 0 < live_events <= events
+    assert load_trace(out, raw=True)["traceEvents"] == load_trace(scratch, raw=True)["traceEvents"]
     evs = load_trace(out)["traceEvents"]
     check_balanced(evs)
     per_thread = {}
@@ -213,6 +219,9 @@ def test_threads_after_the_first_are_rendered_at_stop(tmp_path):
         if e.get("name") == "leaf" and e["ph"] == "B":
             per_thread[e["tid"]] = per_thread.get(e["tid"], 0) + 1
     assert sorted(per_thread.values()) == [20000] * 4
+    # in the file, the threads' slices come interleaved chunk by chunk, not one thread after another
+    tids = [e["tid"] for e in load_trace(out, raw=True)["traceEvents"] if e.get("ph") == "X"]
+    assert sum(a != b for a, b in zip(tids, tids[1:])) > 4
 
 
 def test_killed_while_rendering_as_it_records_leaves_only_the_recording(tmp_path):

@@ -83,6 +83,10 @@ typedef struct {
 } span;
 
 typedef struct {
+    uint32_t thread, span; /* a chunk of the recording: its thread and its index among the thread's */
+} span_ref;
+
+typedef struct {
     long tid;
     uint64_t prev_ts;
     int have_prev;
@@ -96,6 +100,7 @@ typedef struct {
     uint32_t prev_code;     /* code id of the previous record */
     span *spans;            /* this thread's chunks, in order */
     uint32_t nspans, capspans;
+    uint8_t started;        /* its first chunk was rendered (its tid set, its cut frames opened) */
     oc_attr_thread attr;    /* sampling windows: this thread's cursor (attrib.c) */
     int mark, sampled;      /* a K_MARK record came before this one */
 } rthread;
@@ -109,7 +114,11 @@ static struct {
     uint64_t stop_ticks;
     int complete;
     uint64_t window_ticks;
-    uint32_t *same_top;      /* by code id: 1 + index of the topmost frame of that code (this thread) */
+    uint32_t *same_top;      /* by code id: 1 + index of the topmost frame of that code (thread `cur`) */
+    uint32_t cur;            /* 1 + the thread whose frames same_top links; 0: none */
+    span_ref *order;         /* every chunk, in the recording's order (the order file-order sinks render) */
+    uint32_t norder, caporder;
+    int file_order;          /* the sink takes the threads' events interleaved: render in `order` */
     uint32_t **insn_prefix;  /* by code id: instructions starting before each unit (lazily built) */
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
@@ -698,6 +707,9 @@ static void free_render_state(void) {
         free(W.threads[i].spans);
     }
     free(W.threads);
+    free(W.order);
+    W.order = NULL;
+    W.norder = W.caporder = 0;
     for (uint32_t i = 0; i < W.ncodes_alloc; i++)
         free(W.insn_prefix[i]);
     free(W.insn_prefix);
@@ -861,6 +873,15 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 t->spans = s;
                 t->capspans = cap;
             }
+            if (W.norder == W.caporder) {
+                uint32_t cap = W.caporder ? W.caporder * 2 : 256;
+                span_ref *o = realloc(W.order, cap * sizeof *o);
+                if (!o)
+                    BAD("out of memory indexing the recording");
+                W.order = o;
+                W.caporder = cap;
+            }
+            W.order[W.norder++] = (span_ref){idx, t->nspans};
             t->spans[t->nspans++] = (span){(const oc_rec *)(const void *)(p + 8), n};
             W.total += n;
             break;
@@ -952,6 +973,9 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
         return -1;
     }
     W.loops = loops;
+    /* the trace formats (and the statistics alone) take the threads' events interleaved; speedscope
+     * streams one thread's profile at a time and the call tree folds one thread at a time */
+    W.file_order = format != OC_FORMAT_TREE && format != OC_FORMAT_SPEEDSCOPE;
     W.sink = format == OC_FORMAT_PERFETTO    ? &oc_sink_perfetto
              : format == OC_FORMAT_JSON      ? &oc_sink_json
              : format == OC_FORMAT_TREE      ? &oc_sink_tree
@@ -1019,6 +1043,23 @@ static inline void set_tid(uint32_t i) {
     W.threads[i].tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
 }
 
+/* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
+ * them (top down, as pops would) and links its own (bottom up, as pushes did).  Rendering in the
+ * recording's order, that costs the two stacks' depths once per chunk of another thread. */
+static void switch_thread(uint32_t i) {
+    if (W.cur == i + 1)
+        return;
+    if (W.cur) {
+        const rthread *o = &W.threads[W.cur - 1];
+        for (uint32_t k = o->n; k-- > 0;)
+            W.same_top[o->stack[k].code_id] = o->stack[k].prev_same;
+    }
+    const rthread *t = &W.threads[i];
+    for (uint32_t k = 0; k < t->n; k++)
+        W.same_top[t->stack[k].code_id] = k + 1;
+    W.cur = i + 1;
+}
+
 static void render_span(rthread *t, uint32_t s, int drop) {
     process_recs(t, t->spans[s].recs, t->spans[s].n);
     if (!drop)
@@ -1029,6 +1070,33 @@ static void render_span(rthread *t, uint32_t s, int drop) {
     if (hi > lo)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
+
+/* Chunk s of thread i; a thread's first chunk sets its tid and, in a flight-recorder window, opens the
+ * frames already running when the window began. */
+static void render_ref(uint32_t i, uint32_t s, int drop) {
+    rthread *t = &W.threads[i];
+    switch_thread(i);
+    if (!t->started) {
+        t->started = 1;
+        set_tid(i);
+        if (R.ring)
+            open_cut_frames(t);
+    }
+    render_span(t, s, drop);
+}
+
+/* Slices still open at the end close at the stop (a recording cut short: at the thread's last record). */
+static void close_thread(uint32_t i) {
+    rthread *t = &W.threads[i];
+    if (!t->n)
+        return;
+    switch_thread(i);
+    uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
+    pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
+}
+
+/* the k-th chunk to render: in the recording's order (file_order), else thread 0's first */
+static inline span_ref next_ref(uint32_t k) { return W.file_order ? W.order[k] : (span_ref){0, k}; }
 
 /* ---- rendering while recording ----
  * With a second CPU, a thread renders the first recorded thread's stream (threads are rendered in
@@ -1074,7 +1142,7 @@ static uint32_t live_step(void) {
         L.failed = 1;
         return 0;
     }
-    if (!W.have_header || !W.calibrated || !W.nthreads || !W.threads[0].nspans)
+    if (!W.have_header || !W.calibrated || !W.norder)
         return 0;
     if (grow_code_arrays() < 0) {
         L.failed = 1;
@@ -1087,17 +1155,16 @@ static uint32_t live_step(void) {
         }
         L.opened = 1;
         W.pause_code = UINT32_MAX;
-        set_tid(0);
     }
     while (L.known < R.ncodes && R.codes[L.known].qualname)
         L.known++;
-    rthread *t = &W.threads[0];
-    uint32_t done0 = L.done;
-    while (L.done < t->nspans && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
+    uint32_t done0 = L.done, avail = W.file_order ? W.norder : W.threads[0].nspans;
+    while (L.done < avail && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
         /* the code table entries a chunk needs are usually written before it, but not always (a
          * thread's last chunk, handed over as it exits, comes before the codes it registered): a chunk
          * naming a code not in the table yet waits, if need be for the render at stop */
-        const span *sp = &t->spans[L.done];
+        span_ref ref = next_ref(L.done);
+        const span *sp = &W.threads[ref.thread].spans[ref.span];
         uint32_t top = 0;
         for (uint32_t i = 0; i < sp->n; i++) {
             uint32_t k = OC_KIND(sp->recs[i].info), id = sp->recs[i].code_id;
@@ -1109,7 +1176,7 @@ static uint32_t live_step(void) {
         /* a chunk reaching past the clock's knee waits for the final calibration (~20 ms in) */
         if (!W.calib_final && sp->n && sp->recs[sp->n - 1].ts >= R.knee_tsc)
             break;
-        render_span(t, L.done, 0);
+        render_ref(ref.thread, ref.span, 0);
         if (W.live_failed) {
             L.failed = 1;
             return 0;
@@ -1118,7 +1185,8 @@ static uint32_t live_step(void) {
     }
     /* Out of the resident set in large steps: every madvise interrupts the program's CPU (a TLB
      * shootdown), so not per chunk as after stop.  The pages stay in the file; nothing is lost. */
-    uintptr_t upto = L.done ? (uintptr_t)t->spans[L.done - 1].recs & ~(uintptr_t)4095 : 0;
+    span_ref last = L.done ? next_ref(L.done - 1) : (span_ref){0, 0};
+    uintptr_t upto = L.done ? (uintptr_t)W.threads[last.thread].spans[last.span].recs & ~(uintptr_t)4095 : 0;
     if (upto >= (uintptr_t)L.map + L.dropped + (16u << 20)) {
         madvise(L.map + L.dropped, upto - ((uintptr_t)L.map + L.dropped), MADV_DONTNEED);
         L.dropped = upto - (uintptr_t)L.map;
@@ -1350,21 +1418,17 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.done = W.events;
     const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
     W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
-    for (uint32_t i = 0; i < W.nthreads; i++) {
-        rthread *t = &W.threads[i];
-        uint32_t s = i == 0 ? first0 : 0;
-        if (!t->nspans)
-            continue;
-        if (!s) {
-            set_tid(i);
-            if (R.ring)
-                open_cut_frames(t);
+    if (W.file_order) { /* the threads' chunks interleaved, as recorded (what rendering while recording did) */
+        for (uint32_t k = first0; k < W.norder; k++)
+            render_ref(W.order[k].thread, W.order[k].span, 1);
+        for (uint32_t i = 0; i < W.nthreads; i++)
+            close_thread(i);
+    } else { /* thread by thread */
+        for (uint32_t i = 0; i < W.nthreads; i++) {
+            for (uint32_t s = i == 0 ? first0 : 0; s < W.threads[i].nspans; s++)
+                render_ref(i, s, 1);
+            close_thread(i);
         }
-        for (; s < t->nspans; s++)
-            render_span(t, s, 1);
-        uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
-        if (t->n)
-            pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
     }
     W.sink->footer(&W.out, R.clock, R.precise);
     oc_out_flush(&W.out);
