@@ -66,8 +66,8 @@ class TraceResult(dict):
     Keys: ``output`` (final path, or None with ``perfetto=False``), ``events`` (records written),
     ``dropped``, ``bytes``, ``threads``, ``codes`` (code objects seen), ``clock``, ``ns_per_tick``,
     ``mode``, ``tool_id``; with a rendered output also ``live_events``: of ``events``, those rendered
-    while the program was still running (with a second CPU the first thread's part of a JSON or
-    ``.pftrace`` output is rendered as it is recorded; 0 if all was rendered at stop).
+    while the program was still running (with a second CPU a JSON or ``.pftrace`` output is rendered
+    as it is recorded, every thread's part; 0 if all was rendered at stop).
     """
 
     def __getattr__(self, name):

@@ -5,7 +5,10 @@
  * `python -m ocular convert`), without the GIL and without the Python API; with a second CPU it starts
  * while the program records (see "rendering while recording" below) and finishes at stop.  The
  * recording is mapped read-only; a first pass indexes its blocks (code table, thread names, calibration, each thread's
- * chunks in order), then every thread's record stream is rendered on its own, start to end.
+ * chunks in order, and every chunk in the recording's order), then the chunks are rendered: for the
+ * trace formats and the statistics in the recording's order, the threads interleaved as they were
+ * recorded (each thread's stream in its own order; the one table keyed by code id that belongs to a
+ * thread, same_top, is handed over at a switch), for speedscope and the call tree thread by thread.
  *
  * Stack reconstruction is keyed by frame depth (carried in every enter/leave record): an end that
  * matches no open begin at its depth is ignored (code that was running before tracing started, or a
@@ -1099,14 +1102,15 @@ static void close_thread(uint32_t i) {
 static inline span_ref next_ref(uint32_t k) { return W.file_order ? W.order[k] : (span_ref){0, k}; }
 
 /* ---- rendering while recording ----
- * With a second CPU, a thread renders the first recorded thread's stream (threads are rendered in
- * order, so it is the first one a render writes) as the recorder appends it, once the clock's
- * calibration is in the recording; it runs at a lower priority than the program, reads the recording
+ * With a second CPU, a thread renders the recording as the recorder appends it, in the order a render
+ * at stop takes (the trace formats: every chunk as recorded; speedscope: the first thread's), once the
+ * clock's calibration is in the recording; it runs at a lower priority than the program, reads the recording
  * through a shared read-only mapping (reserved large, filled as the file grows), and never makes
  * anyone wait.  It waits 5 ms only after a step that found nothing new: a step that rendered
  * something is followed by another at once (the recorder wrote more meanwhile), which left 0-10% of
- * the generator workload's events for stop instead of 20-50% (stop 25-40 ms -> 10-15 ms).  At stop, oc_render_file takes its state over and renders the rest, so the output is
- * the one a render from scratch makes.  What it cannot render early (a recorded pause, whose made-up
+ * the generator workload's events for stop instead of 20-50% (stop 25-40 ms -> 10-15 ms).  At stop,
+ * oc_render_file takes its state over and renders the rest, so the output is the one a render from
+ * scratch makes.  What it cannot render early (a recorded pause, whose made-up
  * code id comes after the whole code table; sampling windows, whose estimates need the code states
  * written at the end) makes it give up: the render at stop starts over. */
 static struct {
