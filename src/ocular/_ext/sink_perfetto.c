@@ -45,8 +45,10 @@
  * what they repeat and hands deflate.c the LZ77 tokens itself -- a copy of the last packet with the
  * same thread, code and timestamp delta (rep_slot, end_rep), else of the last one of its kind followed
  * by the timestamp bytes as literals.  The copy of the last identical packet is nearly every slice packet
- * (fib: 99%) and is tested first; the other cases are out of line (begin_tokens, end_tokens).  Loop
- * instants and the protobuf writer's packets get theirs from deflate.c's matcher, a run at a time.
+ * (fib: 99%) and is tested first; the other cases are out of line (begin_tokens, end_tokens).  A loop
+ * instant is mostly a copy of its loop's last one on the thread (loop_rep: all but its cycles, ns and
+ * timestamp values); the other loop instants and the protobuf writer's packets get their tokens from
+ * deflate.c's matcher, a run at a time.
  *
  * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
  * (ENOMEM), which is reported like a failed write.
@@ -295,6 +297,26 @@ typedef struct {
     uint32_t iid;
 } loop_slot;
 
+/* The last loop instant of a loop (code, line) on a thread: its name iid (no lookup in P.loops), and
+ * where it was written with its layout, the offsets of its cycles and ns annotations and of its
+ * timestamp.  The next iteration's packet has the same bytes but for those values: a copy of the rest
+ * for deflate, found without a search.  Direct-mapped by a hash of (code, line, thread). */
+#define LREP_BITS 10
+typedef struct {
+    uint64_t key;          /* (code_id << 32 | line) + 1, 0: empty */
+    uint64_t at;           /* stream offset of the packet (see P.base), 0: none */
+    uint32_t th, iid;
+    uint8_t n, cyc, ns, ts; /* packet length; offsets of the cycles and ns annotations, of the timestamp tag */
+} loop_rep;
+
+/* Where the bytes {cycles value, ns annotation} of a loop instant with these values were written
+ * (the cycles annotation's value; a stream offset, see P.base): iterations often take the same cycles.
+ * Direct-mapped by a hash of the values. */
+#define LVAL_BITS 12
+typedef struct {
+    uint64_t cycles, ns, at;
+} loop_val;
+
 /* Where the last slice begin of a code on a thread with a given timestamp delta was written: a packet
  * with the same key is the same bytes.  Direct-mapped by a hash of the key (slice ends: end_rep). */
 #define REP_BITS 12
@@ -324,6 +346,8 @@ static struct {
     size_t batch_limit;        /* raw bytes that end a batch: FIRST_BATCH, then BATCH */
     size_t unscanned;          /* raw[unscanned..raw_n): packets with no tokens yet (see scan_pending) */
     rep_slot reps[1u << REP_BITS];
+    loop_rep lreps[1u << LREP_BITS];
+    loop_val lvals[1u << LVAL_BITS];
 } P;
 
 static void fail(oc_out *o) {
@@ -1044,13 +1068,21 @@ static __attribute__((noinline)) void loop_slow(oc_out *o, pf_thread *t, uint64_
 
 /* A loop instant: {type, category, name_iid, debug annotations line, offset (the same every iteration,
  * first), instructions, cycles, ns}.  Hand-written into the batch when everything it names is
- * interned on the sequence; its tokens come from the matcher with the other such packets. */
+ * interned on the sequence.  Its tokens: a copy of the loop's last instant on the thread but for the
+ * cycles, ns and timestamp values where that one has the same layout (loop_rep), else the matcher's,
+ * with the other such packets. */
 static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset,
                     uint32_t insns, uint64_t cycles, uint64_t ns) {
     if (UNLIKELY(!ready(o)))
         return;
     pf_thread *t = thread_for(o, tid, ts_ns);
-    uint32_t name = t ? loop_iid(code_id, line) : 0;
+    if (!t) {
+        fail(o);
+        return;
+    }
+    uint64_t key = (((uint64_t)code_id << 32) | (uint32_t)line) + 1;
+    loop_rep *lr = &P.lreps[((key ^ (uint64_t)t->num << 40) * 0x9E3779B97F4A7C15ull) >> (64 - LREP_BITS)];
+    uint32_t name = lr->key == key && lr->th == t->num ? lr->iid : loop_iid(code_id, line);
     if (!name) {
         fail(o);
         return;
@@ -1071,19 +1103,48 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
         b = put_ann(b, AN_LINE, DA_INT_VALUE, (uint64_t)(int64_t)line);
         b = put_ann(b, AN_OFFSET, DA_UINT_VALUE, offset);
         b = put_ann(b, AN_INSTRUCTIONS, DA_UINT_VALUE, insns);
+        uint32_t cyc = (uint32_t)(b - p);
         b = put_ann(b, AN_CYCLES, DA_UINT_VALUE, cycles);
+        uint32_t nsa = (uint32_t)(b - p);
         b = put_ann(b, AN_NS, DA_UINT_VALUE, ns);
         size_t tl = (size_t)(b - te) - 2;
+        uint32_t tsa = (uint32_t)(b - p);
         *b++ = TAG_VARINT(TP_TIMESTAMP);
         b = put_varint(b, ts_ns - t->last_ns);
-        if (LIKELY(tl < 128 && b - p - 2 < 128)) { /* one-byte lengths (else: the writer) */
+        uint32_t n = (uint32_t)(b - p);
+        if (LIKELY(tl < 128 && n - 2 < 128)) { /* one-byte lengths (else: the writer) */
             te[1] = (uint8_t)tl;
             p[0] = TAG_LEN(TRACE_PACKET);
-            p[1] = (uint8_t)(b - p - 2);
+            p[1] = (uint8_t)(n - 2);
             t->last_ns = ts_ns;
-            if (P.unscanned == SIZE_MAX)
-                P.unscanned = P.raw_n;
-            P.raw_n = (size_t)(b - P.raw);
+            uint64_t cur = P.base + P.raw_n;
+            /* as tokens: the last iteration's packet again, but for the cycles, ns and timestamp values
+             * (same layout: same offsets, hence the same lengths in the headers before them) */
+            if (P.deflate && lr->key == key && lr->th == t->num && near(lr->at, cur) && lr->n == n &&
+                lr->cyc == cyc && lr->ns == nsa && lr->ts == tsa &&
+                memcmp(p, P.raw + (lr->at - P.base), cyc + 5) == 0) {
+                if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+                    fail(o);
+                oc_ztokens z = oc_zt;
+                uint32_t dist = (uint32_t)(cur - lr->at);
+                oc_z_match(&z, cyc + 5, dist);
+                loop_val *v = &P.lvals[((cycles * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull >> (64 - LVAL_BITS)];
+                if (v->cycles == cycles && v->ns == ns && near(v->at, cur + cyc + 5)) { /* these values, written before */
+                    oc_z_match(&z, tsa - cyc - 5, (uint32_t)(cur + cyc + 5 - v->at));
+                } else {
+                    lits(&z, p + cyc + 5, nsa - cyc - 5);
+                    oc_z_match(&z, 5, dist);
+                    lits(&z, p + nsa + 5, tsa - nsa - 5);
+                }
+                lits(&z, p + tsa, n - tsa);
+                oc_zt = z;
+                *v = (loop_val){cycles, ns, cur + cyc + 5};
+            } else if (P.unscanned == SIZE_MAX) {
+                P.unscanned = P.raw_n; /* deflate.c's matcher finds its tokens */
+            }
+            *lr = (loop_rep){.key = key, .at = cur, .th = t->num, .iid = name, .n = (uint8_t)n, .cyc = (uint8_t)cyc,
+                             .ns = (uint8_t)nsa, .ts = (uint8_t)tsa};
+            P.raw_n += n;
             batch_done(o);
             return;
         }
