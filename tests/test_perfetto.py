@@ -505,3 +505,45 @@ def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
     # (5.0-5.3 on this workload: its shuffled calls and the threshold-0 instruction probes' loop instants,
     # each with cycles of its own, repeat little)
     assert os.path.getsize(z) * 4.5 < os.path.getsize(plain)
+
+
+LOOPS = r'''
+import sys, threading, ocular, ocular._ocular as o
+o._set_test_clock(True)  # one tick per clock read: iterations alike take the same cycles, as a steady loop does
+def spin(n, k):
+    t = 0
+    for i in range(n):
+        t += i if i % k else -i
+    return t
+def run():
+    for n in range(2, 200):
+        spin(n, 3 + n % 4)
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, loops="iterations")
+th = threading.Thread(target=run)
+th.start()
+run()
+th.join()
+ocular.stop_tracing()
+'''
+
+
+def test_loop_instants_compressed_as_copies_are_the_same_trace(tmp_path):
+    """Loop instants whose iterations repeat (the sink writes them as a copy of the loop's last instant
+    but for its values, and their values as a copy of the same values written before): compressed and
+    plain renders of one recording give the same events, and the copies make the file small."""
+    rec = tmp_path / "loops.ocular"
+    run_py(LOOPS, str(rec), timeout=300)
+    z, plain = tmp_path / "z.pftrace", tmp_path / "plain.pftrace"
+    convert = "import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2], loops='iterations')"
+    run_py(convert, str(rec), str(z))
+    run_py(convert, str(rec), str(plain), env={"OCULAR_PERFETTO_DEFLATE": "0"})
+    dz, dp = Decoded(str(z)), Decoded(str(plain))
+    instants = [e for e in dz.events if e["type"] == INSTANT]
+    spins = [e for e in instants if e["name"].startswith("loop spin:")]
+    assert len(spins) > 20000
+    assert len({(e["args"]["cycles"], e["args"]["ns"]) for e in spins}) < len(spins) // 10  # values repeat
+    tids = lambda d: {u: ds[-1][1].thread.tid for u, ds in d.thread_tracks().items()}  # noqa: E731
+    tz, tp = tids(dz), tids(dp)
+    assert [(tz[e["track"]], e["ts"], e["type"], e["name"], e["args"]) for e in dz.events] == \
+        [(tp[e["track"]], e["ts"], e["type"], e["name"], e["args"]) for e in dp.events]
+    assert os.path.getsize(z) * 10 < os.path.getsize(plain)
