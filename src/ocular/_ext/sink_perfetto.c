@@ -306,7 +306,7 @@ typedef struct {
     uint64_t key;          /* (code_id << 32 | line) + 1, 0: empty */
     uint64_t at;           /* stream offset of the packet (see P.base), 0: none */
     uint32_t th, iid;
-    uint8_t n, cyc, ns, ts; /* packet length; offsets of the cycles and ns annotations, of the timestamp tag */
+    uint32_t layout;       /* bytes: packet length, offsets of the cycles and ns annotations, of the timestamp */
 } loop_rep;
 
 /* Where the bytes {cycles value, ns annotation} of a loop instant with these values were written
@@ -1082,10 +1082,14 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
     }
     uint64_t key = (((uint64_t)code_id << 32) | (uint32_t)line) + 1;
     loop_rep *lr = &P.lreps[((key ^ (uint64_t)t->num << 40) * 0x9E3779B97F4A7C15ull) >> (64 - LREP_BITS)];
-    uint32_t name = lr->key == key && lr->th == t->num ? lr->iid : loop_iid(code_id, line);
-    if (!name) {
-        fail(o);
-        return;
+    uint32_t name = lr->iid;
+    if (UNLIKELY(lr->key != key || lr->th != t->num)) {
+        name = loop_iid(code_id, line);
+        if (!name) {
+            fail(o);
+            return;
+        }
+        *lr = (loop_rep){.key = key, .th = t->num, .iid = name};
     }
     if (LIKELY((t->cats & (1u << CAT_LOOP)) && (t->anns & LOOP_ANNS) == LOOP_ANNS &&
                bit_test(t->names, t->names_cap, name) && ts_ns >= t->last_ns)) {
@@ -1120,8 +1124,10 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
             uint64_t cur = P.base + P.raw_n;
             /* as tokens: the last iteration's packet again, but for the cycles, ns and timestamp values
              * (same layout: same offsets, hence the same lengths in the headers before them) */
-            if (P.deflate && lr->key == key && lr->th == t->num && near(lr->at, cur) && lr->n == n &&
-                lr->cyc == cyc && lr->ns == nsa && lr->ts == tsa &&
+            uint32_t layout = n | cyc << 8 | nsa << 16 | tsa << 24;
+            /* (the loop's last instant right before: a run of them, which the matcher codes best, as
+             * long copies reaching over several instants) */
+            if (lr->layout == layout && lr->at + n != cur && P.deflate && near(lr->at, cur) &&
                 memcmp(p, P.raw + (lr->at - P.base), cyc + 5) == 0) {
                 if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
                     fail(o);
@@ -1142,8 +1148,8 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
             } else if (P.unscanned == SIZE_MAX) {
                 P.unscanned = P.raw_n; /* deflate.c's matcher finds its tokens */
             }
-            *lr = (loop_rep){.key = key, .at = cur, .th = t->num, .iid = name, .n = (uint8_t)n, .cyc = (uint8_t)cyc,
-                             .ns = (uint8_t)nsa, .ts = (uint8_t)tsa};
+            lr->at = cur;
+            lr->layout = layout;
             P.raw_n += n;
             batch_done(o);
             return;
