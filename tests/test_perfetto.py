@@ -479,24 +479,33 @@ ocular.stop_tracing()
 '''
 
 
-def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
-    """One recording rendered twice, compressed and not: the same events to the nanosecond.  Many
-    functions on four threads, loops, calls in a shuffled order -- every way the sink finds its
-    matches (a repeat of an identical packet, of the last one of its kind, piecewise, the matcher's)."""
-    rec = tmp_path / "many.ocular"
-    run_py(MANY, str(rec), timeout=300)
+def compressed_and_plain(tmp_path, program, loops="None"):
+    """Record `program` (it takes the output path) once, render the recording compressed and plain:
+    (compressed path, plain path, their Decoded)."""
+    rec = tmp_path / "rec.ocular"
+    run_py(program, str(rec), timeout=300)
     z, plain = tmp_path / "z.pftrace", tmp_path / "plain.pftrace"
-    convert = "import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2])"
+    convert = f"import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2], loops={loops})"
     run_py(convert, str(rec), str(z))
     run_py(convert, str(rec), str(plain), env={"OCULAR_PERFETTO_DEFLATE": "0"})
     dz, dp = Decoded(str(z)), Decoded(str(plain))
     assert any(p.HasField("compressed_packets") for p in dz.outer)
     assert not any(p.HasField("compressed_packets") for p in dp.outer)
-    def events(d):  # tracks by tid: their uuids derive from the render's own clock reading
-        tids = {u: ds[-1][1].thread.tid for u, ds in d.thread_tracks().items()}
-        return [(tids[e["track"]], e["ts"], e["type"], e["name"], e["cats"], e["args"], e["source"]) for e in d.events]
+    return z, plain, dz, dp
 
-    assert events(dz) == events(dp)
+
+def events_by_tid(d):
+    """Every event, its track named by its thread id (track uuids derive from the render's own clock reading)."""
+    tids = {u: ds[-1][1].thread.tid for u, ds in d.thread_tracks().items()}
+    return [(tids[e["track"]], e["ts"], e["type"], e["name"], e["cats"], e["args"], e["source"]) for e in d.events]
+
+
+def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
+    """One recording rendered twice, compressed and not: the same events to the nanosecond.  Many
+    functions on four threads, loops, calls in a shuffled order -- every way the sink finds its
+    matches (a repeat of an identical packet, of the last one of its kind, piecewise, the matcher's)."""
+    z, plain, dz, dp = compressed_and_plain(tmp_path, MANY)
+    assert events_by_tid(dz) == events_by_tid(dp)
     assert len(dz.packets) == len(dp.packets)
     assert len(dz.events) > 40000
     slices = dz.slices()
@@ -531,19 +540,10 @@ def test_loop_instants_compressed_as_copies_are_the_same_trace(tmp_path):
     """Loop instants whose iterations repeat (the sink writes them as a copy of the loop's last instant
     but for its values, and their values as a copy of the same values written before): compressed and
     plain renders of one recording give the same events, and the copies make the file small."""
-    rec = tmp_path / "loops.ocular"
-    run_py(LOOPS, str(rec), timeout=300)
-    z, plain = tmp_path / "z.pftrace", tmp_path / "plain.pftrace"
-    convert = "import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2], loops='iterations')"
-    run_py(convert, str(rec), str(z))
-    run_py(convert, str(rec), str(plain), env={"OCULAR_PERFETTO_DEFLATE": "0"})
-    dz, dp = Decoded(str(z)), Decoded(str(plain))
+    z, plain, dz, dp = compressed_and_plain(tmp_path, LOOPS, loops="'iterations'")
     instants = [e for e in dz.events if e["type"] == INSTANT]
     spins = [e for e in instants if e["name"].startswith("loop spin:")]
     assert len(spins) > 20000
     assert len({(e["args"]["cycles"], e["args"]["ns"]) for e in spins}) < len(spins) // 10  # values repeat
-    tids = lambda d: {u: ds[-1][1].thread.tid for u, ds in d.thread_tracks().items()}  # noqa: E731
-    tz, tp = tids(dz), tids(dp)
-    assert [(tz[e["track"]], e["ts"], e["type"], e["name"], e["args"]) for e in dz.events] == \
-        [(tp[e["track"]], e["ts"], e["type"], e["name"], e["args"]) for e in dp.events]
+    assert events_by_tid(dz) == events_by_tid(dp)
     assert os.path.getsize(z) * 10 < os.path.getsize(plain)
