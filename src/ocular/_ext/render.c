@@ -1107,8 +1107,9 @@ static inline span_ref next_ref(uint32_t k) { return W.file_order ? W.order[k] :
  * clock's calibration is in the recording; it runs at a lower priority than the program, reads the recording
  * through a shared read-only mapping (reserved large, filled as the file grows), and never makes
  * anyone wait.  It waits 5 ms only after a step that found nothing new: a step that rendered
- * something is followed by another at once (the recorder wrote more meanwhile), which left 0-10% of
- * the generator workload's events for stop instead of 20-50% (stop 25-40 ms -> 10-15 ms).  At stop,
+ * something is followed by another at once (the recorder wrote more meanwhile).  Pausing after every
+ * step left 20-50% of the generator workload's events for stop; now 0-45%, most runs under 10% (the
+ * second CPU is full there: the recorder and the renderer), and of fib(27) none or nearly.  At stop,
  * oc_render_file takes its state over and renders the rest, so the output is the one a render from
  * scratch makes.  What it cannot render early (a recorded pause, whose made-up
  * code id comes after the whole code table; sampling windows, whose estimates need the code states
