@@ -1108,8 +1108,8 @@ static inline span_ref next_ref(uint32_t k) { return W.file_order ? W.order[k] :
  * through a shared read-only mapping (reserved large, filled as the file grows), and never makes
  * anyone wait.  It waits 5 ms only after a step that found nothing new: a step that rendered
  * something is followed by another at once (the recorder wrote more meanwhile).  Pausing after every
- * step left 20-50% of the generator workload's events for stop; now 0-45%, most runs under 10% (the
- * second CPU is full there: the recorder and the renderer), and of fib(27) none or nearly.  At stop,
+ * step left 20-50% of the generator workload's events for stop; now 0-45%, as the scheduler shares
+ * the second CPU between the recorder and the renderer (it is full there), and of fib(27) 0-20%.  At stop,
  * oc_render_file takes its state over and renders the rest, so the output is the one a render from
  * scratch makes.  What it cannot render early (a recorded pause, whose made-up
  * code id comes after the whole code table; sampling windows, whose estimates need the code states
