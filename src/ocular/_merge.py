@@ -241,8 +241,11 @@ def _check_event(ev):
             raise ValueError("no time stamp")
         if not all(isinstance(ev.get(k), (int, str)) and not isinstance(ev.get(k), bool) for k in ("pid", "tid")):
             raise ValueError("no process or thread id")
-    if ev["ph"] == "X" and not (_number(ev.get("dur")) and ev["dur"] >= 0):
-        raise ValueError("no duration")
+    if ev["ph"] == "X":
+        if not _number(ev.get("dur")):
+            raise ValueError("no duration")
+        if ev["dur"] < 0:
+            raise ValueError("a negative duration")
 
 
 def _copy_checked(path, f, part, out, progress, incomplete):

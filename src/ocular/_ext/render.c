@@ -1190,8 +1190,11 @@ static uint32_t live_step(void) {
     }
     /* Out of the resident set in large steps: every madvise interrupts the program's CPU (a TLB
      * shootdown), so not per chunk as after stop.  The pages stay in the file; nothing is lost. */
-    span_ref last = L.done ? next_ref(L.done - 1) : (span_ref){0, 0};
-    uintptr_t upto = L.done ? (uintptr_t)W.threads[last.thread].spans[last.span].recs & ~(uintptr_t)4095 : 0;
+    uintptr_t upto = 0;
+    if (L.done) {
+        span_ref last = next_ref(L.done - 1);
+        upto = (uintptr_t)W.threads[last.thread].spans[last.span].recs & ~(uintptr_t)4095;
+    }
     if (upto >= (uintptr_t)L.map + L.dropped + (16u << 20)) {
         madvise(L.map + L.dropped, upto - ((uintptr_t)L.map + L.dropped), MADV_DONTNEED);
         L.dropped = upto - (uintptr_t)L.map;

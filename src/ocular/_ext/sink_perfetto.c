@@ -462,6 +462,10 @@ static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
     return &P.reps[((kind ^ delta << 20) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
 }
 
+static inline loop_val *loop_val_of(uint64_t cycles, uint64_t ns) {
+    return &P.lvals[((cycles * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull >> (64 - LVAL_BITS)];
+}
+
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
 static inline void batch_done(oc_out *o) {
     if (UNLIKELY(P.raw_n >= P.batch_limit))
@@ -1017,14 +1021,16 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     batch_done(o);
 }
 
-/* one DebugAnnotation {name_iid, value (field: 3 uint, 4 int)} of a loop instant, hand-written */
+/* one DebugAnnotation {name_iid, value (field: 3 uint, 4 int)} of a loop instant, hand-written: a
+ * header of ANN_HDR bytes (tag, length, name iid, value tag), then the value's varint */
+#define ANN_HDR 5
 static inline uint8_t *put_ann(uint8_t *b, uint32_t an, uint32_t field, uint64_t v) {
     uint8_t *len = b + 1;
     b[0] = TAG_LEN(TE_DEBUG_ANNOTATIONS);
     b[2] = TAG_VARINT(DA_NAME_IID);
     b[3] = (uint8_t)an;
     b[4] = (uint8_t)(field << 3);
-    b = put_varint(b + 5, v);
+    b = put_varint(b + ANN_HDR, v);
     *len = (uint8_t)(b - len - 1);
     return b;
 }
@@ -1122,29 +1128,29 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
             p[1] = (uint8_t)(n - 2);
             t->last_ns = ts_ns;
             uint64_t cur = P.base + P.raw_n;
-            /* as tokens: the last iteration's packet again, but for the cycles, ns and timestamp values
-             * (same layout: same offsets, hence the same lengths in the headers before them) */
-            uint32_t layout = n | cyc << 8 | nsa << 16 | tsa << 24;
-            /* (the loop's last instant right before: a run of them, which the matcher codes best, as
-             * long copies reaching over several instants) */
+            /* As tokens: the loop's last instant again but for the cycles, ns and timestamp values, where
+             * it has the same layout (the same offsets, hence the same lengths in the headers before
+             * them) and is not the packet right before (a run of one loop's instants: the matcher codes
+             * it best, as long copies reaching over several instants). */
+            uint32_t layout = n | cyc << 8 | nsa << 16 | tsa << 24, val = cyc + ANN_HDR;
             if (lr->layout == layout && lr->at + n != cur && P.deflate && near(lr->at, cur) &&
-                memcmp(p, P.raw + (lr->at - P.base), cyc + 5) == 0) {
+                memcmp(p, P.raw + (lr->at - P.base), val) == 0) {
                 if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
                     fail(o);
                 oc_ztokens z = oc_zt;
                 uint32_t dist = (uint32_t)(cur - lr->at);
-                oc_z_match(&z, cyc + 5, dist);
-                loop_val *v = &P.lvals[((cycles * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull >> (64 - LVAL_BITS)];
-                if (v->cycles == cycles && v->ns == ns && near(v->at, cur + cyc + 5)) { /* these values, written before */
-                    oc_z_match(&z, tsa - cyc - 5, (uint32_t)(cur + cyc + 5 - v->at));
+                oc_z_match(&z, val, dist);
+                loop_val *v = loop_val_of(cycles, ns);
+                if (v->cycles == cycles && v->ns == ns && near(v->at, cur + val)) { /* these values, written before */
+                    oc_z_match(&z, tsa - val, (uint32_t)(cur + val - v->at));
                 } else {
-                    lits(&z, p + cyc + 5, nsa - cyc - 5);
-                    oc_z_match(&z, 5, dist);
-                    lits(&z, p + nsa + 5, tsa - nsa - 5);
+                    lits(&z, p + val, nsa - val);
+                    oc_z_match(&z, ANN_HDR, dist);
+                    lits(&z, p + nsa + ANN_HDR, tsa - nsa - ANN_HDR);
                 }
                 lits(&z, p + tsa, n - tsa);
                 oc_zt = z;
-                *v = (loop_val){cycles, ns, cur + cyc + 5};
+                *v = (loop_val){cycles, ns, cur + val};
             } else if (P.unscanned == SIZE_MAX) {
                 P.unscanned = P.raw_n; /* deflate.c's matcher finds its tokens */
             }
