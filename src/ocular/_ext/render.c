@@ -194,10 +194,17 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
     l->run_cycles = 0;
 }
 
+/* The record loop's specializations, constants where it is inlined.  LEAN: the recording has no sampling
+ * windows (oc_attr_on 0), is not precise, and loops are not shown as runs, so those tests are left out.
+ * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event. */
+#define SLICE_ANY (-1)
+static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
+
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
-static inline void pop_frame(rthread *t, uint64_t ts, int counted) {
+static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted, int lean,
+                                                              int slice) {
     frame *f = &t->stack[t->n - 1];
-    if (UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
+    if (!lean && UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
         for (int i = 0; i < NLOOPS; i++)
             if (f->loops[i].src != UINT32_MAX)
                 end_run(t, f, &f->loops[i]);
@@ -216,10 +223,14 @@ static inline void pop_frame(rthread *t, uint64_t ts, int counted) {
     }
     if (t->n > 0)
         f[-1].child += incl;
-    if (W.sink->slice)
+    if (sink_slices(slice))
         W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
     else
         W.sink->end(&W.out, t->tid, to_ns(ts));
+}
+
+static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
+    pop_frame_k(t, ts, counted, 0, SLICE_ANY);
 }
 
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
@@ -356,7 +367,8 @@ static __attribute__((noinline)) int grow_stack(rthread *t) {
     return 0;
 }
 
-static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts, int is_call) {
+static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts,
+                                                         int is_call, int lean) {
     if (UNLIKELY(t->n == t->cap) && grow_stack(t) < 0)
         return NULL;
     frame *f = &t->stack[t->n++];
@@ -375,7 +387,7 @@ static inline frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t
     f->insn_unit = UINT32_MAX;
     f->loops_on = 0;
     f->hidden = t->sampled;
-    if (UNLIKELY(f->hidden || oc_attr_on)) { /* (only sampling windows read these) */
+    if (UNLIKELY(f->hidden || (!lean && oc_attr_on))) { /* (only sampling windows read these) */
         frame *up = t->n > 1 ? f - 1 : NULL;
         f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
         f->head = f->hidden && up && up->hidden ? up->head : code_id;
@@ -397,7 +409,7 @@ static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 
 /* The gap since the thread's previous timed record goes to the running frame's self time.  `steady`
  * (a constant where it is inlined): the thread has a previous record and the calibration has seen
  * all its gaps, so neither is tested. */
-static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady) {
+static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady, int lean) {
     uint64_t ts = r->ts;
     if (steady || LIKELY(t->have_prev)) {
         uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
@@ -409,7 +421,7 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
             frame *top = &t->stack[t->n - 1];
             uint64_t net = oc_stats_net(delta);
             top->self += net;
-            if (UNLIKELY(oc_attr_on))
+            if (!lean && UNLIKELY(oc_attr_on))
                 oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
         }
     }
@@ -423,7 +435,8 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
 
 /* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction);
  * every record but K_EXT and K_PAUSE_END is timed (tick), first thing in its case. */
-static inline __attribute__((always_inline)) void process_rec(rthread *t, const oc_rec *r, int steady) {
+static inline __attribute__((always_inline)) void process_rec(rthread *t, const oc_rec *r, int steady, int lean,
+                                                              int slice) {
     uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
     switch (kind) {
     case K_START:
@@ -431,7 +444,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_THROW:
     case K_CCALL: {
         t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -441,7 +454,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 keep--;
             pop_to(t, keep, r->ts, 0);
         }
-        if (LIKELY(push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL) != NULL) && !W.sink->slice)
+        if (LIKELY(push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean) != NULL) &&
+            !sink_slices(slice))
             W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
         break;
     }
@@ -449,7 +463,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -460,15 +474,15 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
             pop_to(t, keep, r->ts, 0);
         }
         if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p)
-            pop_frame(t, r->ts, t->stack[t->n - 1].code_id == r->code_id);
-        else if (UNLIKELY(oc_attr_on))
+            pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, lean, slice);
+        else if (!lean && UNLIKELY(oc_attr_on))
             oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
         break;
     }
     case K_JUMP:
     case K_EXT: {
         if (kind == K_JUMP)
-            tick(t, r, steady);
+            tick(t, r, steady, lean);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         uint32_t src, dest;
@@ -485,7 +499,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
             break;
         frame *f = &t->stack[t->n - 1];
-        if (!R.precise) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
+        if (lean || !R.precise) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
             if (f->blk_start != UINT32_MAX && f->blk_insns == f->insns && one_block(f->code_id, f->blk_start, src))
                 oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
             f->blk_start = dest;
@@ -497,7 +511,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     }
     case K_FARJUMP:
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         t->far_pending = 1;
@@ -505,7 +519,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->far_code = r->code_id;
         break;
     case K_INSN: /* precise mode, or an adaptive-mode probe: per-instruction statistics only */
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
             if (f->insn_unit != UINT32_MAX)
@@ -520,7 +534,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         }
         break;
     case K_PAUSE:
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         t->pause_begin = r->ts;
         break;
     case K_PAUSE_END:
@@ -550,8 +564,23 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->mark = p == OC_MARK_SAMPLED;
         break;
     default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
-        tick(t, r, steady);
+        tick(t, r, steady, lean);
         break;
+    }
+}
+
+/* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k). */
+static inline __attribute__((always_inline)) void process_block(rthread *t, const oc_rec *r, const oc_rec *rend,
+                                                                int lean, int slice) {
+    while (r < rend) {
+        if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
+            for (; r < rend; r++)                                        /* without those tests */
+                process_rec(t, r, 1, lean, slice);
+            break;
+        }
+        const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
+        for (; r < stop; r++)
+            process_rec(t, r, 0, lean, slice);
     }
 }
 
@@ -559,18 +588,15 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
  * tests nothing but what each record needs. */
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
+    int lean = !oc_attr_on && !R.precise && W.loops != OC_LOOPS_RUNS;
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
-        while (r < rend) {
-            if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
-                for (; r < rend; r++)                                        /* without those tests */
-                    process_rec(t, r, 1);
-                break;
-            }
-            const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
-            for (; r < stop; r++)
-                process_rec(t, r, 0);
-        }
+        if (!lean)
+            process_block(t, r, rend, 0, SLICE_ANY);
+        else if (W.sink->slice)
+            process_block(t, r, rend, 1, 1);
+        else
+            process_block(t, r, rend, 1, 0);
         if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
@@ -626,7 +652,7 @@ static void open_cut_frames(rthread *t) {
         }
 done:
     for (uint32_t k = n; k-- > 0;)
-        if (push(t, ends[k][0], ends[k][1], first_ts, 1)) {
+        if (push(t, ends[k][0], ends[k][1], first_ts, 1, 0)) {
             t->stack[t->n - 1].cut = 1;
             if (W.sink->slice)
                 continue; /* (given whole at its end) */
