@@ -500,6 +500,36 @@ def events_by_tid(d):
     return [(tids[e["track"]], e["ts"], e["type"], e["name"], e["cats"], e["args"], e["source"]) for e in d.events]
 
 
+@pytest.mark.parametrize("ring", [None, "'1M'"])
+def test_rendering_on_two_threads_is_the_same_trace(tmp_path, ring):
+    """The sink's calls made by a second thread (pipe.c; OCULAR_RENDER_PIPE=1 forces it, and a block of
+    64 words makes the renderer fill every block and wait for a free one many times) give the output a
+    render on one thread gives: .pftrace to the nanosecond (loop instants included) and JSON byte for
+    byte (loop runs included); with a flight-recorder window, slices cut at its edge too."""
+    rec = tmp_path / "rec.ocular"
+    program = MANY if ring is None else MANY.replace("report=False)", f"report=False, ring={ring})").replace(
+        "range(3000)", "range(20000)")  # (more than the window keeps)
+    run_py(program, str(rec), timeout=300)
+    outs = {}
+    for pipe in ("0", "1"):
+        for name, loops in (("t.pftrace", "'iterations'"), ("t.json", "'runs'")):
+            outs[pipe, name] = out = tmp_path / f"{pipe}{name}"
+            run_py(f"import sys, ocular; ocular.convert(sys.argv[1], sys.argv[2], loops={loops})", str(rec),
+                   str(out), env={"OCULAR_RENDER_PIPE": pipe, "OCULAR_TEST_PIPE_BLOCK": "64"})
+    d0, d1 = Decoded(str(outs["0", "t.pftrace"])), Decoded(str(outs["1", "t.pftrace"]))
+    e0 = events_by_tid(d0)
+    assert e0 == events_by_tid(d1)
+    assert len(e0) > 20000, len(e0)
+    assert ring is not None or len({e[0] for e in e0}) == 4  # (a window may hold fewer threads)
+    assert any((e[3] or "").startswith("loop ") for e in e0)
+    j0, j1 = outs["0", "t.json"].read_bytes(), outs["1", "t.json"].read_bytes()
+    assert j0 == j1
+    events = json.loads(j0)["traceEvents"]
+    assert any(e.get("name", "").startswith("loop ") and e.get("ph") == "X" for e in events)
+    if ring is not None:
+        assert any(e.get("args", {}).get("cut") for e in events)
+
+
 def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
     """One recording rendered twice, compressed and not: the same events to the nanosecond.  Many
     functions on four threads, loops, calls in a shuffled order -- every way the sink finds its

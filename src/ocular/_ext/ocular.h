@@ -415,6 +415,11 @@ enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
 extern const oc_sink oc_sink_none;     /* render.c: statistics only */
+/* pipe.c: the sink's calls made by a second thread, in order.  oc_pipe_start puts a queueing sink in
+ * *sink's place (0; -1: no thread, nothing changed); oc_pipe_end waits for the last call and puts the
+ * real sink back.  The output is touched only by that thread in between. */
+int oc_pipe_start(const oc_sink **sink, oc_out *out);
+void oc_pipe_end(const oc_sink **sink);
 extern const oc_sink oc_sink_tree;     /* sink_tree.c: the aggregated call tree (no output file) */
 extern const oc_sink oc_sink_speedscope; /* sink_speedscope.c */
 enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_TREE = 3, OC_FORMAT_SPEEDSCOPE = 4 };

@@ -1,0 +1,249 @@
+/* pipe.c -- rendering on two CPUs: the sink's work handed to a second thread.
+ *
+ * Rendering is two halves of about equal cost: rebuilding the stacks and the statistics (render.c),
+ * and encoding the trace (a sink: JSON formatting, or .pftrace's packets and compression).  Where a
+ * second CPU is free (at stop, after the program; in `convert`), oc_pipe_start puts a queueing sink in
+ * the renderer's place: each sink call becomes a fixed-size operation in a block, full blocks go to a
+ * thread that makes the real calls, in order.  The output is the one the sink makes when called
+ * directly; the two halves run side by side, so rendering takes the longer half's time instead of the
+ * sum.  Only the sink thread touches the output (oc_out) until oc_pipe_end has joined it.
+ *
+ * Blocks are handed over under a mutex (one lock per block of operations); the renderer waits only when
+ * all QNB blocks are full, the sink thread only when none is.
+ */
+#include "ocular.h"
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT };
+
+/* An operation is 2-6 words: the first holds the kind (low 8 bits), the code id (bits 8-39) and a
+ * slice's cut flag (bit 40); times and figures follow.  The thread id is an operation of its own,
+ * written when it changes: 16 bytes for a slice's begin or end, 24 for a whole slice. */
+#define QBLOCK 131072 /* words per block (1 MiB; OCULAR_TEST_PIPE_BLOCK: fewer, for tests) */
+#define QNB 4        /* blocks */
+#define QMAX 6       /* words of the longest operation */
+
+static struct {
+    const oc_sink *real;
+    oc_out *out;
+    oc_sink sink;          /* the queueing sink the renderer calls meanwhile */
+    uint64_t *ring;        /* QNB blocks of `block` words */
+    uint32_t block;
+    uint32_t fill[QNB];    /* words in each published block */
+    uint32_t blk, n;       /* the renderer's block and how many words it holds */
+    long tid;              /* the thread of the renderer's last operation */
+    int have_tid;
+    uint32_t cons;         /* the block the sink thread takes next */
+    uint32_t ready;        /* blocks published and not yet done by the sink thread */
+    int done;
+    pthread_mutex_t lock;
+    pthread_cond_t more, room;
+    pthread_t thread;
+} Q;
+
+static long run_block(const uint64_t *w, uint32_t n, long tid) {
+    const oc_sink *s = Q.real;
+    oc_out *o = Q.out;
+    for (const uint64_t *end = w + n; w < end;) {
+        uint64_t h = *w++;
+        uint32_t code = (uint32_t)(h >> 8);
+        switch ((uint8_t)h) {
+        case Q_TID:
+            tid = (long)*w++;
+            break;
+        case Q_BEGIN:
+            s->begin(o, tid, *w++, code);
+            break;
+        case Q_END:
+            s->end(o, tid, *w++);
+            break;
+        case Q_SLICE:
+            s->slice(o, tid, w[0], w[1], code, (int)(h >> 40) & 1);
+            w += 2;
+            break;
+        case Q_LOOP:
+            s->loop(o, tid, w[0], code, (int)(int32_t)w[1], (uint32_t)(w[1] >> 32), (uint32_t)w[2], w[3], w[4]);
+            w += 5;
+            break;
+        case Q_LOOP_RUN:
+            s->loop_run(o, tid, w[0], w[1], code, (int)(int32_t)w[2], (uint32_t)(w[2] >> 32), w[3], w[4]);
+            w += 5;
+            break;
+        case Q_BEGIN_CUT:
+            s->begin_cut(o, tid, *w++, code);
+            break;
+        }
+    }
+    return tid;
+}
+
+static void *sink_main(void *arg) {
+    (void)arg;
+    long tid = 0;
+    pthread_mutex_lock(&Q.lock);
+    for (;;) {
+        while (!Q.ready && !Q.done)
+            pthread_cond_wait(&Q.more, &Q.lock);
+        if (!Q.ready)
+            break;
+        uint32_t b = Q.cons;
+        pthread_mutex_unlock(&Q.lock);
+        tid = run_block(Q.ring + (size_t)b * Q.block, Q.fill[b], tid);
+        pthread_mutex_lock(&Q.lock);
+        Q.cons = (b + 1) % QNB;
+        Q.ready--;
+        pthread_cond_signal(&Q.room);
+    }
+    pthread_mutex_unlock(&Q.lock);
+    return NULL;
+}
+
+/* The renderer's block is full: publish it and take the next free one (waiting while none is). */
+static __attribute__((noinline)) void publish(void) {
+    pthread_mutex_lock(&Q.lock);
+    Q.fill[Q.blk] = Q.n;
+    Q.ready++;
+    pthread_cond_signal(&Q.more);
+    while (Q.ready == QNB)
+        pthread_cond_wait(&Q.room, &Q.lock);
+    pthread_mutex_unlock(&Q.lock);
+    Q.blk = (Q.blk + 1) % QNB;
+    Q.n = 0;
+}
+
+/* Room for an operation of thread `tid`, its first word written: where its other words go. */
+static inline uint64_t *next_op(uint32_t op, long tid, uint32_t code_id) {
+    if (UNLIKELY(Q.n > Q.block - 2 - QMAX))
+        publish();
+    uint64_t *w = Q.ring + (size_t)Q.blk * Q.block + Q.n;
+    if (UNLIKELY(tid != Q.tid || !Q.have_tid)) {
+        w[0] = Q_TID;
+        w[1] = (uint64_t)tid;
+        w += 2;
+        Q.n += 2;
+        Q.tid = tid;
+        Q.have_tid = 1;
+    }
+    w[0] = op | (uint64_t)code_id << 8;
+    return w + 1;
+}
+
+static void q_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    (void)o;
+    next_op(Q_BEGIN, tid, code_id)[0] = ts_ns;
+    Q.n += 2;
+}
+
+static void q_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    (void)o;
+    next_op(Q_BEGIN_CUT, tid, code_id)[0] = ts_ns;
+    Q.n += 2;
+}
+
+static void q_end(oc_out *o, long tid, uint64_t ts_ns) {
+    (void)o;
+    next_op(Q_END, tid, 0)[0] = ts_ns;
+    Q.n += 2;
+}
+
+static void q_slice(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut) {
+    (void)o;
+    uint64_t *w = next_op(Q_SLICE, tid, code_id);
+    w[-1] |= (uint64_t)(cut != 0) << 40;
+    w[0] = begin_ns;
+    w[1] = end_ns;
+    Q.n += 3;
+}
+
+static void q_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
+                   uint64_t cycles, uint64_t ns) {
+    (void)o;
+    uint64_t *w = next_op(Q_LOOP, tid, code_id);
+    w[0] = ts_ns;
+    w[1] = (uint32_t)line | (uint64_t)offset << 32;
+    w[2] = insns;
+    w[3] = cycles;
+    w[4] = ns;
+    Q.n += 6;
+}
+
+static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
+                       uint32_t offset, uint64_t iterations, uint64_t cycles) {
+    (void)o;
+    uint64_t *w = next_op(Q_LOOP_RUN, tid, code_id);
+    w[0] = first_ns;
+    w[1] = last_ns;
+    w[2] = (uint32_t)line | (uint64_t)offset << 32;
+    w[3] = iterations;
+    w[4] = cycles;
+    Q.n += 6;
+}
+
+static void q_header(oc_out *o) { (void)o; }
+static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
+
+int oc_pipe_start(const oc_sink **sink, oc_out *out) {
+    if (Q.real)
+        return -1;
+    const char *env = getenv("OCULAR_TEST_PIPE_BLOCK");
+    Q.block = env && *env ? (uint32_t)strtoul(env, NULL, 10) : QBLOCK;
+    if (Q.block < 2 + QMAX + 1 || Q.block > QBLOCK)
+        Q.block = QBLOCK;
+    Q.ring = malloc(sizeof(uint64_t) * Q.block * QNB);
+    if (!Q.ring)
+        return -1;
+    const oc_sink *s = *sink;
+    /* the same optional parts as the real sink: the renderer chooses its calls by them */
+    Q.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
+                       .loop = q_loop, .begin_cut = s->begin_cut ? q_begin_cut : NULL,
+                       .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL};
+    Q.real = s;
+    Q.out = out;
+    Q.blk = Q.n = Q.cons = Q.ready = 0;
+    Q.have_tid = 0;
+    Q.done = 0;
+    pthread_mutex_init(&Q.lock, NULL);
+    pthread_cond_init(&Q.more, NULL);
+    pthread_cond_init(&Q.room, NULL);
+    sigset_t all, old; /* signals stay with the program's threads */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&Q.thread, NULL, sink_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_mutex_destroy(&Q.lock);
+        pthread_cond_destroy(&Q.more);
+        pthread_cond_destroy(&Q.room);
+        free(Q.ring);
+        Q.ring = NULL;
+        Q.real = NULL;
+        return -1;
+    }
+    *sink = &Q.sink;
+    return 0;
+}
+
+void oc_pipe_end(const oc_sink **sink) {
+    if (!Q.real)
+        return;
+    pthread_mutex_lock(&Q.lock);
+    if (Q.n) { /* the last block, partly filled (there is room: the renderer held it) */
+        Q.fill[Q.blk] = Q.n;
+        Q.ready++;
+        Q.n = 0;
+    }
+    Q.done = 1;
+    pthread_cond_signal(&Q.more);
+    pthread_mutex_unlock(&Q.lock);
+    pthread_join(Q.thread, NULL);
+    pthread_mutex_destroy(&Q.lock);
+    pthread_cond_destroy(&Q.more);
+    pthread_cond_destroy(&Q.room);
+    free(Q.ring);
+    Q.ring = NULL;
+    *sink = Q.real;
+    Q.real = NULL;
+}
