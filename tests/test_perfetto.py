@@ -530,6 +530,33 @@ def test_rendering_on_two_threads_is_the_same_trace(tmp_path, ring):
         assert any(e.get("args", {}).get("cut") for e in events)
 
 
+def test_render_pipe_setting_is_checked(tmp_path):
+    """OCULAR_RENDER_PIPE takes 0, 1 or blank: anything else makes start_tracing() and convert() raise a
+    ValueError naming it, before anything starts or is written."""
+    code = """
+        import os, sys, ocular
+        rec, out = sys.argv[1], sys.argv[2]
+        os.environ["OCULAR_RENDER_PIPE"] = " "
+        ocular.start_tracing(output=rec, report=False)
+        ocular.stop_tracing()
+        for value in ("yes", "2", "01"):
+            os.environ["OCULAR_RENDER_PIPE"] = value
+            for call in (lambda: ocular.start_tracing(output=out), lambda: ocular.convert(rec, out)):
+                try:
+                    call()
+                except ValueError as e:
+                    assert f"OCULAR_RENDER_PIPE={value!r} is not valid" in str(e), e
+                else:
+                    raise AssertionError(value)
+                assert not ocular.is_tracing() and not os.path.exists(out)
+        os.environ["OCULAR_RENDER_PIPE"] = "1"
+        ocular.convert(rec, out)
+        print("ok")
+    """
+    p = run_py(code, str(tmp_path / "r.ocular"), str(tmp_path / "t.pftrace"))
+    assert p.stdout.split()[-1] == "ok"
+
+
 def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
     """One recording rendered twice, compressed and not: the same events to the nanosecond.  Many
     functions on four threads, loops, calls in a shuffled order -- every way the sink finds its

@@ -716,6 +716,7 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
         raise ValueError(f"ocular: {output!r} names a recording; convert renders to a trace (.json, .pftrace)")
     if os.path.abspath(recording) == path:
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
+    _env.check_render(perfetto_file=fmt == "perfetto")
     tmp = _render_tmp_name(path)
     try:
         rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),

@@ -12,6 +12,7 @@ import os
 CLOCK = "OCULAR_CLOCK"                      # clock.c: "monotonic" = clock_gettime instead of the TSC
 PERFETTO_DEFLATE = "OCULAR_PERFETTO_DEFLATE"  # sink_perfetto.c: "0" = plain packets, "1" = deflated (default)
 LIVE_RENDER = "OCULAR_LIVE_RENDER"          # render.c: "0" = never render while recording, "1" = even on one CPU
+RENDER_PIPE = "OCULAR_RENDER_PIPE"          # render.c: "0" = render on one thread, "1" = encode on a second always
 
 
 def shown(value, limit=60):
@@ -37,6 +38,14 @@ def check(perfetto_file):
                                          "counter), or leave it unset for the default")
     _check_choice(LIVE_RENDER, ("0", "1"), "use 0 (render only at stop) or 1 (render while recording, even with "
                                            "one CPU), or leave it unset (render while recording with two CPUs)")
+    check_render(perfetto_file)
+
+
+def check_render(perfetto_file):
+    """The variables a render reads (at stop, or in convert): ValueError if one has a value it does not accept."""
+    _check_choice(RENDER_PIPE, ("0", "1"), "use 0 (render on one thread) or 1 (encode the trace on a second "
+                                           "thread whatever is left to render), or leave it unset (a second thread "
+                                           "with a free CPU and 256K records or more to render)")
     if perfetto_file:
         _check_choice(PERFETTO_DEFLATE, ("0", "1"), "use 0 (plain packets) or 1 (deflated, the default), or "
                                                     "leave it unset")

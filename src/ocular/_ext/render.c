@@ -1389,7 +1389,9 @@ static int live_takeover(const char *rec_path, int format, const char *out_path,
  * 1 always, any format).  `convert` of fib(27) (1.9 M records) and of the generator workload (1.7 M), wall
  * time: .pftrace x0.76 both, JSON x0.93 and x0.78; for 20-30 more instructions an event (the hand-over). */
 static int pipe_wanted(int format, const char *out_path) {
-    const char *env = getenv("OCULAR_RENDER_PIPE");
+    const char *env = getenv("OCULAR_RENDER_PIPE"); /* (blank: unset, as _env.py takes it) */
+    while (env && (*env == ' ' || *env == '\t'))
+        env++;
     if (env && *env)
         return strcmp(env, "0") != 0;
     return out_path && (format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO) && W.total - W.events >= 262144 &&
