@@ -185,6 +185,16 @@ static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns,
 static void q_header(oc_out *o) { (void)o; }
 static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
+/* (the thread is gone, or was never started) */
+static void release(void) {
+    pthread_mutex_destroy(&Q.lock);
+    pthread_cond_destroy(&Q.more);
+    pthread_cond_destroy(&Q.room);
+    free(Q.ring);
+    Q.ring = NULL;
+    Q.real = NULL;
+}
+
 int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     if (Q.real)
         return -1;
@@ -214,12 +224,7 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     int rc = pthread_create(&Q.thread, NULL, sink_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        pthread_mutex_destroy(&Q.lock);
-        pthread_cond_destroy(&Q.more);
-        pthread_cond_destroy(&Q.room);
-        free(Q.ring);
-        Q.ring = NULL;
-        Q.real = NULL;
+        release();
         return -1;
     }
     *sink = &Q.sink;
@@ -239,11 +244,6 @@ void oc_pipe_end(const oc_sink **sink) {
     pthread_cond_signal(&Q.more);
     pthread_mutex_unlock(&Q.lock);
     pthread_join(Q.thread, NULL);
-    pthread_mutex_destroy(&Q.lock);
-    pthread_cond_destroy(&Q.more);
-    pthread_cond_destroy(&Q.room);
-    free(Q.ring);
-    Q.ring = NULL;
     *sink = Q.real;
-    Q.real = NULL;
+    release();
 }
