@@ -82,6 +82,7 @@ static long run_block(const uint64_t *w, uint32_t n, long tid) {
 
 static void *sink_main(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "ocular-encode");
     long tid = 0;
     pthread_mutex_lock(&Q.lock);
     for (;;) {
