@@ -58,11 +58,16 @@ test: build
 
 # test-installed: what users install.  For each interpreter: a wheel built from the tree (build/ leftovers of
 # earlier builds removed first), installed with the test dependencies into a fresh venv
-# (build/installed-X.Y/venv), and the whole suite run against it: OCULAR_TEST_INSTALLED=1 puts nothing from
-# src/ on any path, and tests/test_wheel.py fails if the wheel lacks a file of src/ocular.
+# (build/installed-X.Y/venv), and the tests run against it: OCULAR_TEST_INSTALLED=1 puts nothing from src/ on
+# any path, and tests/test_wheel.py fails if the wheel lacks a file of src/ocular.  The whole suite on the
+# versions in INSTALLED_FULL (default: all), INSTALLED_SMOKE (the package's files, API, command line and formats)
+# on the others: their code is what `make test` ran; what can differ is what the wheel holds.
+INSTALLED_FULL ?= $(VERSIONS)
+INSTALLED_SMOKE ?= tests/test_wheel.py tests/test_api.py tests/test_cli_report.py tests/test_formats.py
 test-installed: check-python
 	@for v in $(VERSIONS); do \
-	  echo "== tests against the installed wheel on Python $$v"; \
+	  if echo " $(INSTALLED_FULL) " | grep -q " $$v "; then t=tests; else t="$(INSTALLED_SMOKE)"; fi; \
+	  echo "== tests against the installed wheel on Python $$v: $$t"; \
 	  py=$$(for p in $(PYTHONS); do [ "$$($$p -c 'import sys;print("%d.%d"%sys.version_info[:2])')" = "$$v" ] && echo $$p; done | head -1); \
 	  d=build/installed-$$v; rm -rf $$d build/lib.* build/bdist.* && mkdir -p $$d/wheel && \
 	  $$py -m venv $$d/venv && $$d/venv/bin/python -m pip install -q --upgrade pip && \
@@ -70,7 +75,7 @@ test-installed: check-python
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
 	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
 	  OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl) \
-	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider tests || exit 1; \
+	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $$t || exit 1; \
 	done
 
 # ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------
