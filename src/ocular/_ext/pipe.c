@@ -3,8 +3,8 @@
  * Rendering is two halves of about equal cost: rebuilding the stacks and the statistics (render.c),
  * and encoding the trace (a sink: JSON formatting, or .pftrace's packets and compression).  Where a
  * second CPU is free (at stop, after the program; in `convert`), oc_pipe_start puts a queueing sink in
- * the renderer's place: each sink call becomes a fixed-size operation in a block, full blocks go to a
- * thread that makes the real calls, in order.  The output is the one the sink makes when called
+ * the renderer's place: each sink call becomes an operation of a few words in a block, full blocks go
+ * to a thread (ocular-encode) that makes the real calls, in order.  The output is the one the sink makes when called
  * directly; the two halves run side by side, so rendering takes the longer half's time instead of the
  * sum.  Only the sink thread touches the output (oc_out) until oc_pipe_end has joined it.
  *
