@@ -1,8 +1,9 @@
 """The environment variables the C engine reads (with getenv), checked in Python before a session starts.
 
 The engine cannot raise where it reads them (the clock is chosen at start, the Perfetto sink reads its
-variable on the writer thread), so ``start_tracing()`` checks them first: a value the engine would not
-understand is a ValueError naming the variable and the accepted values, instead of a silent default.
+variable on the writer thread), so ``start_tracing()`` checks them first (and ``convert()`` those a render
+reads): a value the engine would not understand is a ValueError naming the variable and the accepted
+values, instead of a silent default.
 Unset, empty or blank means the default.  The USDT variables (OCULAR_USDT_POLL_MS, OCULAR_USDT_WAIT) are checked
 by ``ocular.usdt.enable()``.
 """

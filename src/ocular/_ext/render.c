@@ -132,7 +132,8 @@ static struct {
     int live_failed;         /* rendering while recording met what it cannot render early (a pause) */
     int anon;                /* the output is an unnamed file (O_TMPFILE), named when complete */
     uint64_t live_events;    /* records rendered while the program was recording */
-    uintptr_t drop_from;     /* the first page of the mapping not yet dropped from the resident set, or 0 */
+    uintptr_t drop_from;     /* the first page of the mapping not yet dropped from the resident set, or 0
+                                (reset with the mapping: reset_render, and after a render) */
     int progress;
     uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
@@ -1095,9 +1096,10 @@ static void render_span(rthread *t, uint32_t s, int drop) {
     if (!drop)
         return;
     /* done with these pages: out of the resident set (a long recording is mapped whole), 16 MiB at a
-     * time from the first page not dropped yet -- every madvise is a system call, and with a second
-     * thread (pipe.c, out.c's writer) a TLB shootdown on its CPU.  Rendering thread by thread goes back
-     * in the file: the step starts again there (a page dropped before its time is read again). */
+     * time from the first page not dropped yet -- every madvise is a system call and a TLB shootdown on
+     * the CPUs of the process's other threads (the program's, while recording; pipe.c's or out.c's
+     * writer's after it).  Rendering thread by thread goes back in the file: the step starts again
+     * there (a page dropped before its time is read again).  The pages stay in the file: nothing is lost. */
     uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
     uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
     if (!W.drop_from || lo < W.drop_from)
@@ -1161,7 +1163,6 @@ static struct {
     uint8_t *map;
     size_t reserve;
     size_t off;              /* blocks indexed up to here */
-    size_t dropped;          /* mapped pages before this were given back */
     uint32_t done;           /* spans of thread 0 rendered */
     uint32_t known;          /* code ids below this all have their table entry */
     oc_render_result res;
@@ -1215,23 +1216,12 @@ static uint32_t live_step(void) {
         /* a chunk reaching past the clock's knee waits for the final calibration (~20 ms in) */
         if (!W.calib_final && sp->n && sp->recs[sp->n - 1].ts >= R.knee_tsc)
             break;
-        render_ref(ref.thread, ref.span, 0);
+        render_ref(ref.thread, ref.span, 1);
         if (W.live_failed) {
             L.failed = 1;
             return 0;
         }
         L.done++;
-    }
-    /* Out of the resident set in large steps: every madvise interrupts the program's CPU (a TLB
-     * shootdown), so not per chunk as after stop.  The pages stay in the file; nothing is lost. */
-    uintptr_t upto = 0;
-    if (L.done) {
-        span_ref last = next_ref(L.done - 1);
-        upto = (uintptr_t)W.threads[last.thread].spans[last.span].recs & ~(uintptr_t)4095;
-    }
-    if (upto >= (uintptr_t)L.map + L.dropped + (16u << 20)) {
-        madvise(L.map + L.dropped, upto - ((uintptr_t)L.map + L.dropped), MADV_DONTNEED);
-        L.dropped = upto - (uintptr_t)L.map;
     }
     return L.done - done0;
 }
@@ -1344,7 +1334,7 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     L.loops = loops;
     L.stop = 0;
     L.failed = L.opened = 0;
-    L.off = L.dropped = 0;
+    L.off = 0;
     L.done = L.known = 0;
     memset(&L.res, 0, sizeof L.res);
     if (pthread_create(&L.thread, NULL, live_main, NULL) != 0) {
@@ -1388,14 +1378,12 @@ static int live_takeover(const char *rec_path, int format, const char *out_path,
  * where a second CPU is free and at least 256K records (~12 ms) are left to render (OCULAR_RENDER_PIPE: 0 never,
  * 1 always, any format).  `convert` of fib(27) (1.9 M records) and of the generator workload (1.7 M), wall
  * time: .pftrace x0.76 both, JSON x0.93 and x0.78; for 20-30 more instructions an event (the hand-over). */
-static int pipe_wanted(int format, const char *out_path) {
-    const char *env = getenv("OCULAR_RENDER_PIPE"); /* (blank: unset, as _env.py takes it) */
-    while (env && (*env == ' ' || *env == '\t'))
-        env++;
-    if (env && *env)
-        return strcmp(env, "0") != 0;
+static int pipe_wanted(int format, const char *out_path, int two_cpus) {
+    const char *env = getenv("OCULAR_RENDER_PIPE"); /* (_env.py let only these, or blank for unset, through) */
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1';
     return out_path && (format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO) && W.total - W.events >= 262144 &&
-           cpus_available() >= 2;
+           two_cpus;
 }
 
 int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
@@ -1459,8 +1447,9 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     /* After the program a CPU is free.  With enough left to render, the sink runs there (pipe.c), and
      * writes too; else JSON's system calls (~45 bytes an event) go to a writer thread, measured 5% faster
      * in `convert` (.pftrace's ~1.5 bytes: 1% slower) */
-    int piped = pipe_wanted(format, out_path) && oc_pipe_start(&W.sink, &W.out) == 0;
-    if (!piped && out_path && format == OC_FORMAT_JSON && cpus_available() >= 2)
+    int two_cpus = cpus_available() >= 2;
+    int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&W.sink, &W.out) == 0;
+    if (!piped && out_path && format == OC_FORMAT_JSON && two_cpus)
         oc_out_async_start(&W.out);
     if (!W.complete) { /* cut short: end where the last record of any thread is */
         for (uint32_t i = 0; i < W.nthreads; i++)
@@ -1476,7 +1465,6 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.done = W.events;
     const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
     W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
-    W.drop_from = 0; /* (this render's mapping) */
     if (W.file_order) { /* the threads' chunks interleaved, as recorded (what rendering while recording did) */
         for (uint32_t k = first0; k < W.norder; k++)
             render_ref(W.order[k].thread, W.order[k].span, 1);
