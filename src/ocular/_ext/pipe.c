@@ -33,9 +33,10 @@ static struct {
     uint64_t *ring;        /* QNB blocks of `block` words */
     uint32_t block;
     uint32_t fill[QNB];    /* words in each published block */
-    uint32_t blk, n;       /* the renderer's block and how many words it holds */
+    uint32_t blk;          /* the renderer's block */
+    uint64_t *wp;          /* the renderer's next word in it */
+    uint64_t *wlim;        /* an operation starting past this may not fit; NULL: the thread op is due */
     long tid;              /* the thread of the renderer's last operation */
-    int have_tid;
     uint32_t cons;         /* the block the sink thread takes next */
     uint32_t ready;        /* blocks published and not yet done by the sink thread */
     int done;
@@ -102,85 +103,103 @@ static void *sink_main(void *arg) {
     return NULL;
 }
 
+static inline uint64_t *block_start(uint32_t b) { return Q.ring + (size_t)b * Q.block; }
+
 /* The renderer's block is full: publish it and take the next free one (waiting while none is). */
-static __attribute__((noinline)) void publish(void) {
+static void publish(void) {
     pthread_mutex_lock(&Q.lock);
-    Q.fill[Q.blk] = Q.n;
+    Q.fill[Q.blk] = (uint32_t)(Q.wp - block_start(Q.blk));
     Q.ready++;
     pthread_cond_signal(&Q.more);
     while (Q.ready == QNB)
         pthread_cond_wait(&Q.room, &Q.lock);
     pthread_mutex_unlock(&Q.lock);
     Q.blk = (Q.blk + 1) % QNB;
-    Q.n = 0;
+    Q.wp = block_start(Q.blk);
 }
 
-/* Room for an operation of thread `tid`, its first word written: where its other words go. */
-static inline uint64_t *next_op(uint32_t op, long tid, uint32_t code_id) {
-    if (UNLIKELY(Q.n > Q.block - 2 - QMAX))
+/* next_op's rare case: the block is full, or the thread changed (its operation first). */
+static __attribute__((noinline)) uint64_t *op_slow(long tid) {
+    uint64_t *lim = block_start(Q.blk) + Q.block - 2 - QMAX;
+    if (Q.wp > lim) {
         publish();
-    uint64_t *w = Q.ring + (size_t)Q.blk * Q.block + Q.n;
-    if (UNLIKELY(tid != Q.tid || !Q.have_tid)) {
-        w[0] = Q_TID;
-        w[1] = (uint64_t)tid;
-        w += 2;
-        Q.n += 2;
-        Q.tid = tid;
-        Q.have_tid = 1;
+        lim = block_start(Q.blk) + Q.block - 2 - QMAX;
     }
-    w[0] = op | (uint64_t)code_id << 8;
-    return w + 1;
+    if (tid != Q.tid || !Q.wlim) {
+        Q.wp[0] = Q_TID;
+        Q.wp[1] = (uint64_t)tid;
+        Q.wp += 2;
+        Q.tid = tid;
+    }
+    Q.wlim = lim;
+    return Q.wp;
+}
+
+/* Where an operation of thread `tid` goes (the caller writes it and moves Q.wp past it). */
+static inline uint64_t *next_op(long tid) {
+    uint64_t *w = Q.wp;
+    if (UNLIKELY(w > Q.wlim || tid != Q.tid))
+        return op_slow(tid);
+    return w;
 }
 
 static void q_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     (void)o;
-    next_op(Q_BEGIN, tid, code_id)[0] = ts_ns;
-    Q.n += 2;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_BEGIN | (uint64_t)code_id << 8;
+    w[1] = ts_ns;
+    Q.wp = w + 2;
 }
 
 static void q_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     (void)o;
-    next_op(Q_BEGIN_CUT, tid, code_id)[0] = ts_ns;
-    Q.n += 2;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_BEGIN_CUT | (uint64_t)code_id << 8;
+    w[1] = ts_ns;
+    Q.wp = w + 2;
 }
 
 static void q_end(oc_out *o, long tid, uint64_t ts_ns) {
     (void)o;
-    next_op(Q_END, tid, 0)[0] = ts_ns;
-    Q.n += 2;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_END;
+    w[1] = ts_ns;
+    Q.wp = w + 2;
 }
 
 static void q_slice(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut) {
     (void)o;
-    uint64_t *w = next_op(Q_SLICE, tid, code_id);
-    w[-1] |= (uint64_t)(cut != 0) << 40;
-    w[0] = begin_ns;
-    w[1] = end_ns;
-    Q.n += 3;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_SLICE | (uint64_t)code_id << 8 | (uint64_t)(cut != 0) << 40;
+    w[1] = begin_ns;
+    w[2] = end_ns;
+    Q.wp = w + 3;
 }
 
 static void q_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
                    uint64_t cycles, uint64_t ns) {
     (void)o;
-    uint64_t *w = next_op(Q_LOOP, tid, code_id);
-    w[0] = ts_ns;
-    w[1] = (uint32_t)line | (uint64_t)offset << 32;
-    w[2] = insns;
-    w[3] = cycles;
-    w[4] = ns;
-    Q.n += 6;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_LOOP | (uint64_t)code_id << 8;
+    w[1] = ts_ns;
+    w[2] = (uint32_t)line | (uint64_t)offset << 32;
+    w[3] = insns;
+    w[4] = cycles;
+    w[5] = ns;
+    Q.wp = w + 6;
 }
 
 static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
                        uint32_t offset, uint64_t iterations, uint64_t cycles) {
     (void)o;
-    uint64_t *w = next_op(Q_LOOP_RUN, tid, code_id);
-    w[0] = first_ns;
-    w[1] = last_ns;
-    w[2] = (uint32_t)line | (uint64_t)offset << 32;
-    w[3] = iterations;
-    w[4] = cycles;
-    Q.n += 6;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_LOOP_RUN | (uint64_t)code_id << 8;
+    w[1] = first_ns;
+    w[2] = last_ns;
+    w[3] = (uint32_t)line | (uint64_t)offset << 32;
+    w[4] = iterations;
+    w[5] = cycles;
+    Q.wp = w + 6;
 }
 
 static void q_header(oc_out *o) { (void)o; }
@@ -213,8 +232,9 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
                        .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL};
     Q.real = s;
     Q.out = out;
-    Q.blk = Q.n = Q.cons = Q.ready = 0;
-    Q.have_tid = 0;
+    Q.blk = Q.cons = Q.ready = 0;
+    Q.wp = Q.ring;
+    Q.wlim = NULL; /* the first operation writes the thread's */
     Q.done = 0;
     pthread_mutex_init(&Q.lock, NULL);
     pthread_cond_init(&Q.more, NULL);
@@ -236,10 +256,9 @@ void oc_pipe_end(const oc_sink **sink) {
     if (!Q.real)
         return;
     pthread_mutex_lock(&Q.lock);
-    if (Q.n) { /* the last block, partly filled (there is room: the renderer held it) */
-        Q.fill[Q.blk] = Q.n;
+    if (Q.wp != block_start(Q.blk)) { /* the last block, partly filled (there is room: the renderer held it) */
+        Q.fill[Q.blk] = (uint32_t)(Q.wp - block_start(Q.blk));
         Q.ready++;
-        Q.n = 0;
     }
     Q.done = 1;
     pthread_cond_signal(&Q.more);
