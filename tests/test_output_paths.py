@@ -217,3 +217,106 @@ def test_remove_frees_the_file_on_another_thread(tmp_path):
     while held() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert held() == []
+
+
+def test_the_program_itself_is_never_the_output(tmp_path):
+    """The trace (or --report) would replace the program's source: `-o mod.py -m mod`, an output that is a
+    symbolic link to the script, `--report script.py script.py`.  Expect: status 2 before the program runs,
+    the source untouched."""
+    src = PROG
+    (tmp_path / "mod.py").write_text(src)
+    (tmp_path / "script.py").write_text(src)
+    os.symlink("script.py", tmp_path / "alias.py")
+    cases = [(["-o", "mod.py", "-m", "mod"], "mod.py", "the source of module 'mod'"),
+             (["-o", "alias.py", "script.py"], "script.py", "is the script being run"),
+             (["-o", "t.json", "--report", "script.py", "script.py"], "script.py", "is the script being run"),
+             (["-o", "t.json", "-o", "script.py", "script.py"], "script.py", "is the script being run")]
+    for args, victim, said in cases:
+        p = run_cli(*args, cwd=tmp_path)
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+        assert (tmp_path / victim).read_text() == src, args
+        assert not (tmp_path / "ran.out").exists(), args
+
+
+def test_an_output_ending_in_a_slash_names_a_directory(tmp_path):
+    """`-o notes/` where notes is a file, or where nothing is: refused (the slash is not dropped, which
+    would replace the file `notes` or create one)."""
+    (tmp_path / "notes").write_text("precious")
+    for out in ("notes/", "outdir/"):
+        p = run_cli("-o", out, "-c", PROG, cwd=tmp_path)
+        assert p.returncode == 2 and "names a directory" in p.stderr, p.stderr
+    assert (tmp_path / "notes").read_text() == "precious"
+    assert not (tmp_path / "outdir").exists() and not (tmp_path / "ran.out").exists()
+    with pytest.raises(ValueError, match="names a directory"):
+        ocular.start_tracing(output=str(tmp_path / "notes") + "/")
+    assert not ocular.is_tracing()
+
+
+def test_several_outputs_are_all_checked_before_the_program_runs(tmp_path):
+    """With several -o, every output is checked up front (not only the first): a directory, a missing
+    directory, a bad setting for a .pftrace.  A .ocular among them gets the recording itself."""
+    (tmp_path / "dd").mkdir()
+    for args in (["-o", "a.json", "-o", "dd"], ["-o", "a.json", "-o", str(tmp_path / "missing" / "x.json")]):
+        p = run_cli(*args, "-c", PROG, cwd=tmp_path)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert not (tmp_path / "ran.out").exists() and not (tmp_path / "a.json").exists()
+    env_before = os.environ.get("OCULAR_PERFETTO_DEFLATE")
+    os.environ["OCULAR_PERFETTO_DEFLATE"] = "yes"
+    try:
+        p = run_cli("-o", "a.json", "-o", "b.pftrace", "-c", PROG, cwd=tmp_path)
+    finally:
+        if env_before is None:
+            del os.environ["OCULAR_PERFETTO_DEFLATE"]
+        else:
+            os.environ["OCULAR_PERFETTO_DEFLATE"] = env_before
+    assert p.returncode == 2 and "OCULAR_PERFETTO_DEFLATE" in p.stderr, p.stderr
+    assert not (tmp_path / "ran.out").exists()
+    p = run_cli("-q", "--no-report", "-o", "rec.ocular", "-o", "t.json", "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "traced_here" in names(load_trace(str(tmp_path / "t.json"))["traceEvents"])
+    res = ocular.convert(str(tmp_path / "rec.ocular"), str(tmp_path / "again.json"))
+    assert "traced_here" in names(load_trace(res.output)["traceEvents"])
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith((".tmp", ".ocular"))) == ["rec.ocular"]
+
+
+def test_several_outputs_when_the_program_stops_tracing_itself(tmp_path):
+    """The program calls ocular.stop_tracing() itself (it gets the recording of the several -o): the
+    outputs are still rendered at exit, and nothing is left behind."""
+    prog = "import ocular\n" + PROG + "ocular.stop_tracing()\n"
+    p = run_cli("-q", "--no-report", "-o", "a.json", "-o", "a.pstats", "-c", prog, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "traced_here" in names(load_trace(str(tmp_path / "a.json"))["traceEvents"])
+    assert (tmp_path / "a.pstats").stat().st_size > 0
+    assert [n for n in os.listdir(tmp_path) if n.endswith((".tmp", ".ocular"))] == []
+
+
+def test_no_stderr_means_nothing_in_the_programs_stdout(tmp_path):
+    """stderr closed (sys.stderr is None): Ocular's lines and the report are not printed into stdout,
+    the program's own output (print() falls back to stdout when its file is None)."""
+    import subprocess
+    import sys
+
+    from test_api import SRC
+
+    env = dict(os.environ, PYTHONPATH=SRC)
+    for cmd in ([sys.executable, "-m", "ocular", "-o", "t.json", "-c", "print('DATA')"],
+                [sys.executable, "-c", "import ocular\nocular.start_tracing(output='t2.json')\nprint('DATA')\n"
+                                       "ocular.stop_tracing()\n"]):
+        p = subprocess.run(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True, timeout=60, close_fds=True, pass_fds=(), preexec_fn=lambda: os.close(2))
+        assert p.returncode == 0 and p.stdout == "DATA\n", (cmd, p.stdout)
+    assert (tmp_path / "t.json").exists() and (tmp_path / "t2.json").exists()
+
+
+def test_report_to_a_fifo_nobody_reads_does_not_hang(tmp_path):
+    """--report FIFO with no reader: the report is not written (said so), the run ends, the trace is saved.
+    A directory, or a missing directory, is refused before the program runs."""
+    os.mkfifo(tmp_path / "ff")
+    p = run_cli("-o", "t.json", "--report", "ff", "-c", PROG, cwd=tmp_path, timeout=60)
+    assert p.returncode == 0 and "a FIFO that nobody reads" in p.stderr, p.stderr
+    assert "traced_here" in names(load_trace(str(tmp_path / "t.json"))["traceEvents"])
+    (tmp_path / "dd").mkdir()
+    for bad in ("dd", str(tmp_path / "missing" / "r.txt")):
+        p = run_cli("-o", "t2.json", "--report", bad, "-c", PROG, cwd=tmp_path)
+        assert p.returncode == 2 and "--report" in p.stderr, p.stderr
+        assert not (tmp_path / "t2.json").exists()

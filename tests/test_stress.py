@@ -655,6 +655,40 @@ def test_trace_on_a_full_file_system(tmp_path):
         subprocess.run(["umount", str(small)], check=False)
 
 
+def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path):
+    """A 1 MiB tmpfs holds the recording (~0.65 MB) but not the JSON rendered from it (~1.8 MB): the
+    render fails with ENOSPC, and the complete recording is kept next to the output (renamed: no room
+    needed), named in the error, and renders elsewhere with `convert` -- nothing recorded is lost.  The
+    same with several -o: the outputs that fit are written, the recording is kept, status 1."""
+    import ocular
+    from test_api import run_cli
+
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
+        print(reason)
+        pytest.skip(reason)
+    prog = tmp_path / "fib.py"
+    prog.write_text("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(19)\n")
+    try:
+        for outs in (["t.json"], ["t.json", "t.pstats"]):
+            args = [a for o in outs for a in ("-o", str(small / o))]
+            p = run_cli("--threshold", "0", "--no-report", *args, str(prog), cwd=tmp_path)
+            assert p.returncode == 1, p.stderr
+            assert "No space left on device" in p.stderr and "the recording is kept in" in p.stderr, p.stderr
+            kept = small / "t.ocular"
+            assert sorted(os.listdir(small)) == sorted(["t.ocular"] + outs[1:]), os.listdir(small)
+            res = ocular.convert(str(kept), str(tmp_path / "t.json"))
+            assert names(load_trace(res.output)["traceEvents"]).count("fib") == 2 * 6765 - 1  # fib(19)'s calls
+            for n in os.listdir(small):
+                os.unlink(small / n)
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # random arguments
 

@@ -186,6 +186,9 @@ def _check_output(output):
         raise TypeError(f"output must be a path (str or os.PathLike), not {type(output).__name__}")
     if not output:
         raise ValueError("output must not be empty")
+    if output.endswith(os.sep) or (os.altsep and output.endswith(os.altsep)):
+        raise ValueError(f"output {output!r} ends with {output[-1]!r}, so it names a directory; give a file name "
+                         f"such as {output}trace.json")
     path = _regular_output(output, os.path.abspath(output))
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
@@ -542,6 +545,25 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         _snapshot_on_sigusr2()
 
 
+def _keep_recording(rec, out):
+    """Rendering ``out`` failed (a full disk, ^C): the complete recording is kept, renamed next to it (a
+    rename needs no room), so that nothing recorded is lost.  Its new name, or None."""
+    root = out[:-len(".json.gz")] if out.lower().endswith(".json.gz") else os.path.splitext(out)[0]
+    for name in (root + RECORDING_SUFFIX, f"{out}.{os.getpid()}{RECORDING_SUFFIX}"):
+        if os.path.lexists(name):
+            continue
+        try:
+            os.rename(rec, name)
+            return name
+        except OSError:
+            return None
+    return None
+
+
+def _kept_text(kept, out):
+    return f"the recording is kept in {kept!r}: render it with python -m ocular convert {kept} -o {out}"
+
+
 def _discard(path):
     """Remove a file of ours if it exists; a large one's blocks are freed by a short-lived thread while
     the program goes on (_ocular._remove)."""
@@ -575,7 +597,7 @@ def _stop():
     try:
         _release_tool(s["tool_id"], s["callbacks"])
     except Exception as exc:  # stop the engine and save the trace whatever happened to sys.monitoring
-        print(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}", file=sys.stderr)
+        _print_err(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}")
     figures = _ocular._stop()
     try:
         from ._report import _settle
@@ -613,6 +635,11 @@ def _stop():
                                                                      if out else False))
             except BaseException:
                 _discard(tmp)
+                if out:  # (^C while rendering, say) the recording stays, for `convert`
+                    kept = _keep_recording(rec, out)
+                    if kept:
+                        rec = None
+                        _print_err(f"ocular: rendering {out!r} did not finish; {_kept_text(kept, out)}")
                 raise
             result["recording_bytes"] = figures["bytes"]
             result["bytes"] = rendered["bytes"]
@@ -622,9 +649,13 @@ def _stop():
             if out:  # saved before anything is printed: a closed stderr must not lose the trace
                 if rendered["write_errno"]:
                     _discard(tmp)
+                    kept = _keep_recording(rec, out)
+                    if kept:
+                        rec = None
                     raise OSError(rendered["write_errno"],
                                   f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
-                                  f"nothing was left under {out!r}", out)
+                                  f"nothing was left under {out!r}" + (f"; {_kept_text(kept, out)}" if kept else ""),
+                                  out)
                 _install(tmp, out)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
@@ -664,18 +695,25 @@ def _make_report(s, clock, with_code):
         except Exception as exc:
             text = f"ocular: could not format the report: {exc!r}"
         if _report_file:
-            try:
-                with open(_report_file, "w", encoding="utf-8") as f:
+            try:  # (a FIFO nobody reads fails at once, ENXIO, instead of blocking the exit)
+                fd = os.open(_report_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+                os.set_blocking(fd, True)
+                with open(fd, "w", encoding="utf-8") as f:
                     f.write(text + "\n")
             except OSError as exc:
-                _print_err(f"ocular: cannot write the report to {_report_file!r}: {exc.strerror or exc}")
+                why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
+                _print_err(f"ocular: cannot write the report to {_report_file!r}: {why}")
         else:
             _print_err(text)
     return report
 
 
 def _print_err(text):
-    """Print to sys.stderr; a closed or broken stderr is not an error of the traced program's."""
+    """Print to sys.stderr; a closed or broken stderr is not an error of the traced program's (and with
+    no stderr at all, sys.stderr None, nothing is printed: print() would fall back to stdout, the
+    program's own output)."""
+    if sys.stderr is None:
+        return
     try:
         print(text, file=sys.stderr)
     except (OSError, ValueError, AttributeError):
@@ -829,7 +867,7 @@ def _at_exit():
         try:
             stop_tracing()
         except Exception as exc:  # at exit there is nobody to raise to: say it
-            print(f"ocular: {exc}", file=sys.stderr)
+            _print_err(f"ocular: {exc}")
 
 
 def _after_fork_child():
@@ -843,7 +881,7 @@ def _after_fork_child():
         ok = _ocular._after_fork_child(child_out, _render_tmp_name(child_out) if child_out else None,
                                        _recording_name(child_out), threading.current_thread().ident)
     except Exception as exc:
-        print(f"ocular: tracing is off in forked child {pid}: {exc}", file=sys.stderr)
+        _print_err(f"ocular: tracing is off in forked child {pid}: {exc}")
         _release_tool(_session["tool_id"], _session["callbacks"])
         _session = None
         return
@@ -892,7 +930,7 @@ def _wrap_os_exit():
             try:
                 stop_tracing()
             except Exception as exc:
-                print(f"ocular: {exc}", file=sys.stderr)
+                _print_err(f"ocular: {exc}")
         _real_os_exit(status)
 
     _exit.__doc__ = _real_os_exit.__doc__

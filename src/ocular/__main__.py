@@ -222,8 +222,8 @@ def convert_main(argv):
         except (ValueError, OSError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {exc}\n")
         if not ns.quiet:
-            print(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
-                  f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})", file=sys.stderr)
+            _say(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
+                 f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})")
     return 0
 
 
@@ -240,11 +240,11 @@ def merge_main(argv):
         size = os.path.getsize(ns.output)
         counts = ", ".join(f"{p['path']}: {p['events']} events" if p["events"] is not None
                            else f"{p['path']}: {p['packets']} packets" for p in parts)
-        print(f"ocular: merged {len(parts)} trace{'s' if len(parts) != 1 else ''} into {ns.output} "
-              f"({size / 1e6:.1f} MB; {counts})", file=sys.stderr)
+        _say(f"ocular: merged {len(parts)} trace{'s' if len(parts) != 1 else ''} into {ns.output} "
+             f"({size / 1e6:.1f} MB; {counts})")
         for p in parts:
             if not p["complete"]:
-                print(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}", file=sys.stderr)
+                _say(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}")
     return 0
 
 
@@ -339,7 +339,7 @@ def _join_threads():
             return
         threading._shutdown()
     except BaseException as exc:  # KeyboardInterrupt: Python prints it as ignored and goes on exiting
-        print(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _say(f"Exception ignored on threading shutdown: {type(exc).__name__}: {exc}")
     finally:
         _ocular._mute_thread(False)
 
@@ -364,7 +364,13 @@ def main(argv=None):
     if len(outputs) > 1 and (ns.format or ns.ring):
         parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
     many = len(outputs) > 1
-    if many:  # record once, render into each output at the end
+    if many:  # record once, render into each output at the end: each is checked now, before the program runs
+        for out in outputs:
+            try:
+                fmt = ocular._format_for(ocular._check_output(out), None)
+                ocular._env.check_render(perfetto_file=fmt == "perfetto")
+            except (ValueError, TypeError, OSError) as exc:
+                parser.error(_message(exc))
         ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
@@ -378,6 +384,12 @@ def main(argv=None):
     ocular._report_tree = ns.tree
     if ns.report_file:
         ocular._report_file = os.path.abspath(ns.report_file)
+        where = os.path.dirname(ocular._report_file)
+        if os.path.isdir(ocular._report_file):
+            parser.error(f"--report {ns.report_file!r} is a directory; give a file name")
+        if not os.path.isdir(where) or not os.access(where, os.W_OK | os.X_OK):
+            parser.error(f"--report {ns.report_file!r}: the directory {where!r} "
+                         f"{'is not writable' if os.path.isdir(where) else 'does not exist'}")
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
         parser.error("--follow-wait must be a number of seconds from 0 to 86400")
     if ns.follow and ns.no_trace_file:
@@ -394,12 +406,16 @@ def main(argv=None):
         prog_argv = [ns.script] + rest
         command = [ns.script] + rest
 
+    written = ([] if ns.no_trace_file else list(outputs)) + ([ns.report_file] if ns.report_file else [])
+    if ns.script is not None:
+        _refuse_overwriting(parser, written, ns.script, "the script being run")
+
     if ns.follow:
         from . import _follow
 
         def say(msg):
             if not ns.quiet:
-                print(msg, file=sys.stderr)
+                _say(msg)
 
         try:
             return _follow.run(ns, command, say)
@@ -408,9 +424,6 @@ def main(argv=None):
 
     # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
     # importlib finding the module, reading the script) are never recorded.
-    for out in outputs if ns.script is not None and not ns.no_trace_file else ():
-        if os.path.abspath(out) == os.path.abspath(ns.script):
-            parser.error(f"the output {out!r} is the script being run; choose another name for the trace")
     saved_argv = sys.argv
     sys.argv = prog_argv  # the process name in the trace is the program's, not ours
     try:
@@ -423,6 +436,10 @@ def main(argv=None):
 
         traceback.print_exception(type(exc), exc, None)
         return 1
+    if ns.module and isinstance(program.globs.get("__file__"), str):  # (found by the lookup just made)
+        sys.argv = saved_argv  # (argparse's error names this command)
+        _refuse_overwriting(parser, written, program.globs["__file__"], f"the source of module {ns.module!r}")
+        sys.argv = prog_argv
 
     def start():
         if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
@@ -461,7 +478,14 @@ def main(argv=None):
     finally:
         _join_threads()
         program.restore()
-        if ocular.is_tracing():
+        if many and not ocular.is_tracing() and os.path.exists(ns.output):  # the program stopped it itself
+            try:
+                _render_all(ns.output, outputs, ns)
+            except Exception as exc:
+                _say(f"ocular: {_message(exc)}")
+                if not status:
+                    status = 1
+        elif ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
                 if many:
@@ -480,8 +504,23 @@ def main(argv=None):
     return status
 
 
+def _refuse_overwriting(parser, written, source, what):
+    """The outputs (traces, the report file) must not be the program itself: the trace would replace it.
+    Compared as the files they are (a symbolic link to the script is the script)."""
+    try:
+        real = os.path.realpath(source)
+    except (OSError, ValueError):
+        return
+    for out in written:
+        if os.path.realpath(out) == real:
+            parser.error(f"the output {out!r} is {what}; choose another name (it would be replaced)")
+
+
 def _say(msg):
-    """A line on stderr that never fails: the trace is saved even when stderr is a closed pipe."""
+    """A line on stderr that never fails: the trace is saved even when stderr is a closed pipe (and
+    with no stderr at all, nothing is printed rather than into the program's stdout)."""
+    if sys.stderr is None:
+        return
     try:
         print(msg, file=sys.stderr)
     except (OSError, ValueError):
@@ -489,8 +528,11 @@ def _say(msg):
 
 
 def _message(exc):
-    """An exception's text with one 'ocular: ' prefix at most (the caller adds its own)."""
+    """An exception's text with one 'ocular: ' prefix at most (the caller adds its own); an OSError of
+    ours says what happened itself (not '[Errno N] ...: path' around it)."""
     text = str(exc)
+    if isinstance(exc, OSError) and isinstance(exc.strerror, str) and exc.strerror.startswith("ocular: "):
+        text = exc.strerror
     return text[len("ocular: "):] if text.startswith("ocular: ") else text
 
 
@@ -593,22 +635,45 @@ class _RunpyPath(_Program):
 
 
 def _render_all(rec, outputs, ns):
-    """Several -o: the session kept a recording; render it into each output, then remove it."""
+    """Several -o: the session kept a recording; render it into each output (a .ocular output gets the
+    recording itself), then remove it.  An output that fails does not stop the others; if any failed,
+    the recording is kept (named in the error) so that it can be rendered again with `convert`."""
+    import shutil
+
     import ocular
 
     report = False if ns.no_report else ("json" if ns.report_json else True)
-    try:
-        for i, out in enumerate(outputs):
-            res = ocular.convert(rec, out, report=report if i == 0 else False, loops=ns.loop_events,
+    failed, first = [], True
+    for out in outputs:
+        try:
+            if ocular._format_for(os.path.abspath(out), None) == "recording":
+                tmp = ocular._render_tmp_name(os.path.abspath(out))
+                try:
+                    shutil.copyfile(rec, tmp)
+                    ocular._install(tmp, ocular._check_output(out))
+                finally:
+                    ocular._discard(tmp)
+                if not ns.quiet:
+                    _say(f"ocular: recording written to {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
+                continue
+            res = ocular.convert(rec, out, report=report if first else False, loops=ns.loop_events,
                                  thread_roots=ns.thread_roots)
+            first = False
             if not ns.quiet:
                 _say(f"ocular: written to {res.output} ({os.path.getsize(res.output) / 1e6:.1f} MB, {res.events} "
                      f"events, {res.dropped} dropped)")
-    finally:
+        except (ValueError, TypeError, OSError) as exc:
+            failed.append(out)
+            _say(f"ocular: {out}: {_message(exc)}")
+    if not failed:
         try:
             os.unlink(rec)
         except OSError:
             pass
+        return
+    kept = ocular._keep_recording(rec, os.path.abspath(outputs[0])) or rec
+    raise OSError(f"ocular: {len(failed)} of {len(outputs)} outputs not written ({', '.join(failed)}); "
+                  f"the recording is kept in {kept!r}: render it again with python -m ocular convert {kept} -o ...")
 
 
 if __name__ == "__main__":
