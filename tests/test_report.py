@@ -273,3 +273,20 @@ def test_instruction_probe_leaves_no_local_events_behind():
     a, b = map(int, counts.split())
     # 500 iterations' jumps, then the probe's instructions (500 of each): well above the jumps alone
     assert a == b and a > 2000, p.stdout
+
+
+def test_calls_without_a_seen_end_are_said(tmp_path):
+    """fib(20) at the default threshold: the outer recorded calls stay open while more than 4,096
+    unrecorded ends return, so their return sites are disabled and their ends inferred.  Expect the text
+    report to say how many calls it leaves out for that (the JSON report's `truncated`), instead of a
+    table that silently disagrees with the trace and .pstats."""
+    from test_api import run_cli
+
+    (tmp_path / "prog.py").write_text("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
+                                      "def main():\n    fib(20)\nmain()\n")
+    p = run_cli("--no-sampling", "-o", "t.json", "prog.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    j = run_cli("--no-sampling", "--report-json", "-o", "t2.json", "prog.py", cwd=tmp_path)
+    trunc = sum(f["truncated"] for f in json.loads(j.stderr[j.stderr.index("{"):j.stderr.rindex("}") + 1])["functions"])
+    assert trunc > 0
+    assert f"{trunc:,} calls not counted below: no end seen" in p.stderr, p.stderr

@@ -846,3 +846,68 @@ print(json.dumps([ins.positions.lineno for ins in dis.get_instructions(many) if 
     assert per_line[inner] == 10 * 9
     assert [per_line[x] for x in (a, b, c, d)] == [9, 9, 9, 9]
     assert per_line[outer] == 9
+
+
+# ---------------------------------------------------------------------------------------------
+# de-instrumentation keeps the real end of every recorded call (monitor.c's per-thread open stack)
+
+SHARED_CALLEE = """
+import threading
+go_b, go_a = threading.Event(), threading.Event()
+def f(first):
+    if first:
+        go_b.set()
+        go_a.wait()        # thread A's recorded call stays open while B calls f past the threshold
+def target_a():
+    f(True)
+def target_b():
+    go_b.wait()
+    for _ in range(10):
+        f(False)           # the same code at the same frame depth: 2 more recorded, then de-instrumented
+    go_a.set()
+a = threading.Thread(target=target_a)
+b = threading.Thread(target=target_b)
+a.start(); b.start(); a.join(); b.join()
+"""
+
+DEEP_RECURSION = """
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+def descend(n):
+    return descend(n - 1) if n else fib(15)     # 1,973 calls, from 100 frames down
+descend(100)
+"""
+
+
+def report_row(tmp_path, prog, name, *args):
+    from test_api import run_cli
+
+    (tmp_path / "prog.py").write_text(prog)
+    p = run_cli("--no-sampling", "--report-json", "--report", "r.json", "-o", "t.json", *args, "prog.py",
+                cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = [f for f in json.loads((tmp_path / "r.json").read_text())["functions"] if f["name"] == name]
+    assert len(rows) == 1, rows
+    return rows[0], load_trace(str(tmp_path / "t.json"))["traceEvents"]
+
+
+def test_another_threads_calls_do_not_end_a_recorded_call(tmp_path):
+    """Thread A's call of f is recorded and open while thread B calls f at the same depth until f's
+    start is de-instrumented (threshold 3) and its unrecorded ends return.  Expect A's call to keep its
+    real end (its return recorded, not inferred later): 3 calls, none truncated.  (With one record of
+    open calls per code and depth for all threads, B's unrecorded return took A's, f's return sites were
+    disabled, and A's end was inferred at its caller's next event.)"""
+    row, events = report_row(tmp_path, SHARED_CALLEE, "f", "--threshold", "3")
+    assert row["calls"] == 3 and row["truncated"] == 0, row
+    check_balanced(events)
+
+
+def test_recorded_calls_deeper_than_64_frames_keep_their_ends(tmp_path):
+    """Recursion from 100 frames down at the default threshold (500): the recorded calls' returns stay
+    armed while any of them is open, at any depth.  Expect every recorded fib call to end with its real
+    return: 500 calls, none truncated.  (Open calls were kept as a bit per depth below 64: deeper ones
+    were not seen, fib's return sites were disabled, and the outer calls' ends were inferred.)"""
+    row, events = report_row(tmp_path, DEEP_RECURSION, "fib")
+    assert row["calls"] == 500 and row["truncated"] == 0, row
+    assert names(events).count("fib") == 500
+    check_balanced(events)

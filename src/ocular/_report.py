@@ -465,6 +465,12 @@ class Report:
                        f"{sw.get('other_tool') or '?'}, was registered)")
         if self.incomplete:
             out.append("warning: statistics are incomplete (out of memory in the renderer)")
+        trunc = sum(f.get("truncated", 0) for f in self.functions)
+        if trunc:
+            out.append(f"{trunc:,} call{'s' if trunc != 1 else ''} not counted below: no end seen (tracing stopped "
+                       f"inside, or the return was no longer"[:width])
+            out.append("  reported after de-instrumentation); the trace ends them at the caller's next event or at "
+                       "the stop"[:width])
         if self.functions_total > len(self.functions):
             out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
                        "most self time)")

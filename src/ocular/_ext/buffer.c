@@ -101,6 +101,9 @@ static void thread_exit(void *p) {
     b->alive = 0;
     b->gen = 0;
     pthread_mutex_unlock(&S.lock);
+    free(b->open); /* (only ever touched by its own thread) */
+    b->open = NULL;
+    b->nopen = b->capopen = 0;
 }
 
 int oc_buffer_init(void) {
@@ -256,6 +259,7 @@ oc_tbuf *oc_buffer_slow(void) {
     if (oc_tls.gen != S.gen || b->gen != tgen) {
         b->chunk = NULL;
         b->pos = b->end = b->limit = NULL;
+        b->nopen = 0;
         if (register_thread(b) < 0) {
             oc_internal_error("out of memory for the thread table");
             b->in_slow = 0;

@@ -8,9 +8,13 @@
  * in flight intact.
  *
  * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
- * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open (a bit per frame depth
- * below 64 says which are), so every recorded begin gets its real end, then answer DISABLE -- for at
- * most 4096 unrecorded ends (recursion), after which the writer infers the remaining ends.  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
+ * its real end, then answer DISABLE -- for at most 4096 unrecorded ends (recursion, or other threads'
+ * calls), after which the renderer infers the remaining ends.  Which activations are recorded and open:
+ * each thread keeps a stack of them (code id and frame depth; oc_tbuf.open), so that a return ends one
+ * only if it is that thread's innermost at that depth, at any depth; the code's count of them on every
+ * thread (ex->open) says when its return sites may go.  (At threshold 0 nothing is de-instrumented and
+ * none of this is kept.)  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
  * INSTRUCTION (precise mode, or an adaptive-mode probe armed when a loop's back edge passes the
  * threshold, see arm_probe): once one instruction site of a code object passes the threshold, that
  * code's instruction recording ends (an end record), and its other sites answer DISABLE unrecorded.
@@ -135,6 +139,72 @@ static inline uint32_t small_int(PyObject *o) {
 }
 
 #define LATE_ENDS_MAX 4096u
+
+/* ---- the thread's recorded activations not yet ended (threshold > 0) ---- */
+static inline uint64_t open_key(uint32_t id, uint32_t depth) { return (uint64_t)depth << 32 | id; }
+
+/* open_push's rare case: entries at this depth or deeper are stale (those frames ended unseen: their
+ * ends were no longer reported), and the stack may have to grow.  Without memory the activation is
+ * counted but not kept: the code's return sites then stay armed up to LATE_ENDS_MAX. */
+static __attribute__((noinline)) void open_push_slow(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
+    uint32_t n = b->nopen;
+    while (n && (uint32_t)(b->open[n - 1] >> 32) >= depth)
+        n--;
+    b->nopen = n;
+    ex->open++;
+    if (n == b->capopen) {
+        uint32_t cap = b->capopen ? b->capopen * 2 : 64;
+        uint64_t *a = cap > b->capopen ? realloc(b->open, cap * sizeof *a) : NULL;
+        if (!a)
+            return;
+        b->open = a;
+        b->capopen = cap;
+    }
+    b->open[b->nopen++] = open_key(ex->id, depth);
+}
+
+/* A recorded enter of ex at `depth` on this thread. */
+static inline void open_push(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
+    uint32_t n = b->nopen;
+    if (LIKELY(n < b->capopen && (n == 0 || (uint32_t)(b->open[n - 1] >> 32) < depth))) {
+        b->open[n] = open_key(ex->id, depth);
+        b->nopen = n + 1;
+        ex->open++;
+        return;
+    }
+    open_push_slow(b, ex, depth);
+}
+
+/* open_pop's rare case: deeper entries are stale (dropped), then the innermost is tested again. */
+static __attribute__((noinline)) int open_pop_slow(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
+    uint32_t n = b->nopen;
+    while (n && (uint32_t)(b->open[n - 1] >> 32) > depth)
+        n--;
+    b->nopen = n;
+    if (n && b->open[n - 1] == open_key(ex->id, depth)) {
+        b->nopen = n - 1;
+        ex->open -= ex->open != 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* A leave of ex at `depth` on this thread: 1 if it ends a recorded activation (then no longer open). */
+static inline int open_pop(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
+    uint32_t n = b->nopen;
+    if (UNLIKELY(!n))
+        return 0;
+    uint64_t top = b->open[n - 1];
+    if (LIKELY(top == open_key(ex->id, depth))) {
+        b->nopen = n - 1;
+        ex->open -= ex->open != 0;
+        return 1;
+    }
+    return (uint32_t)(top >> 32) > depth ? open_pop_slow(b, ex, depth) : 0;
+}
+
+/* This thread's buffer when it belongs to the running session (its open stack is this session's). */
+static inline oc_tbuf *session_buf(void) { return oc_tls.gen == S.gen ? oc_tls.buf : NULL; }
 #define RETURN_NONE return Py_None /* None is immortal on 3.12+: no reference to take */
 #define RETURN_DISABLE return Py_NewRef(S.disable)
 
@@ -144,12 +214,13 @@ static inline int window_open(void) { return UNLIKELY(oc_win_end != 0) && oc_in_
 /* A de-instrumented site while a sampling window is open (sampling.c): the enter is recorded after a
  * K_MARK record that says so (the renderer's estimate needs to know it would not be recorded outside
  * windows).  Off the hot path: only reached where the answer would otherwise be DISABLE. */
-static __attribute__((noinline)) void record_sampled(uint32_t code_id, uint32_t info, uint64_t ts) {
+static __attribute__((noinline)) int record_sampled(uint32_t code_id, uint32_t info, uint64_t ts) {
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
-        return;
+        return 0;
     put_rec(r, ts, OC_NO_CODE, OC_INFO(K_MARK, OC_MARK_SAMPLED));
     put_rec(oc_tls.buf->pos++, ts, code_id, info); /* reserve() always leaves one spare record */
+    return 1;
 }
 
 static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint32_t kind) {
@@ -159,9 +230,8 @@ static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint3
     if (!oc_in_window(now))
         RETURN_DISABLE;
     uint32_t depth = frame_depth();
-    if (depth < 64)
-        ex->open_depths |= (uint64_t)1 << depth;
-    record_sampled(ex->id, OC_INFO(kind, depth), now);
+    if (record_sampled(ex->id, OC_INFO(kind, depth), now))
+        open_push(oc_tls.buf, ex, depth); /* (threshold > 0: only then is anything de-instrumented) */
     RETURN_NONE;
 }
 
@@ -183,11 +253,12 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
         return enter_sampled(ex, kind);
     }
     uint32_t depth = frame_depth();
-    if (depth < 64)
-        ex->open_depths |= (uint64_t)1 << depth;
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL))
+    if (LIKELY(r != NULL)) {
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
+        if (S.threshold)
+            open_push(oc_tls.buf, ex, depth);
+    }
     RETURN_NONE;
 }
 
@@ -201,20 +272,19 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         RETURN_DISABLE;
     }
     uint32_t depth = frame_depth();
-    uint64_t bit = depth < 64 ? (uint64_t)1 << depth : 0;
-    int begun = (ex->open_depths & bit) != 0;
-    ex->open_depths &= ~bit;
+    oc_tbuf *b = S.threshold ? session_buf() : NULL;
+    int begun = b ? open_pop(b, ex, depth) : 0;
     if (UNLIKELY(ex->flags & CF_START_DISABLED)) {
         /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
          * still open (their ends matter); ends of unrecorded activations are not recorded. */
-        if (!begun && depth < 64 && !window_open()) {
+        if (!begun && !window_open()) {
             /* (inside a sampling window the end of an unrecorded activation is recorded: it tells the
              * renderer that the time just before it was that call's, not its caller's) ...
              * ...but not forever: in recursive code the outermost recorded call stays open while
              * every nested one returns here.  After LATE_ENDS_MAX such ends the sites are disabled
              * and the writer closes the still-open recorded calls at the next event of an enclosing
              * frame (or at stop). */
-            if (ex->open_depths && kind != K_UNWIND && ex->late_ends < LATE_ENDS_MAX) {
+            if (ex->open && kind != K_UNWIND && ex->late_ends < LATE_ENDS_MAX) {
                 ex->late_ends++;
                 RETURN_NONE;
             }
@@ -226,7 +296,7 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
     oc_rec *r = reserve();
     if (LIKELY(r != NULL))
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
-    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open_depths && !window_open())
+    if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open && !window_open())
         RETURN_DISABLE;
     RETURN_NONE;
 }
@@ -247,10 +317,11 @@ static inline __attribute__((always_inline)) PyObject *enter_fast(PyObject *cons
     if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock && (!S.threshold || ex->enters < S.threshold))) {
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
-            ex->enters += S.threshold != 0;
             uint32_t depth = depth_of(ts);
-            if (depth < 64)
-                ex->open_depths |= (uint64_t)1 << depth;
+            if (S.threshold) {
+                ex->enters++;
+                open_push(b, ex, depth);
+            }
             put_rec(b->pos++, oc_fast_now(), ex->id, OC_INFO(kind, depth));
             RETURN_NONE;
         }
@@ -268,7 +339,8 @@ static inline __attribute__((always_inline)) PyObject *leave_fast(PyObject *cons
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
             uint32_t depth = depth_of(ts);
-            ex->open_depths &= ~(depth < 64 ? (uint64_t)1 << depth : 0);
+            if (S.threshold)
+                open_pop(b, ex, depth);
             put_rec(b->pos++, oc_fast_now(), ex->id, OC_INFO(kind, depth));
             RETURN_NONE;
         }

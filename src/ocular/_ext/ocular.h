@@ -111,6 +111,9 @@ typedef struct oc_tbuf {
     int alive;             /* owned by a live thread */
     int in_slow;           /* re-entrancy guard for the slow path */
     int muted;             /* records nothing (the CLI's own frames: joining threads at exit) */
+    uint64_t *open;        /* threshold > 0: this thread's recorded activations not yet ended, innermost
+                              last, each depth << 32 | code id (monitor.c) */
+    uint32_t nopen, capopen;
     struct oc_tbuf *next_all;
 } oc_tbuf;
 
@@ -143,7 +146,7 @@ typedef struct {
     uint32_t insn_done;      /* an instruction site passed the threshold: no more INSTRUCTION records */
     uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to S.probe_after */
     PyObject *code;          /* the code object this is the extra of (borrowed: it frees this) */
-    uint64_t open_depths;    /* bit d: a recorded activation at frame depth d (< 64) has not ended */
+    uint32_t open;           /* threshold > 0: recorded activations not yet ended, on every thread */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
     uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
