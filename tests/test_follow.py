@@ -224,6 +224,34 @@ def test_follow_bad_options(tmp_path):
     assert p.returncode == 2 and "--follow-wait" in p.stderr
     p = cli(["--follow", "-o", str(tmp_path / "missing" / "t.json"), "s.py"], cwd=tmp_path)
     assert p.returncode == 2 and "does not exist" in p.stderr
+    (tmp_path / "r.py").write_text("open('ran.out', 'w').close()\n")
+    p = cli(["--follow", "-q", "-o", "all.json.gz", "r.py"], cwd=tmp_path)  # the merge writes no gzip
+    assert p.returncode == 2 and "gzip" in p.stderr and not (tmp_path / "ran.out").exists(), p.stderr
+
+
+def test_follow_fails_when_a_process_could_not_save(tmp_path):
+    """A followed child's save fails (the parts directory is on a 2 MiB tmpfs that its trace outgrows):
+    the command line names it, even with -q, says the merged trace lacks it, and exits 1 although the
+    program exited 0.  (It said "trace written", status 0.)"""
+    small = tmp_path / "small"
+    small.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
+        print(reason)
+        pytest.skip(reason)
+    try:
+        (tmp_path / "fib.py").write_text("def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(20)\n")
+        (tmp_path / "parent.py").write_text("import subprocess, sys\n"
+                                            "subprocess.run([sys.executable, 'fib.py'], check=True)\n")
+        p = cli(["--follow", "-q", "--no-report", "--threshold", "0", "-o", str(small / "all.json"), "parent.py"],
+                cwd=tmp_path)
+        assert p.returncode == 1, p.stderr
+        assert "not saved: writing the trace failed (No space left on device)" in p.stderr, p.stderr
+        assert "1 traced process could not save its trace" in p.stderr, p.stderr
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
 
 
 # ---- merge by hand --------------------------------------------------------------------------------
@@ -285,6 +313,16 @@ def test_merge_errors(tmp_path):
     assert p.returncode == 2 and "usage" in p.stderr
     p = cli(["merge", "a.json", "-o", "/dev/full/x.json"], cwd=tmp_path)
     assert p.returncode == 1 and "Traceback" not in p.stderr
+    for out, kind in (("m.json.gz", "gzip-compressed JSON"), ("m.pstats", "pstats"), ("m.html", "html"),
+                      ("m.pb.gz", "pprof"), ("m.ocular", "recording")):  # not written as JSON under that name
+        p = cli(["merge", "a.json", "-o", out], cwd=tmp_path)
+        assert p.returncode == 1 and f"names a {kind} output" in p.stderr, (out, p.stderr)
+        assert not (tmp_path / out).exists()
+    import gzip
+
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(a.read_bytes()))
+    p = cli(["merge", "a.json.gz", "-o", "m3.json"], cwd=tmp_path)
+    assert p.returncode == 1 and "is gzip-compressed" in p.stderr, p.stderr
 
 
 def test_merge_fuzzed_inputs_never_crash(tmp_path):

@@ -320,3 +320,20 @@ def test_report_to_a_fifo_nobody_reads_does_not_hang(tmp_path):
         p = run_cli("-o", "t2.json", "--report", bad, "-c", PROG, cwd=tmp_path)
         assert p.returncode == 2 and "--report" in p.stderr, p.stderr
         assert not (tmp_path / "t2.json").exists()
+
+
+def test_convert_names_what_the_recording_path_is(tmp_path):
+    """convert of a directory or a FIFO says what it is (not 'does not exist'); thread_roots is a bool."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        ocular.convert(str(tmp_path / "dir"), str(tmp_path / "o.json"))
+    with pytest.raises(ValueError, match="is not a regular file"):
+        ocular.convert(str(tmp_path / "fifo"), str(tmp_path / "o.json"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        ocular.convert(str(tmp_path / "none.ocular"), str(tmp_path / "o.json"))
+    with pytest.raises(TypeError, match="thread_roots"):
+        ocular.convert(str(tmp_path / "none.ocular"), str(tmp_path / "o.json"), thread_roots="yes")
+    with pytest.raises(TypeError, match="thread_roots"):
+        ocular.start_tracing(output=str(tmp_path / "t.json"), thread_roots="yes")
+    assert not ocular.is_tracing()

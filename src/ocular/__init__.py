@@ -486,6 +486,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(map(repr, MODES))}")
     if not isinstance(perfetto, bool):
         raise TypeError(f"perfetto must be True or False, not {type(perfetto).__name__}")
+    if not isinstance(thread_roots, bool):
+        raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
     if isinstance(deinstrument_threshold, bool) or not isinstance(deinstrument_threshold, int):
         raise TypeError(f"deinstrument_threshold must be an int, not {type(deinstrument_threshold).__name__}")
     if deinstrument_threshold < 0:
@@ -746,7 +748,12 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     and OSError if the output cannot be written (nothing is left under its name)."""
     global _last_report
     recording = os.fspath(recording)
+    if not isinstance(thread_roots, bool):
+        raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
     if not os.path.isfile(recording):
+        if os.path.exists(recording):
+            raise ValueError(f"ocular: the recording {recording!r} is "
+                             f"{'a directory' if os.path.isdir(recording) else 'not a regular file'}")
         raise FileNotFoundError(f"ocular: the recording {recording!r} does not exist")
     path = _check_output(output)
     fmt = _format_for(path, format)
@@ -862,12 +869,27 @@ class _Holder:
     result = None
 
 
+_follow_log = None  # set by --follow's boot: the session's log, where a followed process says it failed
+
+
+def _save_failed(exc):
+    """A save at exit (or os._exit) failed: nobody to raise to, so it is said -- and, in a process that
+    --follow traces, written to the session's log, so that the command line names it and fails."""
+    text = str(exc.strerror if isinstance(exc, OSError) and isinstance(exc.strerror, str) else exc)
+    text = text[len("ocular: "):] if text.startswith("ocular: ") else text
+    _print_err(f"ocular: {text}")
+    if _follow_log:
+        with contextlib.suppress(Exception):
+            with open(_follow_log, "ab") as f:
+                f.write(f"{os.getpid()} {_title or ''}: not saved: {text}\n".encode("utf-8", "backslashreplace"))
+
+
 def _at_exit():
     if _session is not None and _session["pid"] == os.getpid():
         try:
             stop_tracing()
         except Exception as exc:  # at exit there is nobody to raise to: say it
-            _print_err(f"ocular: {exc}")
+            _save_failed(exc)
 
 
 def _after_fork_child():
@@ -930,7 +952,7 @@ def _wrap_os_exit():
             try:
                 stop_tracing()
             except Exception as exc:
-                _print_err(f"ocular: {exc}")
+                _save_failed(exc)
         _real_os_exit(status)
 
     _exit.__doc__ = _real_os_exit.__doc__

@@ -181,7 +181,8 @@ def build_merge_parser():
     )
     p.add_argument("inputs", nargs="+", metavar="TRACE", help="trace files to merge")
     p.add_argument("-o", "--output", required=True, metavar="PATH",
-                   help="the merged trace (its format from the suffix, as for tracing)")
+                   help="the merged trace: Perfetto protobuf for .pftrace/.perfetto-trace/.pb, else Chrome trace "
+                        "JSON; a suffix of another format (.json.gz, .pstats, .html, .ocular, ...) is refused")
     p.add_argument("--format", choices=("json", "perfetto"), default=None,
                    help="format of the inputs and the output (default: from the output's suffix)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print what was merged")
@@ -418,7 +419,7 @@ def main(argv=None):
                 _say(msg)
 
         try:
-            return _follow.run(ns, command, say)
+            return _follow.run(ns, command, say, _say)
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             parser.exit(2, f"python -m ocular: error: {exc}\n")
 

@@ -59,6 +59,7 @@ def boot():
     root = os.environ.pop(ROOT_ENV, None) == "1"  # only the program itself, not what it starts
     out = os.path.join(cfg["dir"], f"{os.getpid()}{cfg['suffix']}")
     ocular._title = _process_title()
+    ocular._follow_log = os.path.join(cfg["dir"], LOG)
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False)
@@ -124,18 +125,24 @@ def _signal_name(sig):
         return f"signal {sig}"
 
 
-def run(ns, command, say):
-    """Run ``command`` (argv after the interpreter) followed; merge; return the exit status.
+def run(ns, command, say, warn=None):
+    """Run ``command`` (argv after the interpreter) followed; merge; return the exit status (1 if the
+    program's is 0 but a process could not save its trace, or the merge failed).
 
     ns: the parsed command line (mode, threshold, include, exclude, output, format, tool_id, report
-    flags, usdt, follow_wait, keep_parts, quiet).  say(msg): prints a line unless --quiet.
+    flags, usdt, follow_wait, keep_parts, quiet).  say(msg): prints a line unless --quiet; warn(msg):
+    prints a failure even then (default: say).
     """
+    warn = warn or say
     import ocular
     from . import _merge
 
     if sys.flags.ignore_environment or sys.flags.isolated or sys.flags.no_site:
         raise ValueError("--follow needs the environment and the site module: do not run Python with -E, -I or -S")
     out = ocular._check_output(ns.output)
+    if out.lower().endswith(".gz"):
+        raise ValueError(f"--follow merges JSON or .pftrace traces: {ns.output!r} would be gzip-compressed, "
+                         "which the merge does not write; trace to a .json and compress it afterwards")
     if out.endswith((".tmp", ".procs")):
         raise ValueError(f"--follow: the output name {ns.output!r} ends in .tmp or .procs, which name the "
                          "per-process files; choose another name")
@@ -193,17 +200,22 @@ def run(ns, command, say):
         info = _part_info(part[: len(part) - len(suffix)], proc.pid, rc, False, pid)
         inputs.append((path, info))
     inputs.sort(key=lambda item: (not item[1]["root"], _ctime(item[0])))
+    failed = 0
     for line in _log_lines(directory):
-        say(f"ocular: {line}")
+        if ": not saved: " in line:
+            failed += 1
+            warn(f"ocular: {line}")
+        else:
+            say(f"ocular: {line}")
     if not any(i["complete"] or os.path.getsize(p) >= len(_merge.JSON_HEADER) for p, i in inputs):
         why = "; ".join(f"pid {i['pid']}: {i['note']}" for _, i in inputs if not i["complete"])
-        say(f"ocular: no trace was written: no process finished its trace or wrote any event"
-            f"{' (' + why + ')' if why else ''}")
-        return _status(rc)
+        warn(f"ocular: no trace was written: no process finished its trace or wrote any event"
+             f"{' (' + why + ')' if why else ''}")
+        return _status(rc) or (1 if failed else 0)
     try:
         parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True, skip_bad=True)
     except (OSError, ValueError) as exc:
-        say(f"ocular: merging the per-process traces into {out!r} failed: {exc}; they are kept in {directory}")
+        warn(f"ocular: merging the per-process traces into {out!r} failed: {exc}; they are kept in {directory}")
         return _status(rc) or 1
     size = os.path.getsize(out)
     events = sum(p["events"] or 0 for p in parts)
@@ -211,6 +223,9 @@ def run(ns, command, say):
             else f"{sum(p['packets'] or 0 for p in parts)} packets")
     say(f"ocular: trace written to {out} ({len(parts)} process{'es' if len(parts) != 1 else ''}, "
         f"{size / 1e6:.1f} MB, {what})")
+    if failed:
+        warn(f"ocular: {failed} traced process{'es' if failed != 1 else ''} could not save "
+             f"{'their' if failed != 1 else 'its'} trace (above): missing from {out}")
     for p in parts:
         if p.get("skipped"):
             say(f"ocular: left out: pid {p['pid']}: {p['note']}")
@@ -230,7 +245,7 @@ def run(ns, command, say):
             os.rmdir(directory)
         except OSError:
             pass
-    return _status(rc)
+    return _status(rc) or (1 if failed else 0)
 
 
 def _part_info(stem, root_pid, rc, complete, tmp_pid):

@@ -71,6 +71,8 @@ def detect_format(f, path):
         return "json"
     if head[:1] == b"\x0a":  # Trace.packet: field 1, length-delimited
         return "perfetto"
+    if head[:2] == b"\x1f\x8b":
+        raise MergeError(f"{path!r} is gzip-compressed: decompress it first (gunzip -k), then merge the .json")
     raise MergeError(f"{path!r} is neither Chrome trace JSON nor a Perfetto protobuf trace")
 
 
@@ -531,6 +533,15 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
                           label=info.get("label", "")))
     if not items:
         raise MergeError("nothing to merge: give at least one trace file")
+    if format is None and isinstance(output, (str, os.PathLike)):
+        from . import _format_for
+
+        low = os.fspath(output).lower()
+        kind = "gzip-compressed JSON" if low.endswith(".gz") and not low.endswith(".pb.gz") else _format_for(low, None)
+        if kind not in ("json", "perfetto"):
+            raise MergeError(f"merge writes a Chrome JSON or Perfetto trace, but {os.fspath(output)!r} names a "
+                             f"{kind} output by its suffix: name it .json or .pftrace (convert a recording to "
+                             "the other formats with `python -m ocular convert`)")
     files = {}
     try:
         return _merge_open(items, files, output, format, trusted, skip_bad, progress_stream, rendered)
