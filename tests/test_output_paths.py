@@ -337,3 +337,20 @@ def test_convert_names_what_the_recording_path_is(tmp_path):
     with pytest.raises(TypeError, match="thread_roots"):
         ocular.start_tracing(output=str(tmp_path / "t.json"), thread_roots="yes")
     assert not ocular.is_tracing()
+
+
+def test_an_uncaught_exception_shows_the_programs_frames_only(tmp_path):
+    """As `python script.py` reports it: the traceback starts at the script (none of the runner's frames
+    above it), status 1, the trace saved; a program's own sys.excepthook is the one called."""
+    (tmp_path / "boom.py").write_text("def traced_here():\n    raise ValueError('boom')\ntraced_here()\n")
+    p = run_cli("-q", "--no-report", "-o", "t.json", "boom.py", cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    tb = p.stderr[p.stderr.index("Traceback"):]
+    assert tb.splitlines()[1].strip().startswith('File "boom.py", line 3'), tb
+    assert "ocular" not in tb and tb.rstrip().endswith("ValueError: boom"), tb
+    assert "traced_here" in names(load_trace(str(tmp_path / "t.json"))["traceEvents"])
+    (tmp_path / "hook.py").write_text("import sys\n"
+                                      "sys.excepthook = lambda t, v, tb: print('HOOK', t.__name__, file=sys.stderr)\n"
+                                      "raise KeyError(1)\n")
+    p = run_cli("-q", "--no-report", "-o", "t2.json", "hook.py", cwd=tmp_path)
+    assert p.returncode == 1 and "HOOK KeyError" in p.stderr and "Traceback" not in p.stderr, p.stderr

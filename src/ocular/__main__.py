@@ -466,15 +466,11 @@ def main(argv=None):
             status = 2
     except SystemExit as exc:
         status = exc.code
-    except KeyboardInterrupt:
-        import traceback
-
-        traceback.print_exc()
+    except KeyboardInterrupt as exc:
+        _report_uncaught(exc)
         status = 130  # as a shell reports a program ended by ^C; the trace is saved below
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
+    except BaseException as exc:
+        _report_uncaught(exc)
         status = 1
     finally:
         _join_threads()
@@ -503,6 +499,22 @@ def main(argv=None):
                 if not status:
                     status = 1
     return status
+
+
+def _report_uncaught(exc):
+    """An exception the program did not catch, reported as Python reports it (through sys.excepthook, which
+    the program may have replaced), without this runner's own frames on top of the program's."""
+    tb = exc.__traceback__
+    here = os.path.abspath(__file__)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == here:
+        tb = tb.tb_next
+    exc.__traceback__ = tb  # (the default hook prints the exception's own traceback)
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except Exception:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, tb)
 
 
 def _refuse_overwriting(parser, written, source, what):
