@@ -542,3 +542,19 @@ def test_ptrace_scope_is_explained(tmp_path, monkeypatch, scope, needle):
     assert msg.startswith("no permission to attach to process 1234 (Operation not permitted): ")
     assert needle in msg
     assert "\n" not in msg
+
+
+def test_stale_session_directories_of_dead_targets_are_removed(tmp_path):
+    """A session directory is left when the attach is interrupted before its target ran the script and
+    the target then dies.  The next attach into that directory removes those whose process is gone, and
+    leaves a live process's (and anything else) alone.  (Any version: only the clean-up is run.)"""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".ocular-attach.{dead.pid}.abc123"
+    live = tmp_path / f".ocular-attach.{os.getpid()}.def456"
+    other = tmp_path / ".ocular-attach.notapid.x"
+    for d in (stale, live, other):
+        d.mkdir()
+        (d / "script.py").write_text("pass\n")
+    _attach._remove_stale_sessions(str(tmp_path))
+    assert not stale.exists() and live.exists() and other.exists()

@@ -389,10 +389,34 @@ _ocular_attach({cfg!r})
 '''
 
 
+def _remove_stale_sessions(outdir):
+    """Session directories left by an attach that was interrupted before its target ran the script (the
+    target then cleans up), whose target died without running it: removed when their process is gone."""
+    try:
+        names = os.listdir(outdir)
+    except OSError:
+        return
+    for name in names:
+        m = re.fullmatch(r"\.ocular-attach\.(\d+)\.[A-Za-z0-9_]+", name)
+        if not m:
+            continue
+        path = os.path.join(outdir, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() and os.getuid() != 0:
+                continue
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except (OSError, OverflowError):
+            pass
+
+
 def _make_session(pid, output, options, duration):
     """Create the session directory in the output's directory, with its FIFO and script; the target
-    must be able to read and write there, so when we are root and it is not, it gets the files."""
+    must be able to read and write there, so when we are root and it is not, it gets the files.  Stale
+    session directories of processes that are gone are removed first."""
     outdir = os.path.dirname(output)
+    _remove_stale_sessions(outdir)
     try:
         d = tempfile.mkdtemp(prefix=f".ocular-attach.{pid}.", dir=outdir)
     except OSError as exc:
