@@ -655,7 +655,7 @@ def test_trace_on_a_full_file_system(tmp_path):
         subprocess.run(["umount", str(small)], check=False)
 
 
-def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path):
+def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch):
     """A 1 MiB tmpfs holds the recording (~0.65 MB) but not the JSON rendered from it (~1.8 MB): the
     render fails with ENOSPC, and the complete recording is kept next to the output (renamed: no room
     needed), named in the error, and renders elsewhere with `convert` -- nothing recorded is lost.  The
@@ -673,6 +673,7 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path):
         pytest.skip(reason)
     prog = tmp_path / "fib.py"
     prog.write_text("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(19)\n")
+    monkeypatch.setenv("OCULAR_LIVE_RENDER", "0")  # the trace is rendered after the recording is complete
     try:
         for outs in (["t.json"], ["t.json", "t.pstats"]):
             args = [a for o in outs for a in ("-o", str(small / o))]
