@@ -300,3 +300,102 @@ def test_tracing_keeps_no_code_object_alive(tmp_path):
     assert p.stdout.split()[-1] == "False"
     names = [e["name"] for e in load_trace(tmp_path / "t.json")["traceEvents"] if e["ph"] == "B"]
     assert "generated" in names
+
+
+# ---------------------------------------------------------------------------------------------
+# one render at a time: the C renderer's state is the process's
+
+CONCURRENT = """
+import os, sys, threading, ocular
+from concurrent.futures import ThreadPoolExecutor
+d = sys.argv[1]
+rec = os.path.join(d, "r.ocular")
+ocular.start_tracing(output=rec, deinstrument_threshold=0, report=False)
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+fib(18)
+ocular.stop_tracing()
+with ThreadPoolExecutor(4) as ex:   # convert() from four threads at once
+    res = list(ex.map(lambda i: ocular.convert(rec, os.path.join(d, f"c{i}.json")), range(8)))
+print(len({open(r.output, "rb").read() for r in res}), sum(1 for r in res if r["report"] is not None))
+ocular.start_tracing(output=os.path.join(d, "s.json"), deinstrument_threshold=0, report=False, ring="1M")
+def snap(i):
+    return [ocular.snapshot(os.path.join(d, f"s{i}.{k}.json")) for k in range(5)]
+stop = threading.Event()
+def busy():
+    while not stop.is_set():
+        fib(12)
+t = threading.Thread(target=busy); t.start()
+with ThreadPoolExecutor(2) as ex:  # snapshot() from two threads at once
+    snaps = [p for ps in ex.map(snap, range(2)) for p in ps]
+stop.set(); t.join()
+ocular.stop_tracing()
+print(len(snaps))
+"""
+
+
+def test_renders_from_several_threads_take_turns(tmp_path):
+    """convert() from four threads at once (it releases the GIL while rendering), snapshot() from two:
+    each waits for the other's render.  Expect eight identical traces, each with its report, and ten
+    valid snapshots (it crashed: one renderer state for the process)."""
+    p = run_py(CONCURRENT, str(tmp_path))
+    assert p.stdout.split() == ["1", "8", "10"], p.stdout + p.stderr
+    check_balanced(load_trace(tmp_path / "c0.json")["traceEvents"])
+    for i in range(2):
+        for k in range(5):
+            check_balanced(load_trace(tmp_path / f"s{i}.{k}.json")["traceEvents"])
+
+
+USR2_BURST = """
+import os, signal, sys, threading, time, ocular
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, ring="1M")
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+def kill_burst():
+    for _ in range(40):
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.002)
+t = threading.Thread(target=kill_burst); t.start()
+end = time.monotonic() + 0.5
+while time.monotonic() < end or t.is_alive():
+    fib(10)
+t.join()
+print("program finished normally")
+ocular.stop_tracing()
+"""
+
+
+@pytest.mark.parametrize("suffix", [".gecko.json", ".html"])
+def test_a_burst_of_sigusr2_never_reaches_the_program(tmp_path, suffix):
+    """SIGUSR2 every 2 ms while snapshots (which import, check paths, render) are still being made: a
+    signal that arrives during a snapshot is skipped (said so), a failure is said, and nothing is raised
+    into the program (an ImportError of a half-imported module was).  An .html snapshot renders its report
+    while tracing goes on (it raised RuntimeError: report data only after stop)."""
+    out = tmp_path / f"t{suffix}"
+    p = run_py(USR2_BURST, str(out))
+    assert p.returncode == 0 and "program finished normally" in p.stdout, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "snapshot failed" not in p.stderr, p.stderr
+    snaps = [n for n in os.listdir(tmp_path) if ".snapshot" in n]
+    assert snaps and out.exists(), os.listdir(tmp_path)
+
+
+def test_convert_while_tracing_builds_its_report(tmp_path):
+    """convert() during a running session: the converted recording's report is built (it printed 'could
+    not build the report' and gave None), and the session's own trace is still complete."""
+    code = """
+        import os, sys, ocular
+        d = sys.argv[1]
+        def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+        ocular.start_tracing(output=os.path.join(d, "r.ocular"), deinstrument_threshold=0, report=False)
+        fib(15)
+        ocular.stop_tracing()
+        ocular.start_tracing(output=os.path.join(d, "live.json"), deinstrument_threshold=0, report=False)
+        fib(16)
+        r = ocular.convert(os.path.join(d, "r.ocular"), os.path.join(d, "c.json"))
+        fib(16)
+        ocular.stop_tracing()
+        print(r["report"] is not None, r["report"].functions[0]["name"] if r["report"] else None)
+    """
+    p = run_py(code, str(tmp_path))
+    assert p.stdout.split() == ["True", "fib"], p.stdout + p.stderr
+    assert "could not build the report" not in p.stderr, p.stderr
+    live = [e for e in load_trace(tmp_path / "live.json")["traceEvents"] if e["ph"] == "B" and e["name"] == "fib"]
+    assert len(live) == 2 * (2 * 1597 - 1)  # both fib(16) calls, every call

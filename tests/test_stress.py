@@ -1017,3 +1017,44 @@ def test_cli_module_or_script_that_cannot_run(tmp_path):
     p = subprocess.run([*python_cmd(), "-m", "ocular", "-c", "open('ran.out', 'w').close()"], env=env,
                        cwd=str(tmp_path), capture_output=True, timeout=TIMEOUT)
     _check_refused(p, ["OCULAR_CLOCK=tsc!"], "OCULAR_CLOCK", tmp_path)
+
+
+THREAD_FORK_FORMATS = r"""
+import os, sys, threading, time, ocular
+out = sys.argv[1]
+ocular.start_tracing(output=out, deinstrument_threshold=0, report=False)
+def child_leaf(i):
+    return i
+def forker():
+    pid = os.fork()
+    if pid == 0:          # the child's only Python thread; returning ends the child (no interpreter exit)
+        for i in range(50):
+            child_leaf(i)
+        return
+    os.waitpid(pid, 0)
+    print(pid)
+t = threading.Thread(target=forker)
+t.start(); t.join()
+ocular.stop_tracing()
+"""
+
+
+@pytest.mark.parametrize("name", ["t.ocular", "t.pstats", "t.speedscope.json"])
+def test_a_child_forked_from_a_thread_keeps_its_recording(tmp_path, name):
+    """A child forked from a non-main thread ends without its interpreter: its recorder renders JSON and
+    .pftrace itself, but a profile format needs Python.  Expect the recording, not a stray .tmp: the
+    output itself for .ocular, else `<output>.ocular` named on stderr, which converts into the format.
+    The child's output keeps the whole suffix (t.<pid>.speedscope.json, not t.speedscope.<pid>.json)."""
+    import ocular
+
+    p = run_py(THREAD_FORK_FORMATS, str(tmp_path / name), timeout=TIMEOUT)
+    pid = int(p.stdout.split()[-1])
+    root, suf = name.split(".", 1)
+    child = tmp_path / f"{root}.{pid}.{suf}"
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], os.listdir(tmp_path)
+    rec = child if name.endswith(".ocular") else tmp_path / f"{child.name}.ocular"
+    assert rec.exists(), os.listdir(tmp_path)
+    if not name.endswith(".ocular"):
+        assert f"its recording is kept in {rec}" in p.stderr, p.stderr
+    res = ocular.convert(str(rec), str(tmp_path / "c.json"))
+    assert names(load_trace(res.output)["traceEvents"]).count("child_leaf") == 50

@@ -56,6 +56,14 @@ _TOOL_NAME = "ocular"
 _mon = sys.monitoring
 
 _session = None  # the running session's settings, or None
+# One render at a time in the process (the C renderer's state, and the statistics the report reads from
+# it, are global): start, stop, convert, snapshot and merge's renders take it; re-made in a forked child.
+_render_lock = threading.Lock()
+
+
+def _rendering():
+    """The process's render lock (a context manager)."""
+    return _render_lock
 _last_report = None
 REPORTS = (True, False, "text", "json")
 
@@ -219,7 +227,12 @@ def _recording_name(path):
 
 
 def _child_output(path, pid):
-    root, ext = os.path.splitext(path)
+    """A forked child's output: its pid before the whole suffix (x.speedscope.json -> x.<pid>.speedscope.json,
+    which keeps its format)."""
+    if path.lower().endswith(".json.gz"):
+        root, ext = path[:-len(".json.gz")], path[-len(".json.gz"):]
+    else:
+        root, ext = _formats.split_suffix(path)
     return f"{root}.{pid}{ext}"
 
 
@@ -520,11 +533,12 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
-        callbacks = _ocular._start(
-            mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl, excl,
-            _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-            _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions,
-        )
+        with _render_lock:  # (starting may start the render while recording: not during another render)
+            callbacks = _ocular._start(
+                mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
+                excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
+                _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions,
+            )
     except BaseException:
         _release_tool(tid, ())
         raise
@@ -593,6 +607,11 @@ def stop_tracing():
 
 
 def _stop():
+    with _render_lock:  # (a convert() in another thread finishes first)
+        return _stop_locked()
+
+
+def _stop_locked():
     global _session, _last_report
     s = _session
     _session = None
@@ -746,7 +765,6 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     their thread.  Returns a
     TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
     and OSError if the output cannot be written (nothing is left under its name)."""
-    global _last_report
     recording = os.fspath(recording)
     if not isinstance(thread_roots, bool):
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
@@ -762,6 +780,12 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     if os.path.abspath(recording) == path:
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     _env.check_render(perfetto_file=fmt == "perfetto")
+    with _render_lock:  # one render at a time in the process (convert() from several threads waits its turn)
+        return _convert_locked(recording, path, output, fmt, report, loops, thread_roots)
+
+
+def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
+    global _last_report
     tmp = _render_tmp_name(path)
     try:
         rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
@@ -802,8 +826,17 @@ def _snapshot_on_sigusr2():
     except (ValueError, AttributeError):
         return
 
-    def _on_usr2(signum, frame):
-        snapshot()
+    def _on_usr2(signum, frame):  # (never raises into the program, never waits for a render)
+        if not _render_lock.acquire(blocking=False):
+            _print_err("ocular: SIGUSR2: a render is already running (another snapshot, a stop or a convert); "
+                       "no snapshot for this signal")
+            return
+        try:
+            _snapshot(None)
+        except Exception as exc:
+            _print_err(f"ocular: SIGUSR2: the snapshot failed: {exc}")
+        finally:
+            _render_lock.release()
 
     try:
         signal.signal(signal.SIGUSR2, _on_usr2)
@@ -813,7 +846,13 @@ def _snapshot_on_sigusr2():
 
 def snapshot(output=None):
     """Ring mode: render the kept window now, without stopping, into ``output`` (default: the session's
-    output with ``.snapshot<N>`` before its suffix).  Returns the path written."""
+    output with ``.snapshot<N>`` before its suffix).  Returns the path written.  Waits for a render
+    another thread is doing (one render at a time)."""
+    with _render_lock:
+        return _snapshot(output)
+
+
+def _snapshot(output):
     global _snapshots
     s = _session
     if s is None or not s.get("ring"):
@@ -893,7 +932,8 @@ def _at_exit():
 
 
 def _after_fork_child():
-    global _session
+    global _session, _render_lock
+    _render_lock = threading.Lock()  # (another thread may have held it at the fork)
     if _session is None:
         return
     pid = os.getpid()

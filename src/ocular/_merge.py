@@ -558,14 +558,15 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
 def _render_part(p, f, output, format, rendered):
     """A recording among the inputs (the part of a process killed before it rendered its trace, or a
     .ocular file): render it into a temporary trace of the output's format and merge that."""
-    from . import PERFETTO_SUFFIXES, _ocular
+    from . import PERFETTO_SUFFIXES, _ocular, _rendering
 
     fmt = format or ("perfetto" if output.lower().endswith(PERFETTO_SUFFIXES) else "json")
     tmp = f"{os.path.abspath(output)}.{os.getpid()}.part{len(rendered)}.tmp"
     rendered.append(tmp)
     f.close()
     try:
-        res = _ocular._render(p["path"], 1 if fmt == "perfetto" else 0, tmp, False)
+        with _rendering():
+            res = _ocular._render(p["path"], 1 if fmt == "perfetto" else 0, tmp, False)
     except ValueError as exc:
         raise MergeError(f"{p['path']!r}: {exc}") from None
     if res["write_errno"]:

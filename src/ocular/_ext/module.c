@@ -283,7 +283,7 @@ static PyObject *py_report_data(PyObject *mod, PyObject *args) {
     unsigned int limit = 0;
     if (!PyArg_ParseTuple(args, "|pI:_report_data", &with_code, &limit))
         return NULL;
-    if (S.active) {
+    if (oc_render_live_running()) { /* (its statistics are being built: the session's, at stop) */
         PyErr_SetString(PyExc_RuntimeError, "ocular: report data is available after stop_tracing()");
         return NULL;
     }

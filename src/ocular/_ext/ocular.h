@@ -332,6 +332,7 @@ void oc_render_release(void);            /* free what the last render kept for t
  * takes it over.  Nothing is reported if it cannot start: the render at stop does it all. */
 void oc_render_live_start(const char *rec_path, int format, const char *out_path, int loops);
 void oc_render_live_fork_child(void);    /* forget the parent's live render */
+int oc_render_live_running(void);        /* the render while recording is running (its statistics with it) */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
  * sinks and statistics. */

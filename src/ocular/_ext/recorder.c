@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -392,11 +393,27 @@ static void finish_orphan(void) {
     S.rec_fd = -1;
     if (!err && S.out_path && S.tmp_path) {
         oc_render_result res;
-        if (S.write_json && oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
-            rename(S.tmp_path, S.out_path) == 0)
-            unlink(S.rec_path);
-        else
-            unlink(S.tmp_path);
+        size_t n = strlen(S.out_path);
+        if (S.write_json) {
+            if (oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
+                rename(S.tmp_path, S.out_path) == 0)
+                unlink(S.rec_path);
+            else
+                unlink(S.tmp_path);
+        } else if (n >= 7 && strcasecmp(S.out_path + n - 7, ".ocular") == 0) {
+            rename(S.rec_path, S.out_path); /* the recording is the output */
+        } else { /* a profile format, rendered by Python code: the recording is kept for `convert` */
+            char *kept = malloc(n + 8);
+            if (kept) {
+                memcpy(kept, S.out_path, n);
+                memcpy(kept + n, ".ocular", 8);
+                if (rename(S.rec_path, kept) == 0)
+                    dprintf(2, "ocular: process %ld ended without its interpreter (forked from a thread), which "
+                               "renders this format; its recording is kept in %s: render it with "
+                               "python -m ocular convert %s -o %s\n", (long)getpid(), kept, kept, S.out_path);
+                free(kept);
+            }
+        }
     }
     exit(0);
 }

@@ -1344,6 +1344,8 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     L.on = 1;
 }
 
+int oc_render_live_running(void) { return L.on == 1; }
+
 /* In a fork child: the live thread does not exist here, and its state may be mid-update; forget it. */
 void oc_render_live_fork_child(void) {
     W.out.async = NULL; /* the parent's writer thread (rendering at stop) does not exist here */
