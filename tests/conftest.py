@@ -266,3 +266,20 @@ def run_on_pty(cmd, cwd, env, timeout=120):
         return p.wait(timeout=timeout), out.decode(errors="replace")
     finally:
         os.close(master)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size):
+    """A tmpfs of `size` (mount's syntax: "256k", "1m") mounted at `path` (made here) for the block, to
+    fill a disk; the test is skipped, saying why, where mounting is not permitted."""
+    path.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
+        print(reason)
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from conftest import run_on_pty, SRC, check_balanced, load_trace, python_cmd
+from conftest import run_on_pty, SRC, check_balanced, load_trace, python_cmd, small_tmpfs
 
 # The traced program: a pool of the given start method, a subprocess, an os.fork child; it prints what
 # it sees of itself and exits 3.
@@ -233,15 +233,7 @@ def test_follow_fails_when_a_process_could_not_save(tmp_path):
     """A followed child's save fails (the parts directory is on a 2 MiB tmpfs that its trace outgrows):
     the command line names it, even with -q, says the merged trace lacks it, and exits 1 although the
     program exited 0.  (It said "trace written", status 0.)"""
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)],
-                           capture_output=True, text=True)
-    if mount.returncode != 0:
-        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
-        print(reason)
-        pytest.skip(reason)
-    try:
+    with small_tmpfs(tmp_path / "small", "2m") as small:
         (tmp_path / "fib.py").write_text("def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(20)\n")
         (tmp_path / "parent.py").write_text("import subprocess, sys\n"
                                             "subprocess.run([sys.executable, 'fib.py'], check=True)\n")
@@ -250,8 +242,6 @@ def test_follow_fails_when_a_process_could_not_save(tmp_path):
         assert p.returncode == 1, p.stderr
         assert "not saved: writing the" in p.stderr and "(No space left on device)" in p.stderr, p.stderr
         assert "1 traced process could not save its trace" in p.stderr, p.stderr
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
 
 
 # ---- merge by hand --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import SRC, check_balanced, load_trace, names, python_cmd, run_py
+from conftest import SRC, check_balanced, load_trace, names, python_cmd, run_py, small_tmpfs
 
 SCALE = float(os.environ.get("OCULAR_STRESS_SCALE", "1"))
 # Under valgrind/ASan everything is 10-50x slower: generous timeouts, the scale shrinks the work.
@@ -634,15 +634,7 @@ def test_trace_on_a_full_file_system(tmp_path):
     errno ENOSPC and a message naming the cause; nothing is left on the small file system (no final
     name, no temporary file); the process continues and a following session works.  The same for a
     recording converted onto it (the JSON renderer's writes go through its writer thread there)."""
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
-                           capture_output=True, text=True)
-    if mount.returncode != 0:
-        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
-        print(reason)
-        pytest.skip(reason)
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as small:
         ok = tmp_path / "ok.json"
         p = run_py(FULL, str(small / "trace.json"), str(ok), timeout=TIMEOUT)
         assert f"OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
@@ -651,8 +643,6 @@ def test_trace_on_a_full_file_system(tmp_path):
         assert f"convert: OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
         assert os.listdir(small) == []
         check_balanced(load_trace(str(ok))["traceEvents"])
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
 
 
 def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch):
@@ -663,18 +653,10 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
     import ocular
     from test_api import run_cli
 
-    small = tmp_path / "small"
-    small.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
-                           capture_output=True, text=True)
-    if mount.returncode != 0:
-        reason = f"cannot mount a small tmpfs (needs root): {mount.stderr.strip()}"
-        print(reason)
-        pytest.skip(reason)
     prog = tmp_path / "fib.py"
     prog.write_text("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(19)\n")
     monkeypatch.setenv("OCULAR_LIVE_RENDER", "0")  # the trace is rendered after the recording is complete
-    try:
+    with small_tmpfs(tmp_path / "small", "1m") as small:
         for outs in (["t.json"], ["t.json", "t.pstats"]):
             args = [a for o in outs for a in ("-o", str(small / o))]
             p = run_cli("--threshold", "0", "--no-report", *args, str(prog), cwd=tmp_path)
@@ -686,8 +668,6 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
             assert names(load_trace(res.output)["traceEvents"]).count("fib") == 2 * 6765 - 1  # fib(19)'s calls
             for n in os.listdir(small):
                 os.unlink(small / n)
-    finally:
-        subprocess.run(["umount", str(small)], check=False)
 
 
 # ---------------------------------------------------------------------------------------------
