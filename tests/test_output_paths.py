@@ -354,3 +354,36 @@ def test_an_uncaught_exception_shows_the_programs_frames_only(tmp_path):
                                       "raise KeyError(1)\n")
     p = run_cli("-q", "--no-report", "-o", "t2.json", "hook.py", cwd=tmp_path)
     assert p.returncode == 1 and "HOOK KeyError" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_several_outputs_with_a_forked_child_and_a_restarted_session(tmp_path):
+    """Several -o: a child forked by the program returns through the runner too, and renders its own
+    recording into its own outputs (t.<pid>.json ...), not over the parent's; a program that stops the
+    session and traces into a file of its own keeps that file, and the outputs get the runner's recording."""
+    prog = ("import os, ocular\n"
+            "def parent_work(): pass\n"
+            "def child_work(): pass\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    child_work()\n"
+            "else:\n"
+            "    os.waitpid(pid, 0)\n"
+            "    parent_work()\n"
+            "    print(pid)\n")
+    p = run_cli("-q", "--no-report", "-o", "t.json", "-o", "t.pstats", "-c", prog, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    child = int(p.stdout.split()[-1])
+    parent_names = names(load_trace(str(tmp_path / "t.json"))["traceEvents"])
+    assert "parent_work" in parent_names and "child_work" not in parent_names, parent_names
+    child_names = names(load_trace(str(tmp_path / f"t.{child}.json"))["traceEvents"])
+    assert "child_work" in child_names and "parent_work" not in child_names, child_names
+    assert (tmp_path / f"t.{child}.pstats").exists()
+    assert [n for n in os.listdir(tmp_path) if n.endswith((".tmp", ".ocular"))] == []
+    prog = ("import ocular\n" + PROG + "ocular.stop_tracing()\n"
+            "ocular.start_tracing(output='mine.json', report=False)\n"
+            "def mine(): pass\nmine()\n")
+    p = run_cli("-q", "--no-report", "-o", "a.json", "-o", "a.pstats", "-c", prog, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "traced_here" in names(load_trace(str(tmp_path / "a.json"))["traceEvents"])
+    assert "mine" in names(load_trace(str(tmp_path / "mine.json"))["traceEvents"])
+    assert [n for n in os.listdir(tmp_path) if n.endswith((".tmp", ".ocular"))] == []

@@ -399,3 +399,59 @@ def test_convert_while_tracing_builds_its_report(tmp_path):
     assert "could not build the report" not in p.stderr, p.stderr
     live = [e for e in load_trace(tmp_path / "live.json")["traceEvents"] if e["ph"] == "B" and e["name"] == "fib"]
     assert len(live) == 2 * (2 * 1597 - 1)  # both fib(16) calls, every call
+
+
+def test_a_signal_handler_that_stops_tracing_during_a_render(tmp_path):
+    """A SIGTERM handler that saves and exits (stop_tracing(), os._exit) runs while the main thread is in
+    convert()'s turn to render: the stop goes first (it waited for itself forever), the session's trace
+    is saved.  And two threads stopping at once: one stops, the other gets RuntimeError (not TypeError)."""
+    code = """
+        import os, signal, sys, threading, time, ocular
+        d = sys.argv[1]
+        def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+        ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
+        fib(20)
+        ocular.stop_tracing()
+        ocular.start_tracing(output=os.path.join(d, "live.json"), report=False)
+        def on_term(s, f):
+            ocular.stop_tracing()
+            os._exit(3)
+        signal.signal(signal.SIGTERM, on_term)
+        def killer():
+            while not ocular._render_lock.locked():
+                time.sleep(0.0005)
+            os.kill(os.getpid(), signal.SIGTERM)
+        threading.Thread(target=killer, daemon=True).start()
+        ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "conv.json"))
+        time.sleep(30)
+    """
+    p = run_py(code, str(tmp_path), check=False, timeout=60)
+    assert p.returncode == 3, p.stderr
+    check_balanced(load_trace(tmp_path / "live.json")["traceEvents"])  # the session's trace: saved, valid
+    code = """
+        import sys, threading, ocular
+        ocular.start_tracing(output=sys.argv[1], report=False)
+        errors = []
+        def stopper():
+            try:
+                ocular.stop_tracing()
+            except Exception as exc:
+                errors.append(type(exc).__name__)
+        with ocular._rendering():          # both wait for the render lock, then one finds nothing to stop
+            ts = [threading.Thread(target=stopper) for _ in range(2)]
+            for t in ts:
+                t.start()
+            import time; time.sleep(0.2)
+        for t in ts:
+            t.join()
+        print(errors)
+    """
+    p = run_py(code, str(tmp_path / "race.json"))
+    assert p.stdout.strip() == "['_NotRunning']", p.stdout + p.stderr
+    assert issubclass(ocular_not_running(), RuntimeError)
+
+
+def ocular_not_running():
+    import ocular
+
+    return ocular._NotRunning

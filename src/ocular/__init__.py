@@ -59,11 +59,29 @@ _session = None  # the running session's settings, or None
 # One render at a time in the process (the C renderer's state, and the statistics the report reads from
 # it, are global): start, stop, convert, snapshot and merge's renders take it; re-made in a forked child.
 _render_lock = threading.Lock()
+_render_owner = None  # the thread holding it
+_render_nested = False  # a stop ran inside the holder's turn (a signal handler): the holder's statistics are gone
 
 
-def _rendering():
-    """The process's render lock (a context manager)."""
-    return _render_lock
+@contextlib.contextmanager
+def _rendering(blocking=True):
+    """The process's render turn: yields True once this thread holds the render lock (False: it was busy
+    and blocking was False).  A thread that holds it already (a signal handler that runs between the
+    bytecodes of a render's Python part) is not given it again: see _stop."""
+    global _render_owner
+    if not _render_lock.acquire(blocking=blocking):
+        yield False
+        return
+    _render_owner = threading.get_ident()
+    try:
+        yield True
+    finally:
+        _render_owner = None
+        _render_lock.release()
+
+
+class _NotRunning(RuntimeError):
+    """stop_tracing() without a session (or another thread stopped it first)."""
 _last_report = None
 REPORTS = (True, False, "text", "json")
 
@@ -533,7 +551,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
-        with _render_lock:  # (starting may start the render while recording: not during another render)
+        with _rendering():  # (starting may start the render while recording: not during another render)
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
@@ -602,18 +620,27 @@ def stop_tracing():
     instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
     if _session is None:
-        raise RuntimeError("ocular: tracing is not running; call ocular.start_tracing() first")
+        raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
     return _stop()
 
 
 def _stop():
-    with _render_lock:  # (a convert() in another thread finishes first)
+    global _render_nested
+    if _render_owner == threading.get_ident():
+        # This thread is in the middle of a render's Python part (convert, snapshot) and a signal handler
+        # stops tracing (to save on SIGTERM, say): waiting would never end, so the stop goes first, and
+        # the interrupted render leaves its report out (its statistics are gone).
+        _render_nested = True
+        return _stop_locked()
+    with _rendering():  # (a convert() in another thread finishes first)
         return _stop_locked()
 
 
 def _stop_locked():
     global _session, _last_report
     s = _session
+    if s is None:  # (another thread stopped it while this one waited for the render lock)
+        raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
     _session = None
     try:
         _release_tool(s["tool_id"], s["callbacks"])
@@ -780,12 +807,13 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     if os.path.abspath(recording) == path:
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     _env.check_render(perfetto_file=fmt == "perfetto")
-    with _render_lock:  # one render at a time in the process (convert() from several threads waits its turn)
+    with _rendering():  # one render at a time in the process (convert() from several threads waits its turn)
         return _convert_locked(recording, path, output, fmt, report, loops, thread_roots)
 
 
 def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
-    global _last_report
+    global _last_report, _render_nested
+    _render_nested = False
     tmp = _render_tmp_name(path)
     try:
         rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
@@ -805,6 +833,9 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
     s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)
     result.update(output=path, format=fmt, mode=mode)
+    if _render_nested:  # a signal handler stopped tracing meanwhile: these statistics are that session's
+        _print_err(f"ocular: {recording}: no report (tracing was stopped while it was rendered)")
+        return result
     try:
         _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)
     finally:
@@ -827,16 +858,15 @@ def _snapshot_on_sigusr2():
         return
 
     def _on_usr2(signum, frame):  # (never raises into the program, never waits for a render)
-        if not _render_lock.acquire(blocking=False):
-            _print_err("ocular: SIGUSR2: a render is already running (another snapshot, a stop or a convert); "
-                       "no snapshot for this signal")
-            return
-        try:
-            _snapshot(None)
-        except Exception as exc:
-            _print_err(f"ocular: SIGUSR2: the snapshot failed: {exc}")
-        finally:
-            _render_lock.release()
+        with _rendering(blocking=False) as mine:
+            if not mine:
+                _print_err("ocular: SIGUSR2: a render is already running (another snapshot, a stop or a "
+                           "convert); no snapshot for this signal")
+                return
+            try:
+                _snapshot(None)
+            except Exception as exc:
+                _print_err(f"ocular: SIGUSR2: the snapshot failed: {exc}")
 
     try:
         signal.signal(signal.SIGUSR2, _on_usr2)
@@ -848,7 +878,7 @@ def snapshot(output=None):
     """Ring mode: render the kept window now, without stopping, into ``output`` (default: the session's
     output with ``.snapshot<N>`` before its suffix).  Returns the path written.  Waits for a render
     another thread is doing (one render at a time)."""
-    with _render_lock:
+    with _rendering():
         return _snapshot(output)
 
 
@@ -917,7 +947,7 @@ def _save_failed(exc):
     text = str(exc.strerror if isinstance(exc, OSError) and isinstance(exc.strerror, str) else exc)
     text = text[len("ocular: "):] if text.startswith("ocular: ") else text
     _print_err(f"ocular: {text}")
-    if _follow_log:
+    if _follow_log and isinstance(exc, OSError):  # (a RuntimeError after the save, say, is no lost trace)
         with contextlib.suppress(Exception):
             with open(_follow_log, "ab") as f:
                 f.write(f"{os.getpid()} {_title or ''}: not saved: {text}\n".encode("utf-8", "backslashreplace"))
@@ -927,13 +957,16 @@ def _at_exit():
     if _session is not None and _session["pid"] == os.getpid():
         try:
             stop_tracing()
+        except _NotRunning:  # another thread stopped it meanwhile
+            pass
         except Exception as exc:  # at exit there is nobody to raise to: say it
             _save_failed(exc)
 
 
 def _after_fork_child():
-    global _session, _render_lock
+    global _session, _render_lock, _render_owner
     _render_lock = threading.Lock()  # (another thread may have held it at the fork)
+    _render_owner = None
     if _session is None:
         return
     pid = os.getpid()
@@ -991,6 +1024,8 @@ def _wrap_os_exit():
         if _session is not None and _session["pid"] == os.getpid():
             try:
                 stop_tracing()
+            except _NotRunning:
+                pass
             except Exception as exc:
                 _save_failed(exc)
         _real_os_exit(status)

@@ -356,6 +356,7 @@ def main(argv=None):
     if argv and argv[0] == "attach":
         return attach_main(argv[1:])
     ours, rest = _split_argv(argv)
+    cli_pid = os.getpid()
     parser = build_parser()
     ns = parser.parse_args(ours)
     outputs = ns.output or ["ocular_trace.json"]
@@ -388,7 +389,8 @@ def main(argv=None):
         where = os.path.dirname(ocular._report_file)
         if os.path.isdir(ocular._report_file):
             parser.error(f"--report {ns.report_file!r} is a directory; give a file name")
-        if not os.path.isdir(where) or not os.access(where, os.W_OK | os.X_OK):
+        if not os.path.exists(ocular._report_file) and (not os.path.isdir(where) or
+                                                        not os.access(where, os.W_OK | os.X_OK)):
             parser.error(f"--report {ns.report_file!r}: the directory {where!r} "
                          f"{'is not writable' if os.path.isdir(where) else 'does not exist'}")
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
@@ -475,25 +477,30 @@ def main(argv=None):
     finally:
         _join_threads()
         program.restore()
-        if many and not ocular.is_tracing() and os.path.exists(ns.output):  # the program stopped it itself
-            try:
-                _render_all(ns.output, outputs, ns)
-            except Exception as exc:
-                _say(f"ocular: {_message(exc)}")
-                if not status:
-                    status = 1
-        elif ocular.is_tracing():
+        if os.getpid() != cli_pid and many:  # a forked child that returned here: its own recording and outputs
+            rec_path = ocular._child_output(ns.output, os.getpid())
+            outputs = [ocular._child_output(os.path.abspath(o), os.getpid()) for o in outputs]
+        else:
+            rec_path = ns.output
+        if ocular.is_tracing():
             try:
                 res = ocular.stop_tracing()
-                if many:
-                    _render_all(res.output, outputs, ns)
-                elif not ns.quiet and res.output:
+                if not many and not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
                     _say(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
                          f"{res.dropped} dropped)")
                     if what == "recording":
                         _say(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json")
+            except Exception as exc:
+                _say(f"ocular: {_message(exc)}")
+                if not status:
+                    status = 1
+        # Several -o: the recording of the session started here, whoever stopped it (this code, or the
+        # program itself, which may then have traced into files of its own), rendered into each output.
+        if many and os.path.exists(rec_path):
+            try:
+                _render_all(rec_path, outputs, ns)
             except Exception as exc:
                 _say(f"ocular: {_message(exc)}")
                 if not status:

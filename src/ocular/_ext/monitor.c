@@ -143,13 +143,23 @@ static inline uint32_t small_int(PyObject *o) {
 /* ---- the thread's recorded activations not yet ended (threshold > 0) ---- */
 static inline uint64_t open_key(uint32_t id, uint32_t depth) { return (uint64_t)depth << 32 | id; }
 
+/* A stale entry is dropped: its code's count goes down (if the code object is still alive). */
+static void open_drop(uint64_t key) {
+    uint32_t id = (uint32_t)key;
+    if (id < S.ncodes) {
+        oc_codeextra *x = oc_code_entry(id)->extra;
+        if (x && x->open)
+            x->open--;
+    }
+}
+
 /* open_push's rare case: entries at this depth or deeper are stale (those frames ended unseen: their
  * ends were no longer reported), and the stack may have to grow.  Without memory the activation is
  * counted but not kept: the code's return sites then stay armed up to LATE_ENDS_MAX. */
 static __attribute__((noinline)) void open_push_slow(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
     uint32_t n = b->nopen;
     while (n && (uint32_t)(b->open[n - 1] >> 32) >= depth)
-        n--;
+        open_drop(b->open[--n]);
     b->nopen = n;
     ex->open++;
     if (n == b->capopen) {
@@ -179,7 +189,7 @@ static inline void open_push(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
 static __attribute__((noinline)) int open_pop_slow(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
     uint32_t n = b->nopen;
     while (n && (uint32_t)(b->open[n - 1] >> 32) > depth)
-        n--;
+        open_drop(b->open[--n]);
     b->nopen = n;
     if (n && b->open[n - 1] == open_key(ex->id, depth)) {
         b->nopen = n - 1;

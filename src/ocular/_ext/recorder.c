@@ -394,7 +394,8 @@ static void finish_orphan(void) {
     if (!err && S.out_path && S.tmp_path) {
         oc_render_result res;
         size_t n = strlen(S.out_path);
-        if (S.write_json) {
+        int gz = n >= 3 && strcasecmp(S.out_path + n - 3, ".gz") == 0; /* (gzip is Python's: kept, below) */
+        if (S.write_json && !gz) {
             if (oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
                 rename(S.tmp_path, S.out_path) == 0)
                 unlink(S.rec_path);
@@ -402,14 +403,15 @@ static void finish_orphan(void) {
                 unlink(S.tmp_path);
         } else if (n >= 7 && strcasecmp(S.out_path + n - 7, ".ocular") == 0) {
             rename(S.rec_path, S.out_path); /* the recording is the output */
-        } else { /* a profile format, rendered by Python code: the recording is kept for `convert` */
+        } else { /* a profile format or gzip, done by Python code: the recording is kept for `convert` */
+            unlink(S.tmp_path); /* (a render while recording may have begun it) */
             char *kept = malloc(n + 8);
             if (kept) {
                 memcpy(kept, S.out_path, n);
                 memcpy(kept + n, ".ocular", 8);
                 if (rename(S.rec_path, kept) == 0)
                     dprintf(2, "ocular: process %ld ended without its interpreter (forked from a thread), which "
-                               "renders this format; its recording is kept in %s: render it with "
+                               "writes this format; its recording is kept in %s: render it with "
                                "python -m ocular convert %s -o %s\n", (long)getpid(), kept, kept, S.out_path);
                 free(kept);
             }
