@@ -63,21 +63,39 @@ _render_owner = None  # the thread holding it
 _render_nested = False  # a stop ran inside the holder's turn (a signal handler): the holder's statistics are gone
 
 
-@contextlib.contextmanager
+class _RenderTurn:
+    """The process's render turn: `with _rendering() as mine:` holds the render lock (mine is False when it
+    was busy and blocking was False).  A class of this package, not a contextlib generator: stop_tracing()
+    takes it while tracing is on, and only this package's own frames are left out of the trace."""
+
+    __slots__ = ("blocking", "lock")
+
+    def __init__(self, blocking):
+        self.blocking = blocking
+        self.lock = None
+
+    def __enter__(self):
+        global _render_owner
+        lock = _render_lock
+        if not lock.acquire(blocking=self.blocking):
+            return False
+        self.lock = lock
+        _render_owner = threading.get_ident()
+        return True
+
+    def __exit__(self, *exc):
+        global _render_owner
+        if self.lock is not None:
+            _render_owner = None
+            self.lock.release()
+            self.lock = None
+        return False
+
+
 def _rendering(blocking=True):
-    """The process's render turn: yields True once this thread holds the render lock (False: it was busy
-    and blocking was False).  A thread that holds it already (a signal handler that runs between the
-    bytecodes of a render's Python part) is not given it again: see _stop."""
-    global _render_owner
-    if not _render_lock.acquire(blocking=blocking):
-        yield False
-        return
-    _render_owner = threading.get_ident()
-    try:
-        yield True
-    finally:
-        _render_owner = None
-        _render_lock.release()
+    """The process's render turn (a context manager, above).  A thread that holds it already (a signal
+    handler that runs between the bytecodes of a render's Python part) is not given it again: see _stop."""
+    return _RenderTurn(blocking)
 
 
 class _NotRunning(RuntimeError):
