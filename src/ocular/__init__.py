@@ -634,8 +634,9 @@ def stop_tracing():
 
     The trace is written under a temporary name while tracing and renamed to the final name here.
     Raises RuntimeError if tracing is not running, and OSError if the trace could not be written (the
-    partial file is removed, never left under the final name).  Internal failures of the engine (for
-    instance running out of memory) are reported as RuntimeError after the trace is saved.
+    partial file is removed, never left under the final name; if only the rendering failed, the
+    complete recording is kept next to the output and the message names it).  Internal failures of the
+    engine (for instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
     if _session is None:
         raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
@@ -808,8 +809,10 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     start_tracing() (``.json.gz``: gzip-compressed JSON).  report: print the report to stderr
     (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
     their thread.  Returns a
-    TraceResult (``report`` holds the Report).  Raises ValueError for a file that is not a recording
-    and OSError if the output cannot be written (nothing is left under its name)."""
+    TraceResult (``report`` holds the Report).  Raises FileNotFoundError if the recording does not
+    exist, ValueError for a path that is not a recording (a directory, a FIFO, another file), and
+    OSError if the output cannot be written (nothing is left under its name).  One render runs at a
+    time in the process: a call from another thread waits for the one running."""
     recording = os.fspath(recording)
     if not isinstance(thread_roots, bool):
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
