@@ -455,3 +455,35 @@ def ocular_not_running():
     import ocular
 
     return ocular._NotRunning
+
+
+def test_ocular_called_from_a_signal_handler_during_a_render_does_not_hang(tmp_path):
+    """A signal handler calls convert() while its thread is in convert()'s turn to render: it is told
+    (RuntimeError) instead of waiting for itself forever; had the render ended first, it just runs."""
+    code = """
+        import os, signal, sys, threading, time, ocular
+        d = sys.argv[1]
+        def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+        ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
+        fib(20)
+        ocular.stop_tracing()
+        got = []
+        def on_usr1(s, f):
+            try:
+                ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "inner.json"))
+                got.append("ran")
+            except RuntimeError as exc:
+                got.append("told" if "rendering already" in str(exc) else repr(exc))
+        signal.signal(signal.SIGUSR1, on_usr1)
+        def killer():
+            while not ocular._render_lock.locked():
+                time.sleep(0.0005)
+            os.kill(os.getpid(), signal.SIGUSR1)
+        threading.Thread(target=killer, daemon=True).start()
+        ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "outer.json"))
+        time.sleep(0.2)
+        print(got)
+    """
+    p = run_py(code, str(tmp_path), timeout=60)
+    assert p.stdout.strip() in ("['told']", "['ran']"), p.stdout + p.stderr
+    check_balanced(load_trace(tmp_path / "outer.json")["traceEvents"])

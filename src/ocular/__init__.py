@@ -77,6 +77,9 @@ class _RenderTurn:
     def __enter__(self):
         global _render_owner
         lock = _render_lock
+        if self.blocking and _render_owner == threading.get_ident():  # (it would wait for itself forever)
+            raise RuntimeError("ocular: this thread is rendering already (a signal handler called Ocular "
+                               "during a render); call it again after the render")
         if not lock.acquire(blocking=self.blocking):
             return False
         self.lock = lock
