@@ -401,30 +401,37 @@ def test_convert_while_tracing_builds_its_report(tmp_path):
     assert len(live) == 2 * (2 * 1597 - 1)  # both fib(16) calls, every call
 
 
+# a recording to convert, and a signal sent by another thread while this one holds the render lock
+SIGNAL_DURING_RENDER = """
+import os, signal, sys, threading, time, ocular
+d = sys.argv[1]
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
+fib(20)
+ocular.stop_tracing()
+def signal_during_render(sig):
+    def killer():
+        while not ocular._render_lock.locked():
+            time.sleep(0.0005)
+        os.kill(os.getpid(), sig)
+    threading.Thread(target=killer, daemon=True).start()
+"""
+
+
 def test_a_signal_handler_that_stops_tracing_during_a_render(tmp_path):
     """A SIGTERM handler that saves and exits (stop_tracing(), os._exit) runs while the main thread is in
     convert()'s turn to render: the stop goes first (it waited for itself forever), the session's trace
     is saved.  And two threads stopping at once: one stops, the other gets RuntimeError (not TypeError)."""
-    code = """
-        import os, signal, sys, threading, time, ocular
-        d = sys.argv[1]
-        def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
-        ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
-        fib(20)
-        ocular.stop_tracing()
-        ocular.start_tracing(output=os.path.join(d, "live.json"), report=False)
-        def on_term(s, f):
-            ocular.stop_tracing()
-            os._exit(3)
-        signal.signal(signal.SIGTERM, on_term)
-        def killer():
-            while not ocular._render_lock.locked():
-                time.sleep(0.0005)
-            os.kill(os.getpid(), signal.SIGTERM)
-        threading.Thread(target=killer, daemon=True).start()
-        ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "conv.json"))
-        time.sleep(30)
-    """
+    code = SIGNAL_DURING_RENDER + """
+ocular.start_tracing(output=os.path.join(d, "live.json"), report=False)
+def on_term(s, f):
+    ocular.stop_tracing()
+    os._exit(3)
+signal.signal(signal.SIGTERM, on_term)
+signal_during_render(signal.SIGTERM)
+ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "conv.json"))
+time.sleep(30)
+"""
     p = run_py(code, str(tmp_path), check=False, timeout=60)
     assert p.returncode == 3, p.stderr
     check_balanced(load_trace(tmp_path / "live.json")["traceEvents"])  # the session's trace: saved, valid
@@ -460,30 +467,20 @@ def ocular_not_running():
 def test_ocular_called_from_a_signal_handler_during_a_render_does_not_hang(tmp_path):
     """A signal handler calls convert() while its thread is in convert()'s turn to render: it is told
     (RuntimeError) instead of waiting for itself forever; had the render ended first, it just runs."""
-    code = """
-        import os, signal, sys, threading, time, ocular
-        d = sys.argv[1]
-        def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
-        ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
-        fib(20)
-        ocular.stop_tracing()
-        got = []
-        def on_usr1(s, f):
-            try:
-                ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "inner.json"))
-                got.append("ran")
-            except RuntimeError as exc:
-                got.append("told" if "rendering already" in str(exc) else repr(exc))
-        signal.signal(signal.SIGUSR1, on_usr1)
-        def killer():
-            while not ocular._render_lock.locked():
-                time.sleep(0.0005)
-            os.kill(os.getpid(), signal.SIGUSR1)
-        threading.Thread(target=killer, daemon=True).start()
-        ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "outer.json"))
-        time.sleep(0.2)
-        print(got)
-    """
+    code = SIGNAL_DURING_RENDER + """
+got = []
+def on_usr1(s, f):
+    try:
+        ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "inner.json"))
+        got.append("ran")
+    except RuntimeError as exc:
+        got.append("told" if "rendering already" in str(exc) else repr(exc))
+signal.signal(signal.SIGUSR1, on_usr1)
+signal_during_render(signal.SIGUSR1)
+ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "outer.json"))
+time.sleep(0.2)
+print(got)
+"""
     p = run_py(code, str(tmp_path), timeout=60)
     assert p.stdout.strip() in ("['told']", "['ran']"), p.stdout + p.stderr
     check_balanced(load_trace(tmp_path / "outer.json")["traceEvents"])
