@@ -10,6 +10,7 @@ import pstats
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -547,3 +548,91 @@ def test_profile_suffixes_and_format_names(tmp_path):
     p = subprocess.run([*python_cmd(), "-c", __import__("textwrap").dedent(code)], env=_env(), capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and "ok" in p.stdout, p.stderr
+
+
+# ---- deep recursion --------------------------------------------------------------------------------
+
+DEEP = 12000
+DEEP_PROGRAM = f'''
+import sys
+sys.setrecursionlimit({DEEP} + 1000)
+
+def down(n):
+    return 0 if n == 0 else 1 + down(n - 1)
+
+down({DEEP})
+'''
+
+
+def _pb_fields(buf):
+    """(field, wire, value) of one protobuf message: varints and length-delimited parts only."""
+    i = 0
+    while i < len(buf):
+        key, i = _pb_varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _pb_varint(buf, i)
+        elif wire == 2:
+            n, i = _pb_varint(buf, i)
+            value, i = buf[i:i + n], i + n
+        else:
+            raise AssertionError(f"wire type {wire} is not used by the pprof writer")
+        yield field, wire, value
+
+
+def _pb_varint(buf, i):
+    v = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return v, i
+
+
+def _peak_rss_of(args):
+    """Run args in a child; its exit status, stderr and peak resident set (bytes, this child only)."""
+    code = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+            "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+            "sys.stderr.write(p.stderr)\n")
+    p = subprocess.run([sys.executable, "-c", code, *args], env=_env(), capture_output=True, text=True, timeout=600)
+    status, rss = p.stdout.split()
+    return int(status), p.stderr, int(rss)
+
+
+def test_deep_recursion_folded_and_pprof_stay_small(tmp_path):
+    """A recursion 12,000 deep has 12,000 distinct stacks, the deepest 12,001 frames long: the outputs
+    hold the square of the depth, but converting must not (a string or a list kept for every level of the
+    path made .folded take ~1.3 GB and .pb.gz minutes here).  Peak memory of `convert` within three
+    times the output's size (for .pb.gz: its uncompressed size) plus 150 MB."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        reason = "peak memory under ASan is ASan's shadow and quarantine, not the converter's: run natively"
+        print(reason)
+        pytest.skip(reason)
+    prog = tmp_path / "deep.py"
+    prog.write_text(DEEP_PROGRAM)
+    rec = tmp_path / "deep.ocular"
+    subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-q", "-o", str(rec), str(prog)],
+                   env=_env(), check=True, timeout=300)
+    folded, pprof = tmp_path / "d.folded", tmp_path / "d.pb.gz"
+    for out in (folded, pprof):
+        status, err, rss = _peak_rss_of([*python_cmd(), "-m", "ocular", "convert", "-q", str(rec), "-o", str(out)])
+        assert status == 0, err
+        size = os.path.getsize(out) if out is folded else len(gzip.decompress(out.read_bytes()))
+        assert rss <= 3 * size + 150 * 2**20, (out.name, rss, size)
+    stacks = _folded(folded)
+    deepest = max(stacks, key=lambda s: s.count(";"))
+    # (the innermost few levels may have under half a microsecond of their own, and no line)
+    assert DEEP + 1 - 100 <= deepest.count("down (deep.py:5)") <= DEEP + 1
+    assert deepest.startswith("<module> (deep.py:") and set(deepest.split(";")[1:]) == {"down (deep.py:5)"}
+    # pprof: one sample per level (every node has a call), leaf first, the deepest DEEP + 2 long
+    samples = [v for f, w, v in _pb_fields(gzip.decompress(pprof.read_bytes())) if f == 2]
+    lengths = []
+    for s in samples:
+        ids = next(v for f, w, v in _pb_fields(s) if f == 1)
+        lengths.append(len(ids.translate(None, bytes(range(0x80, 0x100)))))  # varints: their last bytes
+    assert max(lengths) == DEEP + 2
+    assert set(range(1, DEEP + 3)) <= set(lengths), sorted(set(range(1, DEEP + 3)) - set(lengths))[:10]
+    assert len(samples) <= DEEP + 2 + 5, sorted(lengths)[:10]

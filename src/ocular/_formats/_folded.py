@@ -20,21 +20,68 @@ def frame_name(tree, code):
 
 
 def lines(tree, thread_roots=False):
-    """{stack string: self ns}"""
+    """{stack string: self ns}, for the stacks whose self time is at least half a microsecond (what
+    write() shows).  Identical stacks (the threads', or frames of the same name) are summed first, as a
+    tree (a node: its parent and its frame's name), so a deep recursion does not keep a string for each
+    of its stacks."""
     names = {}
-    out = {}
+    merged = {}  # (summed parent, frame name) -> summed node
+    self_ns = []
+    parent_of = []
+    name_of = []
     for t in tree.threads:
-        prefix = [_BAD.sub(" ", tree.thread_label(t)).replace(";", ":")] if thread_roots else []
-        path = []
+        base = -1
+        if thread_roots:
+            label = _BAD.sub(" ", tree.thread_label(t)).replace(";", ":")
+            base = merged.get((-1, label))
+            if base is None:
+                base = merged[(-1, label)] = len(self_ns)
+                self_ns.append(0)
+                parent_of.append(-1)
+                name_of.append(label)
+        path = [base]
         for n, d in tree.walk(t["root"]):
-            del path[d:]
+            del path[d + 1:]
             c = tree.code[n]
-            if c not in names:
-                names[c] = frame_name(tree, c)
-            path.append(names[c])
-            if tree.self_ns[n]:
-                s = ";".join(prefix + path)
-                out[s] = out.get(s, 0) + tree.self_ns[n]
+            name = names.get(c)
+            if name is None:
+                name = names[c] = frame_name(tree, c)
+            key = (path[d], name)
+            m = merged.get(key)
+            if m is None:
+                m = merged[key] = len(self_ns)
+                self_ns.append(0)
+                parent_of.append(path[d])
+                name_of.append(name)
+            self_ns[m] += tree.self_ns[n]
+            path.append(m)
+    del merged
+    children = [[] for _ in self_ns]
+    roots = []
+    for m, p in enumerate(parent_of):
+        (children[p] if p >= 0 else roots).append(m)
+    # Each shown stack is the names on the path joined; every 64 levels the path's string so far is kept
+    # (cut[d], for d + 1 a multiple of 64), so a stack costs its own length and what is kept stays small
+    # however deep the recursion (keeping every level's string would hold the square of the depth).
+    out = {}
+    path = []
+    cut = {}
+    todo = [(m, 0) for m in reversed(roots)]
+    while todo:
+        m, d = todo.pop()
+        del path[d:]
+        path.append(name_of[m])
+        last = (d + 1) // 64 * 64 - 1  # the deepest kept level at or above d
+        if last == d:
+            cut[d] = (cut[d - 64] + ";" if d >= 64 else "") + ";".join(path[d - 63:])
+        if round(self_ns[m] / 1000):
+            if last == d:
+                out[cut[d]] = self_ns[m]
+            elif last < 0:
+                out[";".join(path)] = self_ns[m]
+            else:
+                out[cut[last] + ";" + ";".join(path[last + 1:])] = self_ns[m]
+        todo.extend((k, d + 1) for k in reversed(children[m]))
     return out
 
 
@@ -42,6 +89,4 @@ def write(tree, path, options):
     folded = lines(tree, options.get("thread_roots", False))
     with open(path, "w", encoding="utf-8") as fh:
         for stack in sorted(folded):
-            us = round(folded[stack] / 1000)
-            if us:
-                fh.write(f"{stack} {us}\n")
+            fh.write(f"{stack} {round(folded[stack] / 1000)}\n")

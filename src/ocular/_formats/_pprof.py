@@ -54,12 +54,11 @@ class _Strings:
         return i
 
 
-def build(tree):
-    """profile.proto bytes (not compressed)."""
+def parts(tree):
+    """profile.proto's bytes (not compressed), in parts, the string table last."""
     st = _Strings()
-    parts = []
     for typ, unit in (("calls", "count"), ("wall", "nanoseconds")):
-        parts.append(_msg(1, _int(1, st(typ)) + _int(2, st(unit))))
+        yield _msg(1, _int(1, st(typ)) + _int(2, st(unit)))
     func_ids = {}   # function key -> id (functions and locations share ids)
     funcs, locs = [], []
     for n in range(len(tree.code)):
@@ -75,32 +74,46 @@ def build(tree):
                               + _int(5, line)))
             locs.append(_msg(4, _int(1, fid) + _msg(4, _int(1, fid) + _int(2, line))))
     thread_key = st("thread")
-    samples = []
     first = last = None
+    fid_bytes = {}  # code id -> its location id as a varint
     for t in tree.threads:
         label = _msg(3, _int(1, thread_key) + _int(2, st(tree.thread_label(t))))
         first = t["first_ns"] if first is None else min(first, t["first_ns"])
         last = t["last_ns"] if last is None else max(last, t["last_ns"])
-        stack = []
+        # A sample's locations, leaf first: the varints of the path's ids from the node up, reversed.  Every
+        # 64 levels the bytes of the whole path so far are kept (kept[d], d + 1 a multiple of 64): a
+        # sample then costs its own length, and what is kept stays small however deep the recursion.
+        path = []
+        kept = {}
         for n, d in tree.walk(t["root"]):
-            del stack[d:]
-            stack.append(func_ids[tree.func(tree.code[n])])
+            del path[d:]
+            c = tree.code[n]
+            v = fid_bytes.get(c)
+            if v is None:
+                v = fid_bytes[c] = _varint(func_ids[tree.func(c)])
+            path.append(v)
+            top = (d + 1) // 64 * 64 - 1  # the deepest kept level at or above d
+            if top == d:
+                kept[d] = b"".join(reversed(path[d - 63:])) + (kept[d - 64] if d >= 64 else b"")
             if tree.calls[n] or tree.self_ns[n]:
-                samples.append(_msg(2, _packed(1, stack[::-1]) + _packed(2, [tree.calls[n], tree.self_ns[n]])
-                                    + label))
-    parts += samples
-    parts += locs
-    parts += funcs
+                if top == d:
+                    ids = kept[d]
+                elif top < 0:
+                    ids = b"".join(reversed(path))
+                else:
+                    ids = b"".join(reversed(path[top + 1:])) + kept[top]
+                yield _msg(2, _msg(1, ids) + _packed(2, [tree.calls[n], tree.self_ns[n]]) + label)
+    yield from locs
+    yield from funcs
     if first is not None:
-        parts.append(_int(10, last - first))    # duration_nanos
-    parts.append(_msg(11, _int(1, st("wall")) + _int(2, st("nanoseconds"))))  # period_type
-    parts.append(_int(12, 1))                   # period
-    parts.append(_int(14, st("wall")))          # default_sample_type
-    parts.append(b"".join(_msg(6, s.encode("utf-8", "replace")) for s in st.table))  # every string is in
-    return b"".join(parts)
+        yield _int(10, last - first)             # duration_nanos
+    yield _msg(11, _int(1, st("wall")) + _int(2, st("nanoseconds")))  # period_type
+    yield _int(12, 1)                            # period
+    yield _int(14, st("wall"))                   # default_sample_type
+    yield b"".join(_msg(6, s.encode("utf-8", "replace")) for s in st.table)  # every string is in
 
 
 def write(tree, path, options):
-    data = build(tree)
-    with open(path, "wb") as fh:
-        fh.write(gzip.compress(data, mtime=0))
+    with open(path, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0) as gz:
+        for part in parts(tree):
+            gz.write(part)
