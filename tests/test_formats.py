@@ -605,7 +605,7 @@ def _peak_rss_of(args):
 def test_deep_recursion_folded_and_pprof_stay_small(tmp_path):
     """A recursion 12,000 deep has 12,000 distinct stacks, the deepest 12,001 frames long: the outputs
     hold the square of the depth, but converting must not (a string or a list kept for every level of the
-    path made .folded take ~1.3 GB and .pb.gz minutes here).  Peak memory of `convert` within three
+    path made .folded take 1.5 GB and .pb.gz ~40 s here).  Peak memory of `convert` within three
     times the output's size (for .pb.gz: its uncompressed size) plus 150 MB."""
     if "asan" in os.environ.get("LD_PRELOAD", ""):
         reason = "peak memory under ASan is ASan's shadow and quarantine, not the converter's: run natively"
