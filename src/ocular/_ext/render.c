@@ -197,16 +197,17 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
 }
 
 /* The record loop's specializations, constants where it is inlined.  LEAN: the recording has no sampling
- * windows (oc_attr_on 0), is not precise, and loops are not shown as runs, so those tests are left out.
+ * windows (oc_attr_on 0) and is not precise, so those tests are left out (whether loops are shown as
+ * runs is one test per slice end, in every copy).
  * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event. */
 #define SLICE_ANY (-1)
 static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
 
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
-static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted, int lean,
+static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted,
                                                               int slice) {
     frame *f = &t->stack[t->n - 1];
-    if (!lean && UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
+    if (UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
         for (int i = 0; i < NLOOPS; i++)
             if (f->loops[i].src != UINT32_MAX)
                 end_run(t, f, &f->loops[i]);
@@ -232,7 +233,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
 }
 
 static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
-    pop_frame_k(t, ts, counted, 0, SLICE_ANY);
+    pop_frame_k(t, ts, counted, SLICE_ANY);
 }
 
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
@@ -476,7 +477,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
             pop_to(t, keep, r->ts, 0);
         }
         if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p)
-            pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, lean, slice);
+            pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice);
         else if (!lean && UNLIKELY(oc_attr_on))
             oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
         break;
@@ -590,7 +591,7 @@ static inline __attribute__((always_inline)) void process_block(rthread *t, cons
  * tests nothing but what each record needs. */
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
-    int lean = !oc_attr_on && !R.precise && W.loops != OC_LOOPS_RUNS;
+    int lean = !oc_attr_on && !R.precise;
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
         if (!lean)
