@@ -160,6 +160,16 @@ def test_tree_shows_the_call_tree_with_totals(tmp_path, script):
     assert tree[parse].split()[2] == "3"  # parse was called 3 times
 
 
+def test_tree_goes_with_the_report_into_its_file(tmp_path, script):
+    """--report FILE takes the call tree too (it went to stderr, the report into the file)."""
+    p = cli(["--tree", "--report", "r.txt", "-o", "t.json", str(script)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "r.txt").read_text()
+    assert "Call tree" not in p.stderr, p.stderr
+    assert text.index("parse") < text.index("Call tree\n")  # the report first, then its tree
+    assert any(" parse  (" in ln for ln in text.split("Call tree\n", 1)[1].splitlines())
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "precise"])
 def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
     """Ground truth: the loop's time sits in one call (time.sleep, a C function). The report puts it on that

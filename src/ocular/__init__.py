@@ -733,7 +733,7 @@ def _stop_locked():
                 try:
                     from ._formats._tree import tree_text
 
-                    _print_err("\nCall tree\n" + tree_text(rec))
+                    _report_out("\nCall tree\n" + tree_text(rec), append=True)
                 except Exception as exc:
                     _print_err(f"ocular: could not build the call tree: {exc!r}")
         if figures["internal_error"]:
@@ -764,18 +764,25 @@ def _make_report(s, clock, with_code):
             text = report.format(**_report_format) if s["report"] != "json" else report.to_json()
         except Exception as exc:
             text = f"ocular: could not format the report: {exc!r}"
-        if _report_file:
-            try:  # (a FIFO nobody reads fails at once, ENXIO, instead of blocking the exit)
-                fd = os.open(_report_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
-                os.set_blocking(fd, True)
-                with open(fd, "w", encoding="utf-8") as f:
-                    f.write(text + "\n")
-            except OSError as exc:
-                why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
-                _print_err(f"ocular: cannot write the report to {_report_file!r}: {why}")
-        else:
-            _print_err(text)
+        _report_out(text)
     return report
+
+
+def _report_out(text, append=False):
+    """The printed report (and the call tree after it, append=True): to the CLI's --report FILE, else
+    to stderr."""
+    if not _report_file:
+        _print_err(text)
+        return
+    try:  # (a FIFO nobody reads fails at once, ENXIO, instead of blocking the exit)
+        fd = os.open(_report_file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC),
+                     0o666)
+        os.set_blocking(fd, True)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    except OSError as exc:
+        why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
+        _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_report_file!r}: {why}")
 
 
 def _print_err(text):
