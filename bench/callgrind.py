@@ -150,7 +150,7 @@ def warm_up(ctx, args):
     configuration does not also pay for compiling modules the next one loads from the cache (that
     charged fib(N) minus fib(1) with up to 20 M instructions of compiling, either way)."""
     with tempfile.TemporaryDirectory(prefix="ocular-callgrind-warm-") as tmp:
-        args = [os.path.join(tmp, a) if a == "{tmp}" else a.replace("{tmp}", tmp) for a in args]
+        args = [a.replace("{tmp}", tmp) for a in args]
         run_child(ctx, args, tmp)
 
 

@@ -689,9 +689,9 @@ def _stop_locked():
         result["output"] = out
         if figures["write_errno"]:  # the recording itself could not be written
             raise OSError(figures["write_errno"],
-                          f"ocular: writing the recording failed ({os.strerror(figures['write_errno'])}); "
+                          f"ocular: writing the recording failed ({_why_write_failed(figures['write_errno'])}); "
                           f"nothing was left under {out!r}" if out else
-                          f"ocular: writing the recording {rec!r} failed ({os.strerror(figures['write_errno'])})",
+                          f"ocular: writing the recording {rec!r} failed ({_why_write_failed(figures['write_errno'])})",
                           out or rec)
         if fmt == "recording":
             _install(rec, out)
@@ -723,7 +723,7 @@ def _stop_locked():
                     if kept:
                         rec = None
                     raise OSError(rendered["write_errno"],
-                                  f"ocular: writing the trace failed ({os.strerror(rendered['write_errno'])}); "
+                                  f"ocular: writing the trace failed ({_why_write_failed(rendered['write_errno'])}); "
                                   f"nothing was left under {out!r}" + (f"; {_kept_text(kept, out)}" if kept else ""),
                                   out)
                 _install(tmp, out)
@@ -783,6 +783,13 @@ def _report_out(text, append=False):
     except OSError as exc:
         why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
         _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_report_file!r}: {why}")
+
+
+def _why_write_failed(err):
+    """What a write error of the renderer's or the recorder's means, for the user."""
+    if err == errno.EBADF:  # (out.c: our descriptor was closed by the program, and its file cannot be had again)
+        return "the program closed Ocular's file descriptor, and the file could not be opened again"
+    return os.strerror(err)
 
 
 def _print_err(text):
@@ -858,7 +865,7 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
     if rendered["write_errno"]:
         _discard(tmp)
         raise OSError(rendered["write_errno"], f"ocular: writing the trace failed "
-                      f"({os.strerror(rendered['write_errno'])}); nothing was left under {output!r}", path)
+                      f"({_why_write_failed(rendered['write_errno'])}); nothing was left under {output!r}", path)
     _replace_file(tmp, path)
     mode = "precise" if rendered["precise"] else "adaptive"
     s = dict(mode=mode, threshold=None, report=report)
@@ -935,7 +942,7 @@ def _snapshot(output):
             rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.get("thread_roots"), loops=s["loops"]))
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
-                              f"({os.strerror(rendered['write_errno'])})", path)
+                              f"({_why_write_failed(rendered['write_errno'])})", path)
             _replace_file(tmp, path)
     finally:
         _discard(rec)

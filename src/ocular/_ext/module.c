@@ -528,12 +528,8 @@ static int remove_later(const char *path) {
         pthread_t th;
         int started = 0;
         if (pthread_attr_init(&a) == 0) {
-            sigset_t all, old;
-            sigfillset(&all);
-            pthread_sigmask(SIG_BLOCK, &all, &old); /* (inherited: signals stay with the Python threads) */
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            started = pthread_create(&th, &a, closer_main, (void *)(intptr_t)fd) == 0;
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            started = oc_thread_create(&th, &a, closer_main, (void *)(intptr_t)fd) == 0;
             pthread_attr_destroy(&a);
         }
         if (!started)

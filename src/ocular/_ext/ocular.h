@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -381,7 +382,21 @@ struct oc_out {
     uint64_t reserved;  /* the file's blocks are allocated up to here (oc_out_preallocate) */
     int prealloc;       /* allocate ahead of the writes (fallocate) */
     struct oc_writer *async; /* a writer thread writes the full buffers (oc_out_async_start), or NULL */
+    int owned;          /* dev and ino identify the file opened (oc_out_own): checked before each write */
+    dev_t dev;
+    ino_t ino;
+    const char *path;   /* where to open it again if the program closed o->fd (NULL: nowhere) */
 };
+/* An fd of Ocular's own not among 0-2 (a program started with stdout or stderr closed would otherwise
+ * have its writes to them land in our files): fd itself, or a duplicate at 3 or above (fd closed). */
+int oc_fd_above_std(int fd);
+/* o->fd was just opened: remember which file it is.  A program may close every descriptor it did not
+ * open (a daemon's closerange(3, ...)) and open its own under the same number: before each write the
+ * file is checked, opened again by `path` (kept by the caller) if it is no longer behind o->fd, and the
+ * program's descriptor is never written, truncated or closed; with no path the write fails (EBADF). */
+void oc_out_own(oc_out *o, const char *path);
+int oc_out_is_ours(oc_out *o);   /* o->fd (>= 0) still names the file it was opened on */
+int oc_out_close(oc_out *o);     /* close o->fd if it is still ours; 0 or errno; o->fd = -1 */
 void oc_out_write(oc_out *o, const char *s, size_t n);
 void oc_out_flush(oc_out *o);
 /* Allocate the file's blocks ahead of the writes from now on (o->fd set, nothing written yet), and
@@ -521,5 +536,19 @@ static inline uint64_t oc_now(void) { return LIKELY(oc_fast_clock) ? oc_fast_now
 #ifndef OC_UNRESOLVED_OK
 #pragma GCC visibility pop
 #endif
+
+/* Start one of Ocular's own threads (recorder, renderers, timers, pollers) with every signal blocked in
+ * it: a thread inherits the mask of the one that creates it, so the mask is set around pthread_create,
+ * not by the new thread (a signal could land in it before it blocks them).  Signals stay with the
+ * program's threads, and a signal the program blocks to sigwait() for it, or to hold it over a
+ * critical section, is never taken (and its default action run) by a thread of ours. */
+static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(th, attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
 
 #endif

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct oc_writer {
@@ -57,16 +58,71 @@ static void reserve_ahead(oc_out *o, size_t len) {
 }
 
 int oc_out_trim(oc_out *o) {
-    if (o->fd < 0 || o->reserved <= o->total)
+    if (o->fd < 0 || o->reserved <= o->total || !oc_out_is_ours(o))
         return 0;
     o->reserved = o->total;
     o->prealloc = 0;
     return ftruncate(o->fd, (off_t)o->total) == 0 ? 0 : errno;
 }
 
+int oc_fd_above_std(int fd) {
+    if (fd < 0 || fd > 2)
+        return fd;
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int err = errno;
+    close(fd);
+    errno = err;
+    return high;
+}
+
+void oc_out_own(oc_out *o, const char *path) {
+    struct stat st;
+    o->owned = o->fd >= 0 && fstat(o->fd, &st) == 0;
+    if (o->owned) {
+        o->dev = st.st_dev;
+        o->ino = st.st_ino;
+    }
+    o->path = path;
+}
+
+int oc_out_is_ours(oc_out *o) {
+    struct stat st;
+    return !o->owned || (fstat(o->fd, &st) == 0 && st.st_dev == o->dev && st.st_ino == o->ino);
+}
+
+/* o->fd is no longer our file: open it again by its path (the same file, at the offset written up to);
+ * the old number is the program's now and is left alone.  0, or -1: the file cannot be had again. */
+static int reclaim(oc_out *o) {
+    o->fd = -1;
+    if (!o->path)
+        return -1;
+    int fd = oc_fd_above_std(open(o->path, O_WRONLY | O_CLOEXEC));
+    struct stat st;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || st.st_dev != o->dev || st.st_ino != o->ino ||
+        lseek(fd, (off_t)o->total, SEEK_SET) < 0) {
+        close(fd);
+        return -1;
+    }
+    o->fd = fd;
+    return 0;
+}
+
+int oc_out_close(oc_out *o) {
+    int err = 0;
+    if (o->fd >= 0 && oc_out_is_ours(o) && close(o->fd) != 0)
+        err = errno;
+    o->fd = -1;
+    o->owned = 0;
+    return err;
+}
+
 /* buf[0..len) to the file; 0 or errno */
 static int write_all(oc_out *o, const char *buf, size_t len) {
     size_t off = 0;
+    if (o->owned && !oc_out_is_ours(o) && reclaim(o) < 0)
+        return EBADF; /* (the program closed it, and it cannot be opened again) */
     if (o->prealloc && o->total + len > o->reserved)
         reserve_ahead(o, len);
     while (off < len) {
@@ -87,9 +143,6 @@ static int write_all(oc_out *o, const char *buf, size_t len) {
 static void *writer_main(void *arg) {
     oc_out *o = arg;
     struct oc_writer *w = o->async;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
     pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     pthread_mutex_lock(&w->lock);
     for (;;) {
@@ -124,7 +177,7 @@ void oc_out_async_start(oc_out *o) {
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     o->async = w;
-    if (pthread_create(&w->thread, NULL, writer_main, o) != 0) {
+    if (oc_thread_create(&w->thread, NULL, writer_main, o) != 0) {
         o->async = NULL;
         free(w->spare);
         free(w);

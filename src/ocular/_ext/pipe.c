@@ -239,11 +239,7 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     pthread_mutex_init(&Q.lock, NULL);
     pthread_cond_init(&Q.more, NULL);
     pthread_cond_init(&Q.room, NULL);
-    sigset_t all, old; /* signals stay with the program's threads */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&Q.thread, NULL, sink_main, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = oc_thread_create(&Q.thread, NULL, sink_main, NULL);
     if (rc != 0) {
         release();
         return -1;

@@ -248,10 +248,11 @@ static void ring_release(void) {
 /* Write the kept window as a complete recording (lock held by the caller; the GIL too when called
  * while the program runs, so no thread appends to its partial chunk meanwhile).  Returns 0 or errno. */
 static int dump_locked(const char *path, uint64_t end_ticks) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = oc_fd_above_std(open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd < 0)
         return errno;
     oc_out o = {.fd = fd, .cap = 1 << 20};
+    oc_out_own(&o, path);
     o.buf = malloc(o.cap);
     if (!o.buf) {
         close(fd);
@@ -288,9 +289,9 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     write_end(&o, events);
     RC.stop_ticks = saved;
     oc_out_flush(&o);
-    int err = o.err;
-    if (close(fd) != 0 && !err)
-        err = errno;
+    int err = o.err, cerr = oc_out_close(&o);
+    if (cerr && !err)
+        err = cerr;
     free(o.buf);
     return err;
 }
@@ -364,13 +365,17 @@ static int wait_writer_ms(long ms) {
     return pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
 }
 
+/* Close the recording's descriptor if it is still ours (the program may have closed it and opened a
+ * file of its own under the number; out.c then wrote on through another); 0 or errno. */
+static int close_recording(void) {
+    S.rec_fd = -1;
+    return oc_out_close(&RC.out);
+}
+
 /* lock held: everything after the last chunk; the recording is complete after this */
 static void finish_locked(void) {
     if (S.ring_bytes) {
-        if (S.rec_fd >= 0) {
-            close(S.rec_fd);
-            S.rec_fd = -1;
-        }
+        close_recording();
         int err = dump_locked(S.rec_path, RC.stop_ticks);
         if (err && !RC.out.err)
             RC.out.err = err;
@@ -388,9 +393,9 @@ static void finish_locked(void) {
 
 static void finish_orphan(void) {
     int err = RC.out.err;
-    if (S.rec_fd >= 0 && close(S.rec_fd) != 0 && !err)
-        err = errno;
-    S.rec_fd = -1;
+    int cerr = close_recording();
+    if (cerr && !err)
+        err = cerr;
     if (!err && S.out_path && S.tmp_path) {
         oc_render_result res;
         size_t n = strlen(S.out_path);
@@ -532,16 +537,17 @@ int oc_recorder_start(void) {
     }
     S.rec_fd = -1;
     if (!S.ring_bytes) {
-        S.rec_fd = open(S.rec_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        S.rec_fd = oc_fd_above_std(open(S.rec_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
         if (S.rec_fd < 0) {
             PyErr_SetFromErrnoWithFilename(PyExc_OSError, S.rec_path);
             return -1;
         }
         RC.out.fd = S.rec_fd;
+        oc_out_own(&RC.out, S.rec_path);
         write_header(&RC.out);
     }
     S.stopping = 0;
-    int rc = pthread_create(&S.writer, NULL, recorder_main, NULL);
+    int rc = oc_thread_create(&S.writer, NULL, recorder_main, NULL);
     if (rc != 0) {
         if (S.rec_fd >= 0) {
             close(S.rec_fd);
@@ -568,12 +574,9 @@ void oc_recorder_stop(uint64_t stop_ticks) {
     pthread_mutex_unlock(&S.lock);
     pthread_join(S.writer, NULL);
     S.writer_started = 0;
-    if (S.rec_fd >= 0) {
-        if (close(S.rec_fd) != 0 && !RC.out.err)
-            RC.out.err = errno;
-        S.rec_fd = -1;
-    }
-    RC.out.fd = -1;
+    int cerr = close_recording();
+    if (cerr && !RC.out.err)
+        RC.out.err = cerr;
     S.write_errno = RC.out.err;
     S.bytes_written = RC.out.total;
 }
@@ -582,10 +585,7 @@ void oc_recorder_stop(uint64_t stop_ticks) {
 void oc_recorder_fork_child(void) {
     in_fork_child = 1;
     S.writer_started = 0;
-    if (S.rec_fd >= 0)
-        close(S.rec_fd); /* our copy only; the parent keeps writing its own */
-    S.rec_fd = -1;
-    RC.out.fd = -1;
+    close_recording(); /* our copy only; the parent keeps writing its own */
     RC.out.len = 0;
     /* the parent's ring chunks were copied into this process: forget them (a one-time leak) */
     RC.ring_head = RC.ring_tail = NULL;

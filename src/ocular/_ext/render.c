@@ -1032,17 +1032,18 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
                     memcpy(dir, out_path, n);
                     dir[n] = 0;
                 }
-                W.out.fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+                W.out.fd = oc_fd_above_std(open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
                 W.anon = W.out.fd >= 0;
             }
         }
 #endif
         if (W.out.fd < 0)
-            W.out.fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            W.out.fd = oc_fd_above_std(open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
         if (W.out.fd < 0) {
             snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
             return -1;
         }
+        oc_out_own(&W.out, W.anon ? NULL : out_path);
         oc_out_preallocate(&W.out);
     }
     W.sink->header(&W.out);
@@ -1053,6 +1054,8 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
 static int name_output(const char *out_path) {
     if (!W.anon || W.out.fd < 0)
         return 0;
+    if (!oc_out_is_ours(&W.out))
+        return EBADF; /* (the program closed it: an unnamed file cannot be found again) */
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", W.out.fd);
     if (unlink(out_path) != 0 && errno != ENOENT)
@@ -1161,6 +1164,8 @@ static struct {
     char *rec_path, *out_path;
     int format, loops;
     int fd;
+    dev_t dev;               /* the recording behind fd (the program may close fd and reuse its number) */
+    ino_t ino;
     uint8_t *map;
     size_t reserve;
     size_t off;              /* blocks indexed up to here */
@@ -1169,13 +1174,21 @@ static struct {
     oc_render_result res;
 } L = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-static uint32_t live_step(void) {
+/* The recording's size, through L.fd if that is still the recording; -1 if not (or too large). */
+static int64_t live_size(void) {
     struct stat st;
-    if (fstat(L.fd, &st) != 0 || (uint64_t)st.st_size > L.reserve) {
+    if (fstat(L.fd, &st) != 0 || st.st_dev != L.dev || st.st_ino != L.ino || (uint64_t)st.st_size > L.reserve)
+        return -1;
+    return (int64_t)st.st_size;
+}
+
+static uint32_t live_step(void) {
+    int64_t size = live_size();
+    if (size < 0 || W.out.err) { /* (a write error: the render at stop starts over, and says it if it fails too) */
         L.failed = 1;
         return 0;
     }
-    if (index_recording(L.map, (size_t)st.st_size, &L.off, &L.res) < 0) {
+    if (index_recording(L.map, (size_t)size, &L.off, &L.res) < 0) {
         L.failed = 1;
         return 0;
     }
@@ -1229,9 +1242,6 @@ static uint32_t live_step(void) {
 
 static void *live_main(void *arg) {
     (void)arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
     pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* the program comes first */
     pthread_mutex_lock(&L.lock);
@@ -1272,7 +1282,7 @@ static void live_join(void) {
 static void live_free(void) {
     if (L.map)
         munmap(L.map, L.reserve);
-    if (L.fd >= 0)
+    if (L.fd >= 0 && live_size() >= 0)
         close(L.fd);
     free(L.rec_path);
     free(L.out_path);
@@ -1288,9 +1298,7 @@ static void live_discard(void) {
         return;
     live_join();
     if (L.opened) {
-        if (W.out.fd >= 0)
-            close(W.out.fd);
-        W.out.fd = -1;
+        oc_out_close(&W.out);
         free(W.out.buf);
         W.out.buf = NULL;
         if (L.out_path && !W.anon)
@@ -1314,9 +1322,17 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     int want = env && *env ? strcmp(env, "0") != 0 : 1;
     if (!want || !out_path || (cpus_available() < 2 && !(env && strcmp(env, "1") == 0)))
         return;
-    L.fd = open(rec_path, O_RDONLY | O_CLOEXEC);
+    L.fd = oc_fd_above_std(open(rec_path, O_RDONLY | O_CLOEXEC));
+    struct stat st;
     if (L.fd < 0)
         return;
+    if (fstat(L.fd, &st) != 0) {
+        close(L.fd);
+        L.fd = -1;
+        return;
+    }
+    L.dev = st.st_dev;
+    L.ino = st.st_ino;
     for (L.reserve = (size_t)1 << 38; L.reserve >= ((size_t)1 << 30); L.reserve >>= 2) {
         void *m = mmap(NULL, L.reserve, PROT_READ, MAP_SHARED | MAP_NORESERVE, L.fd, 0);
         if (m != MAP_FAILED) {
@@ -1338,7 +1354,7 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     L.off = 0;
     L.done = L.known = 0;
     memset(&L.res, 0, sizeof L.res);
-    if (pthread_create(&L.thread, NULL, live_main, NULL) != 0) {
+    if (oc_thread_create(&L.thread, NULL, live_main, NULL) != 0) {
         live_free();
         return;
     }
@@ -1354,8 +1370,7 @@ void oc_render_live_fork_child(void) {
     pthread_cond_init(&L.cond, NULL);
     if (!L.on)
         return;
-    if (W.out.fd >= 0)
-        close(W.out.fd); /* the parent's output */
+    oc_out_close(&W.out); /* the parent's output */
     memset(&W, 0, sizeof W);
     W.out.fd = -1;
     memset(&R, 0, sizeof R);
@@ -1399,13 +1414,13 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     void *map = MAP_FAILED;
     uint32_t first0 = 0;
     if (cont) {
-        struct stat st;
-        if (fstat(L.fd, &st) != 0 || (uint64_t)st.st_size > L.reserve) {
+        int64_t lsize = live_size();
+        if (lsize < 0) {
             live_discard();
             cont = 0;
         } else {
             base = L.map;
-            size = (size_t)st.st_size;
+            size = (size_t)lsize;
             off = L.off;
             first0 = L.done;
             W.live_events = W.events;
@@ -1413,7 +1428,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     }
     if (!cont) {
         reset_render();
-        int fd = open(rec_path, O_RDONLY | O_CLOEXEC);
+        int fd = oc_fd_above_std(open(rec_path, O_RDONLY | O_CLOEXEC));
         if (fd < 0) {
             snprintf(res->error, sizeof res->error, "cannot open the recording: %s", strerror(errno));
             return -1;
@@ -1501,9 +1516,9 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         W.done = W.total;
         show_progress(1);
     }
-    if (W.out.fd >= 0 && close(W.out.fd) != 0 && !W.out.err)
-        W.out.err = errno;
-    W.out.fd = -1;
+    int cerr = oc_out_close(&W.out);
+    if (cerr && !W.out.err)
+        W.out.err = cerr;
     res->events = R.events = W.events;
     res->live_events = W.live_events;
     R.wall_ns = (double)(int64_t)(to_ns(W.stop_ticks) - to_ns(R.ring && W.window_ticks ? W.window_ticks : R.tsc0));
@@ -1517,9 +1532,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
 out:
     W.out.len = 0; /* (an error: nothing more is written) */
     oc_out_async_end(&W.out);
-    if (W.out.fd >= 0)
-        close(W.out.fd);
-    W.out.fd = -1;
+    oc_out_close(&W.out);
     free(W.out.buf);
     W.out.buf = NULL;
     if (cont)

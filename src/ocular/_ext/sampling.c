@@ -240,7 +240,7 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     atomic_store(&SW.pending, 0);
     atomic_store(&SW.opened, 0);
     atomic_store(&SW.seq, 0);
-    if (pthread_create(&SW.thread, NULL, timer_main, NULL) != 0)
+    if (oc_thread_create(&SW.thread, NULL, timer_main, NULL) != 0)
         Py_RETURN_FALSE;
     SW.running = 1;
     SW.status = OC_SAMPLING_ON;

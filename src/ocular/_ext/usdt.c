@@ -638,7 +638,7 @@ static void init_sync(void) {
 
 static int start_poller(void) {
     U.stop = 0;
-    int err = pthread_create(&U.thread, NULL, poller_main, NULL);
+    int err = oc_thread_create(&U.thread, NULL, poller_main, NULL);
     if (err) {
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);

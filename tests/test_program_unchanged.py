@@ -1,0 +1,99 @@
+"""What the traced program sees of its own process is what it would see without Ocular: the signals it
+blocks stay its own, its file descriptors (0-2 closed at start, or every descriptor closed by a daemon)
+are never Ocular's, and the trace survives both."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import SRC, check_balanced, load_trace, names, python_cmd
+
+FIB = """
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+"""
+
+
+def run(args, cwd, code=None, shell_redirect="", timeout=120):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    cmd = [*python_cmd(), *args]
+    if shell_redirect:  # (a descriptor closed before the interpreter starts: only a shell does that)
+        cmd = ["sh", "-c", 'exec "$@" ' + shell_redirect, "sh", *cmd]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("output", ["t.json", "t.pftrace"])
+def test_a_signal_the_program_blocks_waits_for_it(tmp_path, output):
+    """The program blocks SIGUSR1 to sigwait() for it.  A process-directed signal goes to a thread that
+    does not block it: Ocular's threads (recorder, renderer, sampling timer) must block every signal, or
+    one of them takes it and its default action kills the process (exit -SIGUSR1, trace lost)."""
+    (tmp_path / "s.py").write_text(FIB + textwrap.dedent("""
+        import os, signal, sys
+        import ocular
+        ocular.start_tracing(output=sys.argv[1], report=False)  # its threads start here, SIGUSR1 not blocked
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        fib(18)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        got = signal.sigwait({signal.SIGUSR1})
+        ocular.stop_tracing()
+        print("got", signal.Signals(got).name)
+    """))
+    p = run(["s.py", output], tmp_path)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert p.stdout.strip() == "got SIGUSR1"
+    assert (tmp_path / output).stat().st_size > 0
+
+
+def test_a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_trace(tmp_path):
+    """closerange(3, ...) closes the recording's descriptor (and the live renderer's); the program's
+    next open() gets the same number.  Ocular must not write its recording into the program's file nor
+    close it at stop, and the trace must still be whole (the recording is opened again by its name)."""
+    (tmp_path / "d.py").write_text(FIB + textwrap.dedent("""
+        import os
+        fib(12)
+        os.closerange(3, 1024)
+        log = open("log.txt", "w", buffering=1)
+        log.write("line 1\\n")
+        fib(20)  # ~65,000 records: the recorder writes many times while the log is open
+        log.write("line 2\\n")
+        fib(12)
+        log.close()
+        print("done")
+    """))
+    p = run(["-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", "t.json", "d.py"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "done"
+    assert "Bad file descriptor" not in p.stderr, p.stderr
+    assert (tmp_path / "log.txt").read_bytes() == b"line 1\nline 2\n"
+    events = load_trace(tmp_path / "t.json")["traceEvents"]
+    check_balanced(events)
+    assert names(events).count("fib") == 465 + 21891 + 465  # every call of fib(12), fib(20), fib(12)
+
+
+@pytest.mark.parametrize("closed", ["1", "2"])
+def test_started_with_stdout_or_stderr_closed_the_program_still_finds_them_closed(tmp_path, closed):
+    """With fd 1 (or 2) closed at start, open() would give the recording that number: the program's
+    writes to it would then succeed into the recording and destroy it."""
+    (tmp_path / "w.py").write_text(FIB + textwrap.dedent(f"""
+        import os
+        fib(15)
+        try:
+            os.write({closed}, b"x" * 100)
+            result = "written"
+        except OSError as exc:
+            result = exc.strerror
+        fib(15)
+        with open("result.txt", "w") as f:
+            f.write(result)
+    """))
+    p = run(["-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", "t.json", "w.py"], tmp_path,
+            shell_redirect=f"{closed}>&-")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "result.txt").read_text() == "Bad file descriptor"
+    events = load_trace(tmp_path / "t.json")["traceEvents"]
+    check_balanced(events)
+    assert names(events).count("fib") == 2 * 1973
