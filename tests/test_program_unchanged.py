@@ -2,6 +2,7 @@
 blocks stay its own, its file descriptors (0-2 closed at start, or every descriptor closed by a daemon)
 are never Ocular's, and the trace survives both."""
 
+import json
 import os
 import signal
 import subprocess
@@ -97,3 +98,45 @@ def test_started_with_stdout_or_stderr_closed_the_program_still_finds_them_close
     events = load_trace(tmp_path / "t.json")["traceEvents"]
     check_balanced(events)
     assert names(events).count("fib") == 2 * 1973
+
+
+def test_the_script_sees_the_path_and_file_python_gives_it(tmp_path):
+    """sys.path[0] is the script's directory with symbolic links resolved (a tool linked into ~/bin
+    imports the modules beside its real file), nothing else is put before the program's own path (not
+    the working directory that `-m ocular` added), __file__ is absolute (Python 3.9+), and with -P
+    (PYTHONSAFEPATH) no directory is added at all."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "real" / "helper.py").write_text("WHERE = 'real'\n")
+    (tmp_path / "real" / "tool.py").write_text(textwrap.dedent("""
+        import json, os, sys
+        import helper
+        os.chdir("/")
+        print(json.dumps({"path": sys.path, "file": __file__, "helper": helper.WHERE}))
+    """))
+    os.symlink(tmp_path / "real" / "tool.py", tmp_path / "bin" / "tool")
+    plain = run([str(tmp_path / "bin" / "tool")], tmp_path)
+    traced = run(["-m", "ocular", "-q", "--no-report", "-o", str(tmp_path / "t.json"), "bin/tool"], tmp_path)
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr, traced.stderr)
+    want, got = json.loads(plain.stdout), json.loads(traced.stdout)
+    assert got["helper"] == "real" and got["path"][0] == want["path"][0] == str(tmp_path / "real")
+    assert str(tmp_path) not in got["path"]  # (the working directory of `-m ocular`)
+    assert got["file"] == want["file"] == str(tmp_path / "bin" / "tool")
+    (tmp_path / "safe.py").write_text("import json, sys\nprint(json.dumps(sys.path))\n")
+    plain = run(["-P", "safe.py"], tmp_path)
+    traced = run(["-P", "-m", "ocular", "-q", "--no-report", "-o", "t.json", "safe.py"], tmp_path)
+    assert str(tmp_path) not in json.loads(plain.stdout)
+    assert str(tmp_path) not in json.loads(traced.stdout), traced.stdout
+
+
+def test_an_uncaught_exception_sets_sys_last_exc(tmp_path):
+    """Exit handlers that look at how the program ended (sys.last_exc, last_value, ...) see it."""
+    (tmp_path / "e.py").write_text(textwrap.dedent("""
+        import atexit, sys
+        atexit.register(lambda: print("last", repr(sys.last_value), sys.last_exc is sys.last_value))
+        raise ValueError("main failed")
+    """))
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "e.py"], tmp_path)
+    assert p.returncode == 1
+    assert p.stdout.strip() == "last ValueError('main failed') True", p.stdout
+    assert p.stderr.count("ValueError: main failed") == 1

@@ -14,6 +14,10 @@ import sys
 
 from . import _ocular
 
+# the sys.path entry Python made for this runner (the working directory for `-m ocular`, the script's
+# directory for the `ocular` command), which the program's own entry replaces (_Program.run)
+_RUNNER_PATH0 = sys.path[0] if sys.path else None
+
 EPILOG = """examples:
   python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
@@ -345,7 +349,7 @@ def _join_threads():
         _ocular._mute_thread(False)
 
 
-def main(argv=None):
+def _run(argv=None):
     import ocular
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -470,7 +474,7 @@ def main(argv=None):
         status = exc.code
     except KeyboardInterrupt as exc:
         _report_uncaught(exc)
-        status = 130  # as a shell reports a program ended by ^C; the trace is saved below
+        status = _INTERRUPTED  # the trace is saved below, then the process dies of SIGINT (main)
     except BaseException as exc:
         _report_uncaught(exc)
         status = 1
@@ -508,6 +512,24 @@ def main(argv=None):
     return status
 
 
+# _run()'s status for a program ended by a KeyboardInterrupt it did not catch: Python then exits by
+# SIGINT (its parent sees -SIGINT, a shell loop stops), after its exit handlers, and so must we.
+_INTERRUPTED = object()
+
+
+def main(argv=None):
+    """The command line (the `ocular` command, `python -m ocular`): _run(), and the process's end as
+    Python's: a program interrupted by ^C ends as Python ends it,
+    raising KeyboardInterrupt out of the main module (already reported), so that the interpreter kills
+    itself with SIGINT once finalized (an exit status of 130 would let `for ...; do python ...; done`
+    go on)."""
+    status = _run(argv)
+    if status is _INTERRUPTED:
+        sys.excepthook = lambda *exc: None  # (reported by _report_uncaught, through the program's hook)
+        raise KeyboardInterrupt
+    return status
+
+
 def _report_uncaught(exc):
     """An exception the program did not catch, reported as Python reports it (through sys.excepthook, which
     the program may have replaced), without this runner's own frames on top of the program's."""
@@ -516,6 +538,8 @@ def _report_uncaught(exc):
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == here:
         tb = tb.tb_next
     exc.__traceback__ = tb  # (the default hook prints the exception's own traceback)
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb  # (as Python sets them)
+    sys.last_exc = exc
     try:
         sys.excepthook(type(exc), exc, tb)
     except Exception:
@@ -576,7 +600,13 @@ class _Program:
     def run(self, start):
         import types
 
-        sys.path.insert(0, self.path0)
+        # sys.path[0] as Python sets it for the program (none with -P / PYTHONSAFEPATH), in place of the
+        # entry it set for the runner (`-m ocular`: the working directory; the `ocular` command: its bin/)
+        if not sys.flags.safe_path:
+            if sys.path and sys.path[0] == _RUNNER_PATH0:
+                sys.path[0] = self.path0
+            else:
+                sys.path.insert(0, self.path0)
         if self.argv0 is not None:
             sys.argv[0] = self.argv0
         main_mod = types.ModuleType("__main__")
@@ -629,11 +659,14 @@ def _prepare(ns):
         raise _NotRunnable(f"can't open file {path!r}: {exc.strerror}") from None
     import importlib.machinery
 
+    path = os.path.abspath(path)  # (Python 3.9+: the main script's __file__ and code are absolute)
     code = compile(source, path, "exec", dont_inherit=True)
     globs = dict(__name__="__main__", __file__=path, __cached__=None, __doc__=None,
                  __loader__=importlib.machinery.SourceFileLoader("__main__", path), __package__=None,
                  __spec__=None, __builtins__=builtins)
-    return _Program(code, globs, os.path.dirname(os.path.abspath(path)), module="__main__")
+    # sys.path[0]: the script's directory with symbolic links resolved (a script linked into ~/bin
+    # imports the modules beside the file the link points to)
+    return _Program(code, globs, os.path.dirname(os.path.realpath(path)), module="__main__")
 
 
 class _RunpyPath(_Program):
