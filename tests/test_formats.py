@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -494,6 +495,52 @@ def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
     assert len(data) > 20000  # not a blank page
 
 
+def test_json_gz_is_the_json_compressed_and_no_other_format_is_gzipped_as_json(rendered, tmp_path):
+    """.json.gz: the JSON trace, gzip-compressed, with no file name in its header (it was the temporary
+    one, which `gunzip -N` restored).  Any other format with .gz appended is refused: it was written as
+    gzip-compressed JSON under that format's name."""
+    gz = tmp_path / "t.json.gz"
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rendered["rec"]), "-o", str(gz)],
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    raw = gz.read_bytes()
+    assert raw[:2] == b"\x1f\x8b" and not raw[3] & 0x08  # gzip, FNAME not set
+    assert gzip.decompress(raw) == rendered["outs"]["p.json"].read_bytes()
+    for bad in ("t.folded.gz", "t.pftrace.gz", "t.html.gz", "t.pstats.gz"):
+        p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rendered["rec"]), "-o", str(tmp_path / bad)],
+                           env=_env(), capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and "only Chrome JSON is written gzip-compressed" in p.stderr, (bad, p.stderr)
+        assert not (tmp_path / bad).exists()
+        p = subprocess.run([*python_cmd(), "-m", "ocular", "-q", "-o", bad, "-c", "pass"], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and "only Chrome JSON" in p.stderr, (bad, p.stderr)
+
+
+def test_html_page_survives_names_that_look_like_html(tmp_path):
+    """A thread or function named "<!--<script>" must not end (or hide the end of) the page's data block:
+    no "<" in it at all, the names intact once parsed, and the page runs in a browser."""
+    (tmp_path / "n.py").write_text(textwrap.dedent("""
+        import threading
+        ns = {}
+        exec("def f():\\n    return sum(range(100))\\n", ns)
+        ns["f"].__code__ = ns["f"].__code__.replace(co_qualname="<!--<script>f")
+        t = threading.Thread(target=ns["f"], name="<!--<script>")
+        t.start(); t.join()
+    """))
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "0", "-q", "--no-report", "-o", "p.html",
+                        "n.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    page = (tmp_path / "p.html").read_text(encoding="utf-8")
+    blob = page.split('<script type="application/json" id="data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in blob
+    data = json.loads(blob)
+    assert "<!--<script>f" in json.dumps(data, ensure_ascii=False)
+    assert any(t["name"].startswith("<!--<script> (") for t in data["threads"]), [t["name"] for t in data["threads"]]
+    p = _browser(["--dump-dom"], tmp_path / "p.html", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert 'data-error=""' in p.stdout and 'data-ready="1"' in p.stdout, p.stdout[:2000]
+
+
 # ---- the ways to ask for them ------------------------------------------------------------------------
 
 def test_several_outputs_from_one_run(rendered, tmp_path):
@@ -555,6 +602,7 @@ def test_profile_suffixes_and_format_names(tmp_path):
 DEEP = 12000
 DEEP_PROGRAM = f'''
 import sys
+import textwrap
 sys.setrecursionlimit({DEEP} + 1000)
 
 def down(n):

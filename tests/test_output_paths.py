@@ -148,6 +148,39 @@ def test_existing_output_is_replaced_and_nothing_is_left(tmp_path):
                                           "t.json", "t.pftrace"]
 
 
+@pytest.mark.parametrize("name", ["t.json", "t.pftrace", "t.pstats", "t.ocular"])
+def test_a_replaced_output_keeps_its_permissions(tmp_path, name):
+    """A trace written over an existing one keeps that file's mode (a private 0600 trace stays private),
+    as writing it over in place would; a new one gets the umask's."""
+    out = tmp_path / name
+    out.write_text("old")
+    os.chmod(out, 0o600)
+    p = run_cli("-q", "--no-report", "-o", str(out), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() != b"old"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    os.chmod(out, 0o640)
+    p = run_cli("-q", "--no-report", "-o", str(out), "-c", PROG, cwd=tmp_path)
+    assert p.returncode == 0 and stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+def test_convert_into_several_outputs_goes_on_past_one_that_fails(tmp_path):
+    """convert -o A -o B: A failing (a full disk) does not stop B, and the error names A plainly."""
+    from conftest import small_tmpfs
+
+    rec = tmp_path / "r.ocular"
+    prog = "def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)\nfib(19)\n"
+    assert run_cli("-q", "--threshold", "0", "-o", str(rec), "-c", prog, cwd=tmp_path).returncode == 0
+    with small_tmpfs(tmp_path / "full", "300k") as full:
+        p = run_cli("convert", str(rec), "-o", str(full / "big.json"), "-o", str(full / "small.pstats"), cwd=tmp_path)
+        assert p.returncode == 1, p.stderr
+        assert "1 of 2 outputs not written" in p.stderr and "No space left on device" in p.stderr, p.stderr
+        assert "[Errno" not in p.stderr, p.stderr
+        assert not (full / "big.json").exists()
+        assert (full / "small.pstats").stat().st_size > 0
+        assert sorted(os.listdir(full)) == ["small.pstats"]
+
+
 def test_replace_file_edge_cases(tmp_path):
     """ocular._replace_file: creates a missing destination, never swaps a directory in, and names both
     paths in its error."""

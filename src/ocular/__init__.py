@@ -218,7 +218,14 @@ def _install(tmp, out):
 def _replace_file(src, dst):
     """os.replace(src, dst), cheaper over a large existing ``dst``: the names are exchanged and the old
     file removed (on ext4 a rename over an existing file starts writing the new one back at once,
-    ~58 ms for a 97 MB trace; an exchange does not).  OSError as os.replace."""
+    ~58 ms for a 97 MB trace; an exchange does not).  An existing ``dst`` keeps its permissions (and its
+    owner, where we may give it), as a file written over in place would.  OSError as os.replace."""
+    with contextlib.suppress(OSError):
+        old = os.stat(dst)
+        if stat.S_ISREG(old.st_mode):
+            os.chmod(src, stat.S_IMODE(old.st_mode))
+            if os.geteuid() == 0:
+                os.chown(src, old.st_uid, old.st_gid)
     if not _ocular._replace(src, dst):  # exchanged, but the old file is still under src
         with contextlib.suppress(OSError):
             _ocular._remove(src)
@@ -389,6 +396,11 @@ _FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2,
 def _format_for(output, fmt):
     if fmt is None:
         low = str(output).lower()
+        if low.endswith(".gz") and not _formats.suffix_format(low):  # (.pb.gz: pprof, gzip by nature)
+            inner = _format_for(low[:-3], None) if low[:-3] else "json"
+            if inner != "json":  # only JSON is written gzip-compressed: the rest would be JSON under its name
+                raise ValueError(f"ocular: {str(output)!r}: only Chrome JSON is written gzip-compressed (.json.gz); "
+                                 f"write {str(output)[:-3]!r} and compress it")
         if low.endswith(RECORDING_SUFFIX):
             return "recording"
         profile = _formats.suffix_format(low)
@@ -811,7 +823,9 @@ def _gzip_in_place(path):
 
     gz = path + ".gz"
     try:
-        with open(path, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+        # (the header's file name would be the temporary one, which `gunzip -N` restores: none at all)
+        with open(path, "rb") as src, open(gz, "wb") as raw, \
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         _replace_file(gz, path)
     except BaseException:

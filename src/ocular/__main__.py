@@ -220,15 +220,28 @@ def convert_main(argv):
     parser = build_convert_parser()
     ns = parser.parse_args(argv)
     report = "json" if ns.report_json else bool(ns.report)
-    for i, out in enumerate(ns.output):
+    for out in ns.output:  # every output checked before any is rendered
+        try:
+            ocular._format_for(ocular._check_output(out), None)
+        except (ValueError, OSError, TypeError) as exc:
+            parser.exit(1, f"python -m ocular convert: error: {_message(exc)}\n")
+    failed = []
+    for i, out in enumerate(ns.output):  # an output that fails does not stop the others
         try:
             res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events,
                                  thread_roots=ns.thread_roots)
         except (ValueError, OSError) as exc:
-            parser.exit(1, f"python -m ocular convert: error: {exc}\n")
+            if len(ns.output) == 1:
+                parser.exit(1, f"python -m ocular convert: error: {_message(exc)}\n")
+            _say(f"python -m ocular convert: error: {_message(exc)}")
+            failed.append(out)
+            continue
         if not ns.quiet:
             _say(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
                  f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})")
+    if failed:
+        parser.exit(1, f"python -m ocular convert: error: {len(failed)} of {len(ns.output)} outputs not written "
+                       f"({', '.join(failed)})\n")
     return 0
 
 

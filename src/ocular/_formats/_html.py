@@ -64,7 +64,9 @@ def build(tree, rendered, title="Ocular profile", with_code=False):
                        for r in lp["rows"] or []]} for lp in rep.hot_loops()]
     data = {"threads": threads, "names": {str(k): v for k, v in names.items()}, "functions": funcs, "loops": loops,
             "mode": rep.mode, "clock": rep.clock, "overhead": rep.overhead_cycles}
-    blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # inside <script>: no "<" at all (a name holding "<!--" then "<script" would put the HTML parser in a
+    # state where the page's own </script> no longer ends the data, and the page would stay blank)
+    blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
     return PAGE.replace("@TITLE@", html.escape(title)).replace("@DATA@", blob)
 
 
