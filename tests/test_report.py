@@ -290,3 +290,10 @@ def test_calls_without_a_seen_end_are_said(tmp_path):
     trunc = sum(f["truncated"] for f in json.loads(j.stderr[j.stderr.index("{"):j.stderr.rindex("}") + 1])["functions"])
     assert trunc > 0
     assert f"{trunc:,} calls not counted below: no end seen" in p.stderr, p.stderr
+
+
+def test_negative_durations_are_formatted():
+    """A difference of estimates can be negative: formatted as one (it printed as raw nanoseconds)."""
+    from ocular._report import _fmt_ns
+
+    assert _fmt_ns(-84188956) == "-84.19ms" and _fmt_ns(-1500) == "-1.5us" and _fmt_ns(2e9) == "2.00s"

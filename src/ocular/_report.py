@@ -157,6 +157,8 @@ def category(path):
 
 
 def _fmt_ns(ns):
+    if ns < 0:
+        return "-" + _fmt_ns(-ns)
     if ns >= 1e9:
         return f"{ns / 1e9:.2f}s"
     if ns >= 1e6:
@@ -488,8 +490,13 @@ class Report:
             if est:
                 names = ", ".join(f"{c['name']} (~{c['calls']:,} calls)" for c in est[:3])
                 more = ", ..." if len(est) > 3 else ""
-                out.append(f"        ^ {f['name']}'s self time excludes ~{_fmt_ns(f['measured']['self_ns'] - f['self_ns'])}"
-                           f" estimated as de-instrumented calls to {names}{more}"[:width])
+                moved = f['measured']['self_ns'] - f['self_ns']
+                if moved >= 0:
+                    out.append(f"        ^ {f['name']}'s self time excludes ~{_fmt_ns(moved)}"
+                               f" estimated as de-instrumented calls to {names}{more}"[:width])
+                else:  # it was de-instrumented itself: its own unmeasured calls add more than its callees take
+                    out.append(f"        ^ {f['name']}'s self time adds ~{_fmt_ns(-moved)} estimated for its own calls "
+                               f"after it was de-instrumented, net of its calls to {names}{more}"[:width])
                 continue
             names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
             out.append(f"        ^ {f['name']}'s self time also holds the unmeasured calls it made to {names} "
