@@ -181,6 +181,14 @@ def test_convert_into_several_outputs_goes_on_past_one_that_fails(tmp_path):
         assert sorted(os.listdir(full)) == ["small.pstats"]
 
 
+def test_dev_stdout_on_a_pipe_is_refused_as_a_fifo(tmp_path):
+    """-o /dev/stdout with stdout a pipe (`... | cat`): refused as the FIFO it is, not as a file named
+    after the pipe's /proc link ('/proc/PID/fd/pipe:[N].tmp: No such file or directory')."""
+    p = run_cli("-q", "-o", "/dev/stdout", "-c", PROG, cwd=tmp_path)  # (run_cli's stdout is a pipe)
+    assert p.returncode == 2 and "is a FIFO, not a regular file" in p.stderr and "pipe:" not in p.stderr, p.stderr
+    assert not (tmp_path / "ran.out").exists()
+
+
 def test_replace_file_edge_cases(tmp_path):
     """ocular._replace_file: creates a missing destination, never swaps a directory in, and names both
     paths in its error."""

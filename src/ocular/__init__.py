@@ -187,6 +187,11 @@ def _regular_output(output, path):
     regular file (a device such as /dev/null, a FIFO, a socket) is refused with ValueError, since the
     trace is renamed over the output at the end and would replace it."""
     real = os.path.realpath(path) if os.path.islink(path) else path  # only the last component is renamed over
+    if real != path:  # (/dev/stdout on a pipe: realpath gives /proc/PID/fd/pipe:[N], no file; what it is,
+        with contextlib.suppress(OSError):  # through the link, says why it is refused)
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+                real = path
     try:
         st = os.stat(real)
     except FileNotFoundError:
