@@ -222,6 +222,32 @@ def test_flight_recorder_snapshot_on_sigusr2_without_stopping(tmp_path):
     assert {"before_signal", "after_signal"} <= final
 
 
+def test_a_snapshot_records_nothing_of_its_own_rendering(tmp_path):
+    """snapshot() (and SIGUSR2) renders in the program's thread: the formats' Python (json, the imports
+    they make) and the SIGUSR2 handler's installation are Ocular's, not the program's, and must not fill
+    the window the flight recorder keeps (they pushed the program's own history out of it)."""
+    code = """
+        import collections, json, sys, ocular
+        def fib(n):
+            return n if n < 2 else fib(n - 1) + fib(n - 2)
+        ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, ring="4M")
+        fib(5)
+        ocular.snapshot(sys.argv[2])
+        ocular.snapshot(sys.argv[3])
+        fib(5)
+        ocular.stop_tracing()
+        for path in sys.argv[1:3]:
+            evs = json.load(open(path))["traceEvents"]
+            print(dict(collections.Counter(e["name"] for e in evs if e.get("ph") == "X")))
+        text = open(sys.argv[3]).read()  # (the second snapshot's window held the first one's rendering)
+        print("fib" in text, "_iterencode" in text, "dump" in text)
+    """
+    p = run_py(code, str(tmp_path / "t.json"), str(tmp_path / "s1.json"), str(tmp_path / "s2.gecko.json"))
+    final, s1, s2 = p.stdout.splitlines()
+    assert final == "{'fib': 30}" and s1 == "{'fib': 15}", p.stdout
+    assert s2 == "True False False", p.stdout
+
+
 def test_a_slow_recorder_shows_as_labelled_pauses_outside_the_function(tmp_path):
     out = tmp_path / "p.json"
     code = """

@@ -68,11 +68,12 @@ class _RenderTurn:
     was busy and blocking was False).  A class of this package, not a contextlib generator: stop_tracing()
     takes it while tracing is on, and only this package's own frames are left out of the trace."""
 
-    __slots__ = ("blocking", "lock")
+    __slots__ = ("blocking", "lock", "muted")
 
     def __init__(self, blocking):
         self.blocking = blocking
         self.lock = None
+        self.muted = None
 
     def __enter__(self):
         global _render_owner
@@ -84,11 +85,16 @@ class _RenderTurn:
             return False
         self.lock = lock
         _render_owner = threading.get_ident()
+        # this thread records nothing while it renders (a snapshot, convert() during a session): the
+        # formats' own Python (json, gzip, the imports they make) is not the program's, and in ring mode
+        # it would push the program's own history out of the window
+        self.muted = _ocular._mute_thread(True)
         return True
 
     def __exit__(self, *exc):
         global _render_owner
         if self.lock is not None:
+            _ocular._mute_thread(self.muted)
             _render_owner = None
             self.lock.release()
             self.lock = None
@@ -586,6 +592,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise RuntimeError("ocular: tracing is already running in this process")
 
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
+    if ring_bytes:
+        import signal  # noqa: F401  (likewise: SIGUSR2's handler is installed once tracing runs)
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
@@ -614,7 +622,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise
     _session = settings
     if ring_bytes:
-        _snapshot_on_sigusr2()
+        muted = _ocular._mute_thread(True)  # (its signal module calls are Ocular's, not the program's)
+        try:
+            _snapshot_on_sigusr2()
+        finally:
+            _ocular._mute_thread(muted)
 
 
 def _keep_recording(rec, out):

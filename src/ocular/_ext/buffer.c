@@ -224,22 +224,24 @@ static int register_thread(oc_tbuf *b) {
 
 /* Muting costs the hot path nothing: `end` is pulled back to `pos`, so the next event takes the slow
  * path, which records nothing while the flag is set. */
-void oc_buffer_mute(int on) {
+int oc_buffer_mute(int on) {
     oc_tbuf *b = oc_tls.buf;
+    int was = oc_tls.muted;
+    oc_tls.muted = on;
     if (!b)
-        return;
-    b->muted = on;
+        return was; /* (no buffer yet: the slow path, where every event of this thread goes, checks) */
     if (on)
         b->end = b->pos;
     else if (b->chunk && b->gen == tgen)
         b->end = b->limit;
+    return was;
 }
 
 oc_tbuf *oc_buffer_slow(void) {
     if (!S.active)
         return NULL;
     oc_tbuf *b = oc_tls.buf;
-    if (UNLIKELY(b && (b->in_slow || b->muted)))
+    if (UNLIKELY(oc_tls.muted || (b && b->in_slow)))
         return NULL;
     if (!b) {
         b = calloc(1, sizeof *b);

@@ -405,8 +405,7 @@ static PyObject *py_mute_thread(PyObject *mod, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0)
         return NULL;
-    oc_buffer_mute(on);
-    Py_RETURN_NONE;
+    return PyBool_FromLong(oc_buffer_mute(on));
 }
 
 static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
@@ -624,7 +623,7 @@ static PyMethodDef methods[] = {
      "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
     {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
-    {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on."},
+    {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on; returns whether it was muted."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
     {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},

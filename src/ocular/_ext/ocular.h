@@ -111,7 +111,6 @@ typedef struct oc_tbuf {
     uint32_t name_tries;
     int alive;             /* owned by a live thread */
     int in_slow;           /* re-entrancy guard for the slow path */
-    int muted;             /* records nothing (the CLI's own frames: joining threads at exit) */
     uint64_t *open;        /* threshold > 0: this thread's recorded activations not yet ended, innermost
                               last, each depth << 32 | code id (monitor.c) */
     uint32_t nopen, capopen;
@@ -121,6 +120,7 @@ typedef struct oc_tbuf {
 typedef struct {
     oc_tbuf *buf;
     uint32_t gen;
+    int muted;             /* this thread records nothing (the CLI's own frames, Ocular's own renders) */
 } oc_tls_t;
 extern OC_TLS __thread oc_tls_t oc_tls;
 
@@ -293,7 +293,7 @@ void oc_buffer_flush_all(void);          /* stop: hand every thread's partial ch
 int oc_buffer_init(void);
 void oc_buffer_fork_child(void);
 void oc_buffer_reset(void);
-void oc_buffer_mute(int on);             /* GIL held: this thread records nothing while muted */
+int oc_buffer_mute(int on);              /* GIL held: this thread records nothing while muted; was it */
 oc_chunk *oc_chunk_get(void);            /* lock held by caller */
 void oc_chunk_put_free(oc_chunk *c);     /* lock held by caller */
 typedef struct oc_out oc_out;
