@@ -185,6 +185,34 @@ print(json.dumps(natives))
     assert not wrong, f"{len(wrong)} of 20 threads misnamed: {sorted(wrong.values())[:5]}"
 
 
+def test_an_ended_raw_thread_is_not_named_after_a_later_thread(trace_path):
+    """A thread of _thread.start_new_thread (no threading.Thread, so no name) ends; a named thread started
+    later gets the same ident.  The first keeps "Thread <tid>": its ident no longer says who it was."""
+    code = """
+import _thread, time
+def raw():
+    return sum(range(100))
+def forever():
+    while True:
+        time.sleep(0.001)
+start()
+done = threading.Event()
+_thread.start_new_thread(lambda: (raw(), done.set()), ())
+done.wait()
+time.sleep(0.05)  # (it has ended: its ident is free again)
+threading.Thread(target=forever, name="daemon-forever", daemon=True).start()
+time.sleep(0.05)
+stop()
+"""
+    run_ok(code, trace_path)
+    events = load_trace(trace_path)["traceEvents"]
+    tnames = thread_names(events)
+    (raw_tid,) = tids_of(events, "raw")
+    (forever_tid,) = tids_of(events, "forever")
+    assert tnames[forever_tid] == "daemon-forever"
+    assert tnames[raw_tid] == f"Thread {raw_tid}", tnames
+
+
 def test_process_name_metadata_has_real_pid(trace_path):
     code = """
 def f():

@@ -96,8 +96,11 @@ static void enqueue(oc_tbuf *b) {
 static void thread_exit(void *p) {
     oc_tbuf *b = p;
     pthread_mutex_lock(&S.lock);
-    if (b->gen == tgen && S.active)
+    if (b->gen == tgen && S.active) {
         enqueue(b);
+        if (b->thread_idx < S.nthreads)
+            S.threads[b->thread_idx].exited = 1;
+    }
     b->alive = 0;
     b->gen = 0;
     pthread_mutex_unlock(&S.lock);
@@ -217,6 +220,7 @@ static int register_thread(oc_tbuf *b) {
     t->ident = PyThread_get_thread_ident();
     t->name = NULL;
     t->name_raw = NULL;
+    t->exited = 0;
     pthread_mutex_unlock(&S.lock);
     b->name_tries = 0;
     return 0;
@@ -343,7 +347,8 @@ void oc_buffer_flush_all(void) {
     for (uint32_t i = 0; i < S.nthreads; i++) {
         if (!S.threads[i].name) {
             oc_tbuf tmp = {.thread_idx = i};
-            if (!resolve_name(&tmp)) {
+            /* (an ended thread's ident may belong to a thread started since: it keeps its number) */
+            if (S.threads[i].exited || !resolve_name(&tmp)) {
                 pthread_mutex_lock(&S.lock);
                 if (!S.threads[i].name) {
                     S.threads[i].name = fallback_name(S.threads[i].tid);

@@ -130,6 +130,7 @@ typedef struct {
     unsigned long ident;      /* threading.get_ident() */
     char *name;               /* JSON-escaped, malloc'd; NULL until known */
     char *name_raw;           /* the same name as raw UTF-8 (Perfetto protobuf); set with name */
+    int exited;               /* the thread ended: its ident may be another thread's now (no lookup by it) */
 } oc_thread;
 
 /* ---- per-code data ---- */
