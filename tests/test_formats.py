@@ -602,7 +602,6 @@ def test_profile_suffixes_and_format_names(tmp_path):
 DEEP = 12000
 DEEP_PROGRAM = f'''
 import sys
-import textwrap
 sys.setrecursionlimit({DEEP} + 1000)
 
 def down(n):

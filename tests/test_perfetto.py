@@ -568,9 +568,10 @@ def test_compressed_and_plain_renders_are_the_same_trace(tmp_path):
     slices = dz.slices()
     assert len(slices) == 4 and sum(1 for ss in slices.values() for s in ss if s[0].startswith("f")) == 12000
     assert sum(1 for e in dz.events if e["type"] == INSTANT) > 1000
-    # (5.0-5.3 on this workload: its shuffled calls and the threshold-0 instruction probes' loop instants,
-    # each with cycles of its own, repeat little)
-    assert os.path.getsize(z) * 4.5 < os.path.getsize(plain)
+    # (5.0-5.3 on this workload on an AMD EPYC VM, 4.4 on an Intel Xeon one, whose clock ticks make other
+    # timestamp deltas: its shuffled calls and the threshold-0 instruction probes' loop instants, each with
+    # cycles of its own, repeat little)
+    assert os.path.getsize(z) * 3.5 < os.path.getsize(plain)
 
 
 LOOPS = r'''
