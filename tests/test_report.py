@@ -297,3 +297,27 @@ def test_negative_durations_are_formatted():
     from ocular._report import _fmt_ns
 
     assert _fmt_ns(-84188956) == "-84.19ms" and _fmt_ns(-1500) == "-1.5us" and _fmt_ns(2e9) == "2.00s"
+
+
+def test_a_function_whose_calls_all_lack_an_end_is_still_reported():
+    """Recursion 6,000 deep at threshold 500: the 500 recorded calls of r are the outermost, and their
+    returns come after the 4,096 unrecorded ones that disarm r's return site, so none has a seen end.
+    r has no row then, but the header counts it as de-instrumented and the report names it among the
+    calls it does not count (it vanished, and the header said "no function de-instrumented")."""
+    p = run_py("""
+        import json, sys, ocular
+        sys.setrecursionlimit(20000)
+        def r(n):
+            return 0 if n == 0 else r(n - 1) + 1
+        ocular.start_tracing(perfetto=False, report=False, sampling=False)
+        r(6000)
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        print(json.dumps(rep.to_dict()["unended"]))
+        print(rep.format())
+    """)
+    unended, text = p.stdout.split("\n", 1)
+    (u,) = json.loads(unended)
+    assert u["name"] == "r" and u["calls"] == 500
+    assert "1 function de-instrumented" in text and "500 calls not counted below" in text, text
+    assert "most: r (" in text, text

@@ -192,6 +192,13 @@ class Report:
         self.sampling = dict(data.get("sampling") or {"status": "off", "windows": 0, "window_ticks": 0,
                                                        "skipped": 0, "other_tool": ""})
         self.sampling["window_ns"] = self.sampling.get("window_ticks", 0) * self.ns_per_tick
+        # functions whose every call lacked a seen end have no row (no figure to show): they are still
+        # counted, in the header (de-instrumented) and in the line about calls without an end
+        self.unended = sorted(({"name": f["name"], "file": f["file"], "line": f["firstlineno"],
+                                "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
+                              key=lambda u: -u["calls"])
+        self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
+        self._rowless = sum(1 for f in data["functions"] if not f["segments"])
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -428,6 +435,7 @@ class Report:
             "sampling": self.sampling,
             "functions": self.functions,
             "functions_total": self.functions_total,
+            "unended": self.unended,
             "loops": self.hot_loops(),
         }
 
@@ -447,7 +455,7 @@ class Report:
         out = []
         out.append(f"ocular report - {self.mode} mode, threshold {self.threshold}, clock {self.clock} "
                    f"({ns:.4f} ns/cycle), own cost {self.overhead_cycles} cycles/event subtracted")
-        deinst = sum(1 for f in self.functions if f["deinstrumented"])
+        deinst = self.deinstrumented_total
         facts = []
         if self.wall_ns is not None:
             facts.append(f"traced for {_fmt_ns(self.wall_ns)}")
@@ -467,13 +475,16 @@ class Report:
                        f"{sw.get('other_tool') or '?'}, was registered)")
         if self.incomplete:
             out.append("warning: statistics are incomplete (out of memory in the renderer)")
-        trunc = sum(f.get("truncated", 0) for f in self.functions)
+        trunc = sum(u["calls"] for u in self.unended)
         if trunc:
             out.append(f"{trunc:,} call{'s' if trunc != 1 else ''} not counted below: no end seen (tracing stopped "
                        f"inside, or the return was no longer"[:width])
             out.append("  reported after de-instrumentation); the trace ends them at the caller's next event or at "
                        "the stop"[:width])
-        if self.functions_total > len(self.functions):
+            most = ", ".join(f"{u['name']} ({_short(u['file'], 30)}:{u['line']}) {u['calls']:,}"
+                             for u in self.unended[:3])
+            out.append(f"  most: {most}{', ...' if len(self.unended) > 3 else ''}"[:width])
+        if self.functions_total - self._rowless > len(self.functions):
             out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
                        "most self time)")
         out.append("")
