@@ -140,3 +140,22 @@ def test_an_uncaught_exception_sets_sys_last_exc(tmp_path):
     assert p.returncode == 1
     assert p.stdout.strip() == "last ValueError('main failed') True", p.stdout
     assert p.stderr.count("ValueError: main failed") == 1
+
+
+def test_a_program_that_execs_keeps_its_trace(tmp_path):
+    """os.execv() replaces the process: no exit handler runs.  The trace of what ran before is saved
+    (it was lost, its recording left as a .tmp), and the new image runs as it would."""
+    (tmp_path / "x.py").write_text(textwrap.dedent("""
+        import os, sys
+        def before_exec():
+            return sum(range(1000))
+        before_exec()
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-c", "print('new image')"])
+    """))
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "x.py"], tmp_path)
+    assert p.returncode == 0 and p.stdout == "new image\n", (p.stdout, p.stderr)
+    events = load_trace(tmp_path / "t.json")["traceEvents"]
+    check_balanced(events)
+    assert "before_exec" in names(events)
+    assert sorted(os.listdir(tmp_path)) == ["t.json", "x.py"]  # no recording left behind

@@ -592,6 +592,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise RuntimeError("ocular: tracing is already running in this process")
 
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
+    _save_before_exec()
     if ring_bytes:
         import signal  # noqa: F401  (likewise: SIGUSR2's handler is installed once tracing runs)
     tid = _acquire_tool(tool_id)
@@ -1056,6 +1057,31 @@ def _after_fork_child():
 
 _real_os_exit = os._exit
 _real_os_fork = getattr(os, "fork", None)
+
+
+_exec_hook = False
+
+
+def _save_before_exec():
+    """os.exec*() replaces the process: no exit handler runs, and the trace was lost silently (its
+    recording left as a .tmp file).  An audit hook (PEP 578: "os.exec", raised before the exec) stops
+    tracing there, which saves the trace and prints the report as at exit.  Installed once per process
+    (a hook cannot be removed; outside a session it only compares one string); never raises, so the
+    exec goes on whatever happens."""
+    global _exec_hook
+    if _exec_hook:
+        return
+    _exec_hook = True
+
+    def hook(event, args):
+        if event == "os.exec" and _session is not None:
+            try:
+                stop_tracing()
+            except BaseException as exc:  # (the exec must go on: say it and let it)
+                with contextlib.suppress(BaseException):
+                    _print_err(f"ocular: the trace could not be saved before os.exec: {exc}")
+
+    sys.addaudithook(hook)
 
 
 def _quiet_fork_warning():
