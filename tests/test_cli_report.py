@@ -175,6 +175,22 @@ def test_tree_goes_with_the_report_into_its_file(tmp_path, script):
     assert any(" parse  (" in ln for ln in text.split("Call tree\n", 1)[1].splitlines())
 
 
+def test_convert_shapes_its_report_as_the_runner_does(tmp_path, script):
+    """A kept recording gets the report a run would have printed: --top, --sort, --tree and a file
+    (--report-file); a .ocular output with report options says that it makes no report."""
+    p = cli(["-q", "-o", "r.ocular", "--report-json", "--report", "ignored.json", str(script)], tmp_path)
+    assert p.returncode == 0 and "no report is made" in p.stderr, p.stderr
+    assert not (tmp_path / "ignored.json").exists()
+    p = cli(["convert", "r.ocular", "-q", "-o", "t.json", "--top", "1", "--sort", "calls", "--tree",
+             "--report-file", "rep.txt"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    text = (tmp_path / "rep.txt").read_text()
+    assert "Your code (by calls)" in text and "Call tree\n" in text, text
+    mine = text.split("Your code (by calls)", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert mine[0].split()[0] == "3" and " parse  (" in mine[0], mine  # the one row asked for: parse, 3 calls
+    assert " main  (" not in text.split("Call tree", 1)[0] and "--top N shows more" in text, text
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "precise"])
 def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
     """Ground truth: the loop's time sits in one call (time.sleep, a C function). The report puts it on that

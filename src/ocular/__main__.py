@@ -125,20 +125,7 @@ def build_parser():
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true",
                    help="print the report as JSON (on stderr) instead of the text table")
-    p.add_argument("--top", type=int, default=15, metavar="N",
-                   help="function rows in the report (default: %(default)s)")
-    p.add_argument("--sort", choices=("self", "total", "calls", "mean", "name"), default="self",
-                   help="order of the report's function rows (default: %(default)s)")
-    p.add_argument("--loops", type=int, default=3, metavar="N",
-                   help="hot loops shown in the report, each with its instructions (default: %(default)s)")
-    p.add_argument("--all", action="store_true", dest="all_code",
-                   help="rank every function and loop in the report; by default the standard library, frozen "
-                        "importlib, site-packages and Ocular are folded into one line each")
-    p.add_argument("--tree", action="store_true",
-                   help="also print the call tree: per thread, total and self time and calls per node, children by "
-                        "total time, nodes under 1%% of the thread left out")
-    p.add_argument("--report", metavar="FILE", default=None, dest="report_file",
-                   help="write the report to FILE instead of stderr")
+    _add_report_shape(p, "--report")
     p.add_argument("--version", action="version", version=f"ocular {_version()}")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the trace went")
     g = p.add_mutually_exclusive_group(required=True)
@@ -193,6 +180,46 @@ def build_merge_parser():
     return p
 
 
+def _add_report_shape(p, file_option):
+    """The options that shape the printed report, shared by the runner and convert (file_option: the
+    runner's --report FILE, convert's --report-file FILE)."""
+    p.add_argument("--top", type=int, default=15, metavar="N",
+                   help="function rows in the report (default: %(default)s)")
+    p.add_argument("--sort", choices=("self", "total", "calls", "mean", "name"), default="self",
+                   help="order of the report's function rows (default: %(default)s)")
+    p.add_argument("--loops", type=int, default=3, metavar="N",
+                   help="hot loops shown in the report, each with its instructions (default: %(default)s)")
+    p.add_argument("--all", action="store_true", dest="all_code",
+                   help="rank every function and loop in the report; by default the standard library, frozen "
+                        "importlib, site-packages and Ocular are folded into one line each")
+    p.add_argument("--tree", action="store_true",
+                   help="also print the call tree: per thread, total and self time and calls per node, children by "
+                        "total time, nodes under 1%% of the thread left out")
+    p.add_argument(file_option, metavar="FILE", default=None, dest="report_file",
+                   help="write the report (and the tree) to FILE instead of stderr")
+
+
+def _apply_report_shape(parser, ns, file_option):
+    """Check the report options (parser.error on a bad one) and give them to the package."""
+    import ocular
+
+    if not 0 <= ns.top <= 1000000:
+        parser.error("argument --top: must be from 0 to 1000000")
+    if not 0 <= ns.loops <= 1000:
+        parser.error("argument --loops: must be from 0 to 1000")
+    ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
+    ocular._report_tree = ns.tree
+    if ns.report_file:
+        ocular._report_file = os.path.abspath(ns.report_file)
+        where = os.path.dirname(ocular._report_file)
+        if os.path.isdir(ocular._report_file):
+            parser.error(f"{file_option} {ns.report_file!r} is a directory; give a file name")
+        if not os.path.exists(ocular._report_file) and (not os.path.isdir(where) or
+                                                        not os.access(where, os.W_OK | os.X_OK)):
+            parser.error(f"{file_option} {ns.report_file!r}: the directory {where!r} "
+                         f"{'is not writable' if os.path.isdir(where) else 'does not exist'}")
+
+
 def build_convert_parser():
     p = argparse.ArgumentParser(
         prog="python -m ocular convert",
@@ -210,6 +237,7 @@ def build_convert_parser():
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
     p.add_argument("--thread-roots", action="store_true",
                    help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
+    _add_report_shape(p, "--report-file")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print where the traces went")
     return p
 
@@ -219,7 +247,8 @@ def convert_main(argv):
 
     parser = build_convert_parser()
     ns = parser.parse_args(argv)
-    report = "json" if ns.report_json else bool(ns.report)
+    _apply_report_shape(parser, ns, "--report-file")
+    report = "json" if ns.report_json else bool(ns.report or ns.report_file or ns.tree)
     for out in ns.output:  # every output checked before any is rendered
         try:
             ocular._format_for(ocular._check_output(out), None)
@@ -239,6 +268,13 @@ def convert_main(argv):
         if not ns.quiet:
             _say(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
                  f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})")
+        if i == 0 and ns.tree and report != "json":
+            try:
+                from ._formats._tree import tree_text
+
+                ocular._report_out("\nCall tree\n" + tree_text(ns.recording), append=True)
+            except Exception as exc:
+                _say(f"ocular: could not build the call tree: {exc!r}")
     if failed:
         parser.exit(1, f"python -m ocular convert: error: {len(failed)} of {len(ns.output)} outputs not written "
                        f"({', '.join(failed)})\n")
@@ -395,21 +431,11 @@ def _run(argv=None):
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
         parser.error("argument -m: expected a module name")
-    if not 0 <= ns.top <= 1000000:
-        parser.error("argument --top: must be from 0 to 1000000")
-    if not 0 <= ns.loops <= 1000:
-        parser.error("argument --loops: must be from 0 to 1000")
-    ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
-    ocular._report_tree = ns.tree
-    if ns.report_file:
-        ocular._report_file = os.path.abspath(ns.report_file)
-        where = os.path.dirname(ocular._report_file)
-        if os.path.isdir(ocular._report_file):
-            parser.error(f"--report {ns.report_file!r} is a directory; give a file name")
-        if not os.path.exists(ocular._report_file) and (not os.path.isdir(where) or
-                                                        not os.access(where, os.W_OK | os.X_OK)):
-            parser.error(f"--report {ns.report_file!r}: the directory {where!r} "
-                         f"{'is not writable' if os.path.isdir(where) else 'does not exist'}")
+    _apply_report_shape(parser, ns, "--report")
+    if (all(ocular._format_for(o, ns.format) == "recording" for o in outputs) and not ns.no_report
+            and (ns.report_file or ns.report_json or ns.tree)):
+        _say("ocular: a .ocular output renders nothing, so no report is made: "
+             "python -m ocular convert RECORDING -o OUT --report gives it")
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan
         parser.error("--follow-wait must be a number of seconds from 0 to 86400")
     if ns.follow and ns.no_trace_file:
