@@ -911,3 +911,32 @@ def test_recorded_calls_deeper_than_64_frames_keep_their_ends(tmp_path):
     assert row["calls"] == 500 and row["truncated"] == 0, row
     assert names(events).count("fib") == 500
     check_balanced(events)
+
+
+def test_a_loop_whose_body_yields_is_counted_across_resumes(tmp_path):
+    """for i in range(n): yield i -- one backward jump per activation segment: the renderer carries the
+    generator's loop over its suspension, so the report counts its iterations (it showed none), each
+    timed by the generator's own time (not the consumer's between two resumes), and the JSON trace shows
+    no loop run spanning the suspensions (its slices stay nested)."""
+    code = """
+import json, sys, time, ocular
+def gen(n):
+    for i in range(n):
+        yield i
+def consume():
+    for x in gen(300):
+        time.sleep(0.0002)  # the consumer's time between two resumes: not the loop's
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+consume()
+ocular.stop_tracing()
+rep = ocular.last_report().to_dict()
+print(json.dumps([lp for lp in rep["loops"] if lp["function"] == "gen"]))
+"""
+    out = tmp_path / "t.json"
+    p = run_py(code, str(out))
+    (lp,) = json.loads(p.stdout)
+    assert 295 <= lp["iterations"] <= 299, lp  # (the first segments hold no complete iteration)
+    assert lp["ns_per_iteration"] < 100_000, lp  # its own time, not the 200 us sleep between resumes
+    events = load_trace(out)["traceEvents"]
+    check_balanced(events)
+    assert not [e for e in events if e.get("cat") == "loop" and "gen" in e["name"]]  # no run across yields

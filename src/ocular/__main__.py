@@ -432,8 +432,11 @@ def _run(argv=None):
     if ns.module == "":
         parser.error("argument -m: expected a module name")
     _apply_report_shape(parser, ns, "--report")
-    if (all(ocular._format_for(o, ns.format) == "recording" for o in outputs) and not ns.no_report
-            and (ns.report_file or ns.report_json or ns.tree)):
+    try:
+        only_recordings = all(ocular._format_for(o, ns.format) == "recording" for o in outputs)
+    except (ValueError, TypeError):
+        only_recordings = False  # (an output refused below, with its message)
+    if only_recordings and not ns.no_report and (ns.report_file or ns.report_json or ns.tree):
         _say("ocular: a .ocular output renders nothing, so no report is made: "
              "python -m ocular convert RECORDING -o OUT --report gives it")
     if not ns.follow_wait >= 0 or ns.follow_wait > 86400:  # also rejects nan

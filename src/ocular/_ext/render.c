@@ -55,7 +55,19 @@ typedef struct {
     uint64_t self_mark;
     uint64_t run_first_ts;  /* the current run: end of its first iteration, iterations and cycles since */
     uint64_t run_iters, run_cycles;
+    int resumed;            /* carried over a yield (below): iterations counted, timed by self time, no runs */
 } loop_slot;
+
+/* A generator's or coroutine's loops over its suspensions: a loop whose body yields has one backward
+ * jump per activation segment, so its iterations are counted only if the segment that yields hands its
+ * loop slots to the next resume of the same code on the thread (self marks relative to the frame's
+ * self time, which starts again at 0).  Keyed by code: instances of one generator interleaved on a
+ * thread share them (each backward jump is still one iteration of that loop). */
+#define NSUSPENDED 8
+typedef struct {
+    uint32_t code_id;       /* UINT32_MAX: free */
+    loop_slot loops[NLOOPS];
+} suspended_loops;
 
 typedef struct {
     uint32_t code_id;
@@ -106,6 +118,9 @@ typedef struct {
     uint8_t started;        /* its first chunk was rendered (its tid set, its cut frames opened) */
     oc_attr_thread attr;    /* sampling windows: this thread's cursor (attrib.c) */
     int mark, sampled;      /* a K_MARK record came before this one */
+    suspended_loops susp[NSUSPENDED]; /* (suspend_loops, resume_loops) */
+    uint32_t nsusp;         /* entries ever used (0: no resume looks) */
+    uint32_t susp_next;     /* the entry to take next once all are used */
 } rthread;
 
 static struct {
@@ -335,16 +350,23 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         int probed = f->insns != hit->insn_mark;
         uint32_t insns = R.precise && probed ? (uint32_t)(f->insns - hit->insn_mark)
                                              : static_insns(f->code_id, dest, src);
-        uint64_t cycles = ts - hit->last_ts;
-        oc_stats_loop(f->code_id, src, dest, cycles, f->self - hit->self_mark, insns, R.precise || !probed);
-        if (W.loops == OC_LOOPS_ITERATIONS) {
+        uint64_t self_cycles = f->self - hit->self_mark;
+        /* (an iteration carried over a yield: the wall time since its last backward jump holds the time
+         * the generator was suspended; its own is its self time) */
+        uint64_t cycles = hit->resumed ? self_cycles : ts - hit->last_ts;
+        oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
+        if (W.loops == OC_LOOPS_ITERATIONS && !hit->resumed) { /* (carried over a yield: counted, no instant:
+                                                                 * one per resume would double a chain's events) */
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
             W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                          dur_ns(cycles, ts));
         }
-        if (!hit->run_iters++)
+        if (hit->resumed) { /* (a run would span the suspensions, across the consumer's slices) */
+        } else if (!hit->run_iters++) {
             hit->run_first_ts = hit->last_ts;
-        hit->run_cycles += cycles;
+        }
+        if (!hit->resumed)
+            hit->run_cycles += cycles;
         if (src > hit->src)
             hit->src = src;
     } else {
@@ -354,10 +376,56 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         hit->src = src;
         hit->dest = dest;
         hit->run_iters = hit->run_cycles = 0;
+        hit->resumed = 0;
     }
     hit->last_ts = ts;
     hit->insn_mark = f->insns;
     hit->self_mark = f->self;
+}
+
+/* A generator's frame yields with loop slots: keep them for the next resume of its code on this thread,
+ * each mark made relative to the frame (its self time and instructions since the mark). */
+static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) {
+    suspended_loops *s = NULL;
+    for (uint32_t i = 0; i < t->nsusp && !s; i++)
+        if (t->susp[i].code_id == f->code_id)
+            s = &t->susp[i];
+    if (!s) /* a free entry, else the one after the last taken (the oldest, round robin) */
+        s = &t->susp[t->nsusp < NSUSPENDED ? t->nsusp++ : t->susp_next++ % NSUSPENDED];
+    s->code_id = f->code_id;
+    for (int k = 0; k < NLOOPS; k++) {
+        loop_slot *l = &s->loops[k];
+        l->src = f->loops[k].src;
+        if (l->src == UINT32_MAX)
+            continue;
+        *l = f->loops[k];
+        l->self_mark = f->self - l->self_mark;
+        l->insn_mark = f->insns - l->insn_mark;
+        l->run_iters = l->run_cycles = 0;
+        l->resumed = 1;
+    }
+}
+
+/* A resume of code that yielded with loop slots on this thread: they go on in the new frame (marks
+ * back from relative, modulo 2^64; its last backward jump as if at the resume). */
+static __attribute__((noinline)) void resume_loops(rthread *t, frame *f, uint64_t ts) {
+    for (uint32_t i = 0; i < t->nsusp; i++) {
+        suspended_loops *s = &t->susp[i];
+        if (s->code_id != f->code_id)
+            continue;
+        for (int k = 0; k < NLOOPS; k++) {
+            loop_slot *l = &f->loops[k];
+            l->src = s->loops[k].src;
+            if (l->src == UINT32_MAX)
+                continue;
+            *l = s->loops[k];
+            l->self_mark = f->self - l->self_mark;
+            l->insn_mark = f->insns - l->insn_mark;
+            l->last_ts = ts;
+        }
+        f->loops_on = 1;
+        return;
+    }
 }
 
 static __attribute__((noinline)) int grow_stack(rthread *t) {
@@ -457,9 +525,13 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 keep--;
             pop_to(t, keep, r->ts, 0);
         }
-        if (LIKELY(push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean) != NULL) &&
-            !sink_slices(slice))
-            W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+        frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean);
+        if (LIKELY(nf != NULL)) {
+            if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
+                resume_loops(t, nf, r->ts);
+            if (!sink_slices(slice))
+                W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+        }
         break;
     }
     case K_RETURN:
@@ -476,8 +548,11 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 keep--;
             pop_to(t, keep, r->ts, 0);
         }
-        if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p)
+        if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p) {
+            if (kind == K_YIELD && t->stack[t->n - 1].loops_on && t->stack[t->n - 1].code_id == r->code_id)
+                suspend_loops(t, &t->stack[t->n - 1]);
             pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice);
+        }
         else if (!lean && UNLIKELY(oc_attr_on))
             oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
         break;
