@@ -65,8 +65,12 @@ typedef struct {
  * thread share them (each backward jump is still one iteration of that loop). */
 #define NSUSPENDED 8
 typedef struct {
-    uint32_t code_id;       /* UINT32_MAX: free */
-    loop_slot loops[NLOOPS];
+    uint32_t src, dest;     /* src == UINT32_MAX: free */
+    uint64_t self_since, insns_since; /* the frame's self ticks and instructions since the last backward jump */
+} carried_loop;
+typedef struct {
+    uint32_t code_id;
+    carried_loop loops[NLOOPS];
 } suspended_loops;
 
 typedef struct {
@@ -351,22 +355,23 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         uint32_t insns = R.precise && probed ? (uint32_t)(f->insns - hit->insn_mark)
                                              : static_insns(f->code_id, dest, src);
         uint64_t self_cycles = f->self - hit->self_mark;
-        /* (an iteration carried over a yield: the wall time since its last backward jump holds the time
-         * the generator was suspended; its own is its self time) */
-        uint64_t cycles = hit->resumed ? self_cycles : ts - hit->last_ts;
+        /* An iteration carried over a yield (resume_loops): the wall time since its last backward jump holds
+         * the time the generator was suspended; its own is its self time.  It is counted, with no instant
+         * (one per resume would double a chain's events) and in no run (it began in another segment). */
+        int carried = hit->resumed;
+        uint64_t cycles = carried ? self_cycles : ts - hit->last_ts;
         oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
-        if (W.loops == OC_LOOPS_ITERATIONS && !hit->resumed) { /* (carried over a yield: counted, no instant:
-                                                                 * one per resume would double a chain's events) */
+        if (W.loops == OC_LOOPS_ITERATIONS && !carried) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
             W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                          dur_ns(cycles, ts));
         }
-        if (hit->resumed) { /* (a run would span the suspensions, across the consumer's slices) */
-        } else if (!hit->run_iters++) {
-            hit->run_first_ts = hit->last_ts;
-        }
-        if (!hit->resumed)
+        if (!carried) {
+            if (!hit->run_iters++)
+                hit->run_first_ts = hit->last_ts;
             hit->run_cycles += cycles;
+        }
+        hit->resumed = 0; /* (its next iterations in this segment are the segment's own) */
         if (src > hit->src)
             hit->src = src;
     } else {
@@ -383,8 +388,9 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
     hit->self_mark = f->self;
 }
 
-/* A generator's frame yields with loop slots: keep them for the next resume of its code on this thread,
- * each mark made relative to the frame (its self time and instructions since the mark). */
+/* A generator's frame yields with loop slots: keep what its next resume needs of them (which loops, and
+ * the frame's figures since each one's last backward jump), for the next resume of its code on this
+ * thread. */
 static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) {
     suspended_loops *s = NULL;
     for (uint32_t i = 0; i < t->nsusp && !s; i++)
@@ -394,34 +400,32 @@ static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) 
         s = &t->susp[t->nsusp < NSUSPENDED ? t->nsusp++ : t->susp_next++ % NSUSPENDED];
     s->code_id = f->code_id;
     for (int k = 0; k < NLOOPS; k++) {
-        loop_slot *l = &s->loops[k];
-        l->src = f->loops[k].src;
-        if (l->src == UINT32_MAX)
-            continue;
-        *l = f->loops[k];
-        l->self_mark = f->self - l->self_mark;
-        l->insn_mark = f->insns - l->insn_mark;
-        l->run_iters = l->run_cycles = 0;
-        l->resumed = 1;
+        const loop_slot *l = &f->loops[k];
+        s->loops[k].src = l->src;
+        if (l->src != UINT32_MAX)
+            s->loops[k] = (carried_loop){l->src, l->dest, f->self - l->self_mark, f->insns - l->insn_mark};
     }
 }
 
-/* A resume of code that yielded with loop slots on this thread: they go on in the new frame (marks
- * back from relative, modulo 2^64; its last backward jump as if at the resume). */
+/* A resume of code that yielded with loop slots on this thread: they go on in the new frame, their
+ * last backward jump as if at the resume, their next iteration marked as carried over (on_backjump). */
 static __attribute__((noinline)) void resume_loops(rthread *t, frame *f, uint64_t ts) {
     for (uint32_t i = 0; i < t->nsusp; i++) {
         suspended_loops *s = &t->susp[i];
         if (s->code_id != f->code_id)
             continue;
         for (int k = 0; k < NLOOPS; k++) {
+            const carried_loop *c = &s->loops[k];
             loop_slot *l = &f->loops[k];
-            l->src = s->loops[k].src;
-            if (l->src == UINT32_MAX)
+            l->src = c->src;
+            if (c->src == UINT32_MAX)
                 continue;
-            *l = s->loops[k];
-            l->self_mark = f->self - l->self_mark;
-            l->insn_mark = f->insns - l->insn_mark;
+            l->dest = c->dest;
+            l->self_mark = f->self - c->self_since; /* (modulo 2^64: the frame's figures start at 0) */
+            l->insn_mark = f->insns - c->insns_since;
             l->last_ts = ts;
+            l->run_iters = l->run_cycles = 0;
+            l->resumed = 1;
         }
         f->loops_on = 1;
         return;
