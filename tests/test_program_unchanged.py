@@ -159,3 +159,34 @@ def test_a_program_that_execs_keeps_its_trace(tmp_path):
     check_balanced(events)
     assert "before_exec" in names(events)
     assert sorted(os.listdir(tmp_path)) == ["t.json", "x.py"]  # no recording left behind
+
+
+def test_a_failed_exec_leaves_tracing_on(tmp_path):
+    """os.execvp tries each PATH entry in turn: a try that fails (no such file) neither stops tracing nor
+    prints the report; the program goes on traced and its trace is saved at exit."""
+    (tmp_path / "y.py").write_text(textwrap.dedent("""
+        import os, ocular
+        try:
+            os.execvp("ocular-no-such-program", ["ocular-no-such-program"])
+        except FileNotFoundError:
+            pass
+        def after_failed_exec():
+            return ocular.is_tracing()
+        print(after_failed_exec())
+    """))
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "y.py"], tmp_path)
+    assert p.returncode == 0 and p.stdout == "True\n", (p.stdout, p.stderr)
+    assert "after_failed_exec" in names(load_trace(tmp_path / "t.json")["traceEvents"])
+
+
+def test_sys_last_exc_after_ctrl_c_is_the_programs_own(tmp_path):
+    """An uncaught ^C: exit handlers see the program's KeyboardInterrupt (with its message), not a bare
+    one raised to end the process by SIGINT."""
+    (tmp_path / "k.py").write_text(textwrap.dedent("""
+        import atexit, sys
+        atexit.register(lambda: print("last", repr(sys.last_exc), flush=True))
+        raise KeyboardInterrupt("the program's")
+    """))
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "k.py"], tmp_path)
+    assert p.returncode == -signal.SIGINT, p.stderr
+    assert p.stdout.strip() == "last KeyboardInterrupt(\"the program's\")", p.stdout

@@ -936,7 +936,27 @@ print(json.dumps([lp for lp in rep["loops"] if lp["function"] == "gen"]))
     p = run_py(code, str(out))
     (lp,) = json.loads(p.stdout)
     assert 295 <= lp["iterations"] <= 299, lp  # (the first segments hold no complete iteration)
-    assert lp["ns_per_iteration"] < 100_000, lp  # its own time, not the 200 us sleep between resumes
+    # each iteration timed by the generator's own time: its cycles are its self cycles (the wall time since
+    # the last backward jump would hold the consumer's sleep between two resumes)
+    assert lp["cycles_per_iteration"] == lp["self_cycles_per_iteration"], lp
     events = load_trace(out)["traceEvents"]
     check_balanced(events)
     assert not [e for e in events if e.get("cat") == "loop" and "gen" in e["name"]]  # no run across yields
+
+
+def test_loops_carried_over_a_yield_stay_with_their_generator():
+    """100 generators of one code, each `for i in range(2): yield i`, one after another: each counts the
+    one iteration that spans its second suspension, and none inherits the loop of the one before it
+    (which would count its first backward jump too: 200)."""
+    p = run_py("""
+        import json, sys, ocular
+        def g():
+            for i in range(2):
+                yield i
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=0, report=False)
+        for _ in range(100):
+            list(g())
+        ocular.stop_tracing()
+        print(json.dumps([lp["iterations"] for lp in ocular.last_report().to_dict()["loops"] if lp["function"] == "g"]))
+    """)
+    assert json.loads(p.stdout) == [100]

@@ -254,10 +254,10 @@ def convert_main(argv):
             ocular._format_for(ocular._check_output(out), None)
         except (ValueError, OSError, TypeError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {_message(exc)}\n")
-    failed = []
-    for i, out in enumerate(ns.output):  # an output that fails does not stop the others
+    failed, reported = [], False
+    for out in ns.output:  # an output that fails does not stop the others
         try:
-            res = ocular.convert(ns.recording, out, report=report if i == 0 else False, loops=ns.loop_events,
+            res = ocular.convert(ns.recording, out, report=report if not reported else False, loops=ns.loop_events,
                                  thread_roots=ns.thread_roots)
         except (ValueError, OSError) as exc:
             if len(ns.output) == 1:
@@ -268,7 +268,8 @@ def convert_main(argv):
         if not ns.quiet:
             _say(f"ocular: {ns.recording} rendered to {res.output} ({res.bytes / 1e6:.1f} MB, {res.events} events, "
                  f"{res.dropped} dropped{'' if res.complete else '; the recording was cut short'})")
-        if i == 0 and ns.tree and report != "json":
+        first, reported = not reported, True  # (the report and the tree with the first output written)
+        if first and ns.tree and report != "json":
             try:
                 from ._formats._tree import tree_text
 
@@ -517,6 +518,7 @@ def _run(argv=None):
     except KeyboardInterrupt as exc:
         _report_uncaught(exc)
         status = _INTERRUPTED  # the trace is saved below, then the process dies of SIGINT (main)
+        _INTERRUPTED.exc = exc
     except BaseException as exc:
         _report_uncaught(exc)
         status = 1
@@ -556,7 +558,11 @@ def _run(argv=None):
 
 # _run()'s status for a program ended by a KeyboardInterrupt it did not catch: Python then exits by
 # SIGINT (its parent sees -SIGINT, a shell loop stops), after its exit handlers, and so must we.
-_INTERRUPTED = object()
+class _Interrupted:
+    exc = None  # the program's KeyboardInterrupt, raised again out of the main module
+
+
+_INTERRUPTED = _Interrupted()
 
 
 def main(argv=None):
@@ -568,7 +574,7 @@ def main(argv=None):
     status = _run(argv)
     if status is _INTERRUPTED:
         sys.excepthook = lambda *exc: None  # (reported by _report_uncaught, through the program's hook)
-        raise KeyboardInterrupt
+        raise _INTERRUPTED.exc  # (the program's own: Python sets sys.last_exc to it again)
     return status
 
 

@@ -198,7 +198,7 @@ class Report:
                                 "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
-        self._rowless = sum(1 for f in data["functions"] if not f["segments"])
+        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and f.get("truncated"))
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built

@@ -246,6 +246,9 @@ static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint3
 }
 
 static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
+    if (UNLIKELY(oc_tls.muted)) /* (Ocular's own render in this thread: its calls count toward no threshold;
+                                 * a muted thread never takes enter_fast, its chunk's end is pulled back) */
+        RETURN_NONE;
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex))
         RETURN_NONE;
@@ -438,7 +441,7 @@ static __attribute__((noinline)) void count_back_jump(oc_codeextra *ex) {
 
 /* JUMP and BRANCH: (code, offset, destination); every case (cb_jump takes the usual one itself) */
 static __attribute__((noinline)) PyObject *jump_full(PyObject *const *args, size_t nargsf) {
-    if (UNLIKELY(PyVectorcall_NARGS(nargsf) < 3))
+    if (UNLIKELY(PyVectorcall_NARGS(nargsf) < 3 || oc_tls.muted))
         RETURN_NONE;
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex))

@@ -392,11 +392,15 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
  * the frame's figures since each one's last backward jump), for the next resume of its code on this
  * thread. */
 static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) {
-    suspended_loops *s = NULL;
+    suspended_loops *s = NULL, *freed = NULL;
     for (uint32_t i = 0; i < t->nsusp && !s; i++)
         if (t->susp[i].code_id == f->code_id)
             s = &t->susp[i];
-    if (!s) /* a free entry, else the one after the last taken (the oldest, round robin) */
+        else if (t->susp[i].code_id == UINT32_MAX && !freed)
+            freed = &t->susp[i];
+    if (!s)
+        s = freed;
+    if (!s) /* a new entry, else the one after the last taken (the oldest, round robin) */
         s = &t->susp[t->nsusp < NSUSPENDED ? t->nsusp++ : t->susp_next++ % NSUSPENDED];
     s->code_id = f->code_id;
     for (int k = 0; k < NLOOPS; k++) {
@@ -405,6 +409,13 @@ static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) 
         if (l->src != UINT32_MAX)
             s->loops[k] = (carried_loop){l->src, l->dest, f->self - l->self_mark, f->insns - l->insn_mark};
     }
+}
+
+/* A generator of this code ended (returned or unwound): its loops are not carried to another one. */
+static __attribute__((noinline)) void forget_loops(rthread *t, uint32_t code_id) {
+    for (uint32_t i = 0; i < t->nsusp; i++)
+        if (t->susp[i].code_id == code_id)
+            t->susp[i].code_id = UINT32_MAX;
 }
 
 /* A resume of code that yielded with loop slots on this thread: they go on in the new frame, their
@@ -555,6 +566,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p) {
             if (kind == K_YIELD && t->stack[t->n - 1].loops_on && t->stack[t->n - 1].code_id == r->code_id)
                 suspend_loops(t, &t->stack[t->n - 1]);
+            else if (UNLIKELY(t->nsusp) && kind != K_YIELD)
+                forget_loops(t, r->code_id); /* (a generator that ended: the next one starts afresh) */
             pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice);
         }
         else if (!lean && UNLIKELY(oc_attr_on))
@@ -1253,10 +1266,15 @@ static struct {
     oc_render_result res;
 } L = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
+/* L.fd is still the recording (the program may have closed it and reused its number). */
+static int live_fd_ours(struct stat *st) {
+    return fstat(L.fd, st) == 0 && st->st_dev == L.dev && st->st_ino == L.ino;
+}
+
 /* The recording's size, through L.fd if that is still the recording; -1 if not (or too large). */
 static int64_t live_size(void) {
     struct stat st;
-    if (fstat(L.fd, &st) != 0 || st.st_dev != L.dev || st.st_ino != L.ino || (uint64_t)st.st_size > L.reserve)
+    if (!live_fd_ours(&st) || (uint64_t)st.st_size > L.reserve)
         return -1;
     return (int64_t)st.st_size;
 }
@@ -1361,7 +1379,8 @@ static void live_join(void) {
 static void live_free(void) {
     if (L.map)
         munmap(L.map, L.reserve);
-    if (L.fd >= 0 && live_size() >= 0)
+    struct stat st;
+    if (L.fd >= 0 && live_fd_ours(&st))
         close(L.fd);
     free(L.rec_path);
     free(L.out_path);
@@ -1494,7 +1513,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     uint32_t first0 = 0;
     if (cont) {
         int64_t lsize = live_size();
-        if (lsize < 0) {
+        if (lsize < 0 || W.out.fd < 0 || !oc_out_is_ours(&W.out)) { /* (its output closed by the program) */
             live_discard();
             cont = 0;
         } else {
