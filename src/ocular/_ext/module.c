@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdint.h>
 
 oc_session S;

@@ -232,7 +232,6 @@ typedef struct {
     uint32_t threads_named;       /* bumped (under lock) whenever a thread gets its name */
     uint32_t threads_named_seen;  /* the recorder's copy */
     char *rec_path;               /* the recording being written (output.pid.rec, or the .ocular tmp) */
-    int rec_fd;
     size_t ring_bytes;            /* flight recorder: keep only this much of the newest chunks (0: all) */
     int loops;                    /* OC_LOOPS_*: what an orphaned fork child's render shows of loops */
     int c_functions;              /* CALL/C_RETURN/C_RAISE are monitored */

@@ -13,7 +13,6 @@
  */
 #include "ocular.h"
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -365,12 +365,9 @@ static int wait_writer_ms(long ms) {
     return pthread_cond_timedwait(&S.cond_writer, &S.lock, &dl);
 }
 
-/* Close the recording's descriptor if it is still ours (the program may have closed it and opened a
- * file of its own under the number; out.c then wrote on through another); 0 or errno. */
-static int close_recording(void) {
-    S.rec_fd = -1;
-    return oc_out_close(&RC.out);
-}
+/* Close the recording's descriptor (RC.out.fd) if it is still ours (the program may have closed it and
+ * opened a file of its own under the number; out.c then wrote on through another); 0 or errno. */
+static int close_recording(void) { return oc_out_close(&RC.out); }
 
 /* lock held: everything after the last chunk; the recording is complete after this */
 static void finish_locked(void) {
@@ -535,26 +532,21 @@ int oc_recorder_start(void) {
             return -1;
         }
     }
-    S.rec_fd = -1;
     if (!S.ring_bytes) {
-        S.rec_fd = oc_fd_above_std(open(S.rec_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        if (S.rec_fd < 0) {
+        RC.out.fd = oc_fd_above_std(open(S.rec_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (RC.out.fd < 0) {
             PyErr_SetFromErrnoWithFilename(PyExc_OSError, S.rec_path);
             return -1;
         }
-        RC.out.fd = S.rec_fd;
         oc_out_own(&RC.out, S.rec_path);
         write_header(&RC.out);
     }
     S.stopping = 0;
     int rc = oc_thread_create(&S.writer, NULL, recorder_main, NULL);
     if (rc != 0) {
-        if (S.rec_fd >= 0) {
-            close(S.rec_fd);
+        if (RC.out.fd >= 0)
             unlink(S.rec_path);
-            S.rec_fd = -1;
-        }
-        RC.out.fd = -1;
+        close_recording();
         PyErr_Format(PyExc_RuntimeError, "ocular: cannot start the recorder thread: %s", strerror(rc));
         return -1;
     }

@@ -33,7 +33,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <stdio.h>
@@ -55,7 +54,7 @@ typedef struct {
     uint64_t self_mark;
     uint64_t run_first_ts;  /* the current run: end of its first iteration, iterations and cycles since */
     uint64_t run_iters, run_cycles;
-    int resumed;            /* carried over a yield (below): iterations counted, timed by self time, no runs */
+    int resumed;            /* its next iteration spans a yield (below): counted, timed by self time, no run */
 } loop_slot;
 
 /* A generator's or coroutine's loops over its suspensions: a loop whose body yields has one backward

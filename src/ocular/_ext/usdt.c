@@ -36,7 +36,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -571,10 +570,7 @@ static int finalizing(void) {
 #define ORPHAN_CHECK_MS 200
 
 static void *poller_main(void *arg) {
-    (void)arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the Python threads */
+    (void)arg; /* (every signal blocked since its creation: oc_thread_create) */
     pthread_setname_np(pthread_self(), OC_USDT_THREAD_NAME);
     unsigned retry = 0;
     uint64_t next_orphan_check = 0;
