@@ -137,11 +137,13 @@ test-valgrind: build
 # exit status, same regrtest summary, valid trace (tests/stdlib_compare.py); the modules that differ under
 # any sys.monitoring tool are compared with a no-op tool instead (docs/stdlib-differences.md).
 # STDLIB_SET=ci: 36 of the 63 modules, without the longest (what .ci/run uses on every interpreter).
+# STDLIB_JOBS: modules compared at a time (default: one per CPU; each module's own runs stay in sequence).
 STDLIB_SET ?= full
+STDLIB_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test-stdlib: build
 	@for v in $(filter $(STDLIB_VERSIONS),$(VERSIONS)); do \
 	  echo "== stdlib test modules, traced vs untraced, on Python $$v"; s=$$SECONDS; \
-	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) || exit 1; \
+	  .venv-$$v/bin/python tests/stdlib_compare.py --set $(STDLIB_SET) --jobs $(STDLIB_JOBS) || exit 1; \
 	  echo "== stdlib test modules on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 

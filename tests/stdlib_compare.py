@@ -25,6 +25,7 @@ the script says so and exits 2.
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -148,6 +149,47 @@ def check_trace(path):
             os.unlink(path)
 
 
+def compare_module(spec, py, args, modes, tool_id, tmp):
+    """One test module, untraced and then traced in each mode: (its table row, its failures)."""
+    failures = []
+    name, *extra = shlex.split(spec)
+    quirks = quirk_options(name)
+    extra += quirks
+    base_rc, base_out, base_t = run([py, "-m", "test", name, *extra], args.timeout)
+    base_sum = summary(base_out)
+    label = " (subset)" if len(extra) > len(quirks) else f" (without {len(quirks) // 2} CPython quirk)" if quirks else ""
+    row = [f"{name}{label}: untraced rc={base_rc} {base_t:.0f}s"]
+    if base_rc == "timeout" or not base_sum:
+        failures.append(f"{name}: the untraced run gave no summary (rc={base_rc})\n{base_out[-2000:]}")
+    for mode in modes:
+        want_rc, want_sum, against = base_rc, base_sum, "untraced"
+        if name in INHERENT:  # the reference is a tool that does nothing
+            want_rc, noop_out, noop_t = run([py, NOOP, "--mode", mode, "--threshold", str(args.threshold),
+                                             "--tool-id", tool_id, "-m", "test", name, *extra], args.timeout)
+            want_sum, against = summary(noop_out), "no-op tool"
+            same = want_rc == base_rc and want_sum == base_sum
+            row.append(f"no-op tool {mode} rc={want_rc} {noop_t:.0f}s "
+                       f"{'same as untraced' if same else 'DIFFERS from untraced (inherent)'}")
+        trace = os.path.join(tmp, f"{name}.{mode}.json")
+        cmd = [py, "-m", "ocular", "--mode", mode, "--threshold", str(args.threshold), "-q",
+               "--no-report", "-o", trace, "-m", "test", name, *extra]
+        rc, out, t = run(cmd, args.timeout)
+        got = summary(out)
+        problem = ""
+        if rc != want_rc:
+            problem = f"exit status {rc} != {want_rc} ({against})"
+        elif name in INHERENT and tests_run(got) != tests_run(want_sum):
+            problem = f"tests run {tests_run(got)} != {tests_run(want_sum)} ({against})"
+        elif name not in INHERENT and got != want_sum:
+            problem = f"summary {got} != {want_sum} ({against})"
+        else:
+            problem = check_trace(trace)
+        row.append(f"{mode} rc={rc} {t:.0f}s {'OK' if not problem else 'DIFFERS'}")
+        if problem:
+            failures.append(f"{name} [{mode}]: {problem}\n{out[-3000:]}")
+    return "  " + ", ".join(row) + f"  [{'; '.join(base_sum[-2:])}]", failures
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="test modules (default: --set, then the INHERENT modules)")
@@ -155,6 +197,7 @@ def main(argv=None):
     ap.add_argument("--modes", default="adaptive,precise")
     ap.add_argument("--threshold", type=int, default=500)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    ap.add_argument("--jobs", "-j", type=int, default=1, help="test modules compared at a time (default 1)")
     args = ap.parse_args(argv)
     # Started in the background by a non-interactive shell (nohup, `cmd &`, some CI runners), we inherit
     # SIGINT ignored, and so would every test interpreter: test_generators' SignalAndYieldFromTest (which
@@ -177,43 +220,12 @@ def main(argv=None):
     print(f"Python {sys.version.split()[0]}, threshold {args.threshold}, modes {', '.join(modes)}, "
           f"{len(names)} modules", flush=True)
     with tempfile.TemporaryDirectory(prefix="ocular-stdlib-") as tmp:
-        for spec in names:
-            name, *extra = shlex.split(spec)
-            quirks = quirk_options(name)
-            extra += quirks
-            base_rc, base_out, base_t = run([py, "-m", "test", name, *extra], args.timeout)
-            base_sum = summary(base_out)
-            label = " (subset)" if len(extra) > len(quirks) else f" (without {len(quirks) // 2} CPython quirk)" if quirks else ""
-            row = [f"{name}{label}: untraced rc={base_rc} {base_t:.0f}s"]
-            if base_rc == "timeout" or not base_sum:
-                failures.append(f"{name}: the untraced run gave no summary (rc={base_rc})\n{base_out[-2000:]}")
-            for mode in modes:
-                want_rc, want_sum, against = base_rc, base_sum, "untraced"
-                if name in INHERENT:  # the reference is a tool that does nothing
-                    want_rc, noop_out, noop_t = run([py, NOOP, "--mode", mode, "--threshold", str(args.threshold),
-                                                     "--tool-id", tool_id, "-m", "test", name, *extra], args.timeout)
-                    want_sum, against = summary(noop_out), "no-op tool"
-                    same = want_rc == base_rc and want_sum == base_sum
-                    row.append(f"no-op tool {mode} rc={want_rc} {noop_t:.0f}s "
-                               f"{'same as untraced' if same else 'DIFFERS from untraced (inherent)'}")
-                trace = os.path.join(tmp, f"{name}.{mode}.json")
-                cmd = [py, "-m", "ocular", "--mode", mode, "--threshold", str(args.threshold), "-q",
-                       "--no-report", "-o", trace, "-m", "test", name, *extra]
-                rc, out, t = run(cmd, args.timeout)
-                got = summary(out)
-                problem = ""
-                if rc != want_rc:
-                    problem = f"exit status {rc} != {want_rc} ({against})"
-                elif name in INHERENT and tests_run(got) != tests_run(want_sum):
-                    problem = f"tests run {tests_run(got)} != {tests_run(want_sum)} ({against})"
-                elif name not in INHERENT and got != want_sum:
-                    problem = f"summary {got} != {want_sum} ({against})"
-                else:
-                    problem = check_trace(trace)
-                row.append(f"{mode} rc={rc} {t:.0f}s {'OK' if not problem else 'DIFFERS'}")
-                if problem:
-                    failures.append(f"{name} [{mode}]: {problem}\n{out[-3000:]}")
-            print("  " + ", ".join(row) + f"  [{'; '.join(base_sum[-2:])}]", flush=True)
+        # --jobs modules at a time (each module's runs one after another, so a traced run and the untraced
+        # one it is compared with see the same load); rows are printed in the list's order
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for row, failed in pool.map(lambda spec: compare_module(spec, py, args, modes, tool_id, tmp), names):
+                print(row, flush=True)
+                failures += failed
     for f in failures:
         print("\nFAIL " + f)
     bad = {f.split(":")[0].split(" [")[0] for f in failures}
