@@ -49,10 +49,15 @@ build: check-python $(foreach v,$(VERSIONS),.venv-$(v)/.ready)
 example: build
 	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.json examples/primes.py
 
+# PYTEST_JOBS: test processes at a time (pytest-xdist; default one per CPU, 1: no workers).  Each test runs
+# its traced programs in interpreters of their own, so two at a time share nothing but the CPUs.
+PYTEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+PYTEST_N = $(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS))
+
 test: build
 	@for v in $(VERSIONS); do \
 	  echo "== tests on Python $$v"; s=$$SECONDS; \
-	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q tests || exit 1; \
+	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q $(PYTEST_N) tests || exit 1; \
 	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
@@ -75,7 +80,7 @@ test-installed: check-python
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
 	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
 	  OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl) \
-	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $$t || exit 1; \
+	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) $$t || exit 1; \
 	done
 
 # ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------
@@ -111,7 +116,7 @@ test-asan: build
 	  echo "== ASan+UBSan tests on Python $$v"; s=$$SECONDS; \
 	  $(call san_build,$(SAN_CFLAGS),.venv-$$v/bin/python) || exit 1; \
 	  $(ASAN_ENV) OCULAR_TEST_SRC=$$PWD/$$d PYTHONPATH=$$PWD/$$d \
-	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(ASAN_TESTS) -k "$(ASAN_K)" || exit 1; \
+	    .venv-$$v/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) $(ASAN_TESTS) -k "$(ASAN_K)" || exit 1; \
 	  echo "== ASan+UBSan tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
