@@ -9,8 +9,10 @@ usage:
     python -m bench._callgrind_child record SHAPE N OUTPUT RESULT
         SHAPE(N) (SHAPES below) traced at threshold 0 into the recording
         OUTPUT (.ocular); nothing is rendered.
-    python -m bench._callgrind_child convert RECORDING OUTPUT RESULT
-        ocular.convert(RECORDING, OUTPUT): the renderer alone.
+    python -m bench._callgrind_child convert RECORDING OUTPUT [trace] RESULT
+        ocular.convert(RECORDING, OUTPUT): the renderer alone; with `trace`,
+        statistics=False (the trace alone, what `python -m ocular convert`
+        renders when no report is asked for).
 
 RESULT receives a Python literal (events, pauses, bytes when a tracer ran):
 nothing is printed, so the child's output cannot disturb the measurement.
@@ -139,10 +141,10 @@ def record(shape_name, n, output, result):
                     "pauses": res.get("pauses")})
 
 
-def convert(recording, output, result):
+def convert(recording, output, result, statistics=True):
     import ocular
 
-    res = ocular.convert(recording, output)
+    res = ocular.convert(recording, output, statistics=statistics)
     _write(result, {"events": res.get("events"), "bytes": os.path.getsize(output)})
 
 
@@ -154,8 +156,8 @@ def main(argv):
         run(argv[1], int(argv[2]), argv[3], argv[4])
     elif cmd == "record" and len(argv) == 5:
         record(argv[1], int(argv[2]), argv[3], argv[4])
-    elif cmd == "convert" and len(argv) == 4:
-        convert(argv[1], argv[2], argv[3])
+    elif cmd == "convert" and (len(argv) == 4 or len(argv) == 5 and argv[3] == "trace"):
+        convert(argv[1], argv[2], argv[-1], statistics=len(argv) == 4)
     else:
         raise SystemExit(__doc__)
     return 0

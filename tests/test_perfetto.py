@@ -605,3 +605,73 @@ def test_loop_instants_compressed_as_copies_are_the_same_trace(tmp_path):
     assert len({(e["args"]["cycles"], e["args"]["ns"]) for e in spins}) < len(spins) // 10  # values repeat
     assert events_by_tid(dz) == events_by_tid(dp)
     assert os.path.getsize(z) * 10 < os.path.getsize(plain)
+
+
+# MANY, with what else the record loop follows: loops that yield (carried over resumes), recursion that
+# unwinds, and a slice still open at stop
+MIXED = MANY.replace("ocular.start_tracing(", r'''
+def gen(n):
+    for i in range(n):
+        yield i
+
+def down(n):
+    if n == 0:
+        raise ValueError
+    try:
+        down(n - 1)
+    finally:
+        pass
+
+def more():
+    for _ in range(50):
+        sum(gen(40))
+        try:
+            down(30)
+        except ValueError:
+            pass
+
+def never_ends():
+    ocular.stop_tracing()
+
+ocular.start_tracing(''').replace("ocular.stop_tracing()\n", "more()\nnever_ends()\n")
+
+
+@pytest.mark.parametrize("ring", [None, "'1M'"])
+def test_the_trace_alone_is_the_same_trace(tmp_path, ring):
+    """convert(statistics=False), what `python -m ocular convert` renders when no report is asked for:
+    the record loop keeps no statistics, and the trace is the same -- .pftrace to the nanosecond (loop
+    instants included) and JSON byte for byte (loop runs included); in a flight-recorder window too (its
+    cut slices).  The result has no report, and a report cannot be asked for without the statistics."""
+    rec = tmp_path / "rec.ocular"
+    program = MIXED if ring is None else MIXED.replace("report=False)", f"report=False, ring={ring})").replace(
+        "range(3000)", "range(20000)")
+    run_py(program, str(rec), timeout=300)
+    code = """
+        import sys, ocular
+        rec, d = sys.argv[1], sys.argv[2]
+        for stats in (True, False):
+            for name, loops in (("t.pftrace", "iterations"), ("t.json", "runs")):
+                r = ocular.convert(rec, f"{d}/{stats}{name}", loops=loops, statistics=stats)
+                assert (r["report"] is None) == (not stats), r["report"]
+        try:
+            ocular.convert(rec, f"{d}/x.json", report=True, statistics=False)
+        except ValueError as e:
+            print("refused:", e)
+        print("ok")
+    """
+    p = run_py(code, str(rec), str(tmp_path))
+    assert p.stdout.split()[-1] == "ok", p.stdout + p.stderr
+    assert "refused: ocular: a report needs the statistics" in p.stdout
+    assert not (tmp_path / "x.json").exists()
+    d0, d1 = Decoded(str(tmp_path / "Truet.pftrace")), Decoded(str(tmp_path / "Falset.pftrace"))
+    e0 = events_by_tid(d0)
+    assert e0 == events_by_tid(d1)
+    assert len(e0) > 20000, len(e0)
+    assert any((e[3] or "").startswith("loop ") for e in e0)
+    assert any(e[3] == "down" for e in e0) or ring is not None
+    j0, j1 = (tmp_path / "Truet.json").read_bytes(), (tmp_path / "Falset.json").read_bytes()
+    assert j0 == j1
+    events = json.loads(j0)["traceEvents"]
+    assert any(e.get("name", "").startswith("loop ") and e.get("ph") == "X" for e in events)
+    if ring is not None:
+        assert any(e.get("args", {}).get("cut") for e in events)

@@ -852,12 +852,13 @@ def _gzip_in_place(path):
     return os.path.getsize(path)
 
 
-def convert(recording, output, format=None, report=False, loops=None, thread_roots=False):
+def convert(recording, output, format=None, report=False, loops=None, thread_roots=False, statistics=True):
     """Render a recording (written with ``output="x.ocular"``, possibly by another process, or left by
     a process that was killed) into ``output``; the format comes from the output's suffix as for
     start_tracing() (``.json.gz``: gzip-compressed JSON).  report: print the report to stderr
     (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
-    their thread.  Returns a
+    their thread.  statistics: False renders a JSON or ``.pftrace`` trace alone, without the
+    statistics (faster; ``report`` is then None, and a report cannot be asked for).  Returns a
     TraceResult (``report`` holds the Report).  Raises FileNotFoundError if the recording does not
     exist, ValueError for a path that is not a recording (a directory, a FIFO, another file), and
     OSError if the output cannot be written (nothing is left under its name).  One render runs at a
@@ -865,6 +866,10 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     recording = os.fspath(recording)
     if not isinstance(thread_roots, bool):
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
+    if not isinstance(statistics, bool):
+        raise TypeError(f"statistics must be True or False, not {type(statistics).__name__}")
+    if report and not statistics:
+        raise ValueError("ocular: a report needs the statistics (statistics=False renders the trace alone)")
     if not os.path.isfile(recording):
         if os.path.exists(recording):
             raise ValueError(f"ocular: the recording {recording!r} is "
@@ -878,16 +883,16 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
         raise ValueError(f"ocular: the output {output!r} is the recording itself")
     _env.check_render(perfetto_file=fmt == "perfetto")
     with _rendering():  # one render at a time in the process (convert() from several threads waits its turn)
-        return _convert_locked(recording, path, output, fmt, report, loops, thread_roots)
+        return _convert_locked(recording, path, output, fmt, report, loops, thread_roots, statistics)
 
 
-def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
+def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, statistics=True):
     global _last_report, _render_nested
     _render_nested = False
     tmp = _render_tmp_name(path)
     try:
         rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
-                                                                   gzip=path.lower().endswith(".gz")))
+                                                                   gzip=path.lower().endswith(".gz"), stats=statistics))
     except ValueError as exc:
         _discard(tmp)
         raise ValueError(f"ocular: {recording}: {exc}") from None
@@ -905,6 +910,10 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots):
     result.update(output=path, format=fmt, mode=mode)
     if _render_nested:  # a signal handler stopped tracing meanwhile: these statistics are that session's
         _print_err(f"ocular: {recording}: no report (tracing was stopped while it was rendered)")
+        return result
+    if not statistics and fmt in ("json", "perfetto"):  # the trace alone: there are none to report
+        result["report"] = None
+        _ocular._release()
         return result
     try:
         _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)

@@ -233,7 +233,9 @@ def build_convert_parser():
     p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
                    help="what the trace shows of loops (default: runs for JSON, iterations for .pftrace)")
     r = p.add_mutually_exclusive_group()
-    r.add_argument("--report", action="store_true", help="also print the report (function statistics, hot loops)")
+    r.add_argument("--report", action="store_true",
+                   help="also print the report (function statistics, hot loops); without a report a JSON or "
+                        ".pftrace output is rendered alone, faster")
     r.add_argument("--report-json", action="store_true", help="also print the report as JSON")
     p.add_argument("--thread-roots", action="store_true",
                    help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
@@ -257,8 +259,9 @@ def convert_main(argv):
     failed, reported = [], False
     for out in ns.output:  # an output that fails does not stop the others
         try:
-            res = ocular.convert(ns.recording, out, report=report if not reported else False, loops=ns.loop_events,
-                                 thread_roots=ns.thread_roots)
+            want = report if not reported else False  # (statistics only for a report: else the trace alone)
+            res = ocular.convert(ns.recording, out, report=want, loops=ns.loop_events,
+                                 thread_roots=ns.thread_roots, statistics=bool(want))
         except (ValueError, OSError) as exc:
             if len(ns.output) == 1:
                 parser.exit(1, f"python -m ocular convert: error: {_message(exc)}\n")

@@ -231,19 +231,22 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
 }
 
 PyDoc_STRVAR(render_doc,
-             "_render(recording, format, output, progress, loops=0) -> dict\n\n"
+             "_render(recording, format, output, progress, loops=0, stats=True) -> dict\n\n"
              "Render a recording (a path) into output (a path, or None) as format 0 Chrome JSON,\n"
              "1 Perfetto protobuf, 2 nothing (statistics only; _report_data() has them afterwards),\n"
              "3 the call tree (no output; _calltree() has it afterwards) or 4 speedscope JSON.\n"
              "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
              "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
+             "stats: false renders a trace format (0, 1) alone: no statistics are kept, and\n"
+             "_report_data() has none afterwards.\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *rec_o, *out_o;
-    int format, progress, loops = OC_LOOPS_ITERATIONS;
-    if (!PyArg_ParseTuple(args, "O&iOp|i:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress, &loops))
+    int format, progress, loops = OC_LOOPS_ITERATIONS, stats = 1;
+    if (!PyArg_ParseTuple(args, "O&iOp|ip:_render", PyUnicode_FSConverter, &rec_o, &format, &out_o, &progress, &loops,
+                          &stats))
         return NULL;
     PyObject *outb = NULL;
     if (out_o != Py_None && !PyUnicode_FSConverter(out_o, &outb)) {
@@ -260,7 +263,7 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
     int rc;
     const char *rec = PyBytes_AS_STRING(rec_o), *out = outb ? PyBytes_AS_STRING(outb) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, loops, &res);
+    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, loops, stats, &res);
     Py_END_ALLOW_THREADS
     Py_DECREF(rec_o);
     Py_XDECREF(outb);

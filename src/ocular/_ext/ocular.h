@@ -324,8 +324,9 @@ typedef struct {
 } oc_render_result;
 enum { OC_RENDER_NONE = -1 };
 /* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
+ * stats 0: a trace format renders the trace alone, and no statistics are kept (the report has none).
  * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops, int stats,
                    oc_render_result *res);
 void oc_render_release(void);            /* free what the last render kept for the report */
 /* Start rendering the recording being written to rec_path into out_path while it is recorded (with a

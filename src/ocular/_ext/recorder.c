@@ -398,7 +398,7 @@ static void finish_orphan(void) {
         size_t n = strlen(S.out_path);
         int gz = n >= 3 && strcasecmp(S.out_path + n - 3, ".gz") == 0; /* (gzip is Python's: kept, below) */
         if (S.write_json && !gz) {
-            if (oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, &res) == 0 && !res.write_errno &&
+            if (oc_render_file(S.rec_path, S.format, S.tmp_path, 0, S.loops, 1, &res) == 0 && !res.write_errno &&
                 rename(S.tmp_path, S.out_path) == 0)
                 unlink(S.rec_path);
             else

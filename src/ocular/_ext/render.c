@@ -144,6 +144,7 @@ static struct {
     uint32_t ncodes_alloc;
     uint32_t pause_code;     /* a code id made up for the recorded pauses */
     int loops;               /* OC_LOOPS_*: what the trace shows of loops */
+    int nostats;             /* the trace only: no statistics are kept (NOSTATS below) */
     int have_header;         /* the header block was indexed */
     int calibrated;          /* a calibration block was indexed: ticks before its knee convert finally */
     int calib_final;         /* ...and the final rate, after the knee, is known too */
@@ -217,19 +218,30 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
 /* The record loop's specializations, constants where it is inlined.  LEAN: the recording has no sampling
  * windows (oc_attr_on 0) and is not precise, so those tests are left out (whether loops are shown as
  * runs is one test per slice end, in every copy).
- * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event. */
+ * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event.
+ * NOSTATS: the trace alone (a render asked for no statistics, of a recording that is not precise): a
+ * frame keeps what the trace shows (its code, depth, start and loops), and nothing else is counted --
+ * no self time, no recursion links, no basic blocks, no sampling estimates.  The trace is the same
+ * bytes either way (tests/test_recording.py). */
 #define SLICE_ANY (-1)
 static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
 
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
 static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted,
-                                                              int slice) {
+                                                              int slice, int nostats) {
     frame *f = &t->stack[t->n - 1];
     if (UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
         for (int i = 0; i < NLOOPS; i++)
             if (f->loops[i].src != UINT32_MAX)
                 end_run(t, f, &f->loops[i]);
     t->n--;
+    if (nostats) {
+        if (sink_slices(slice))
+            W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
+        else
+            W.sink->end(&W.out, t->tid, to_ns(ts));
+        return;
+    }
     uint64_t incl = f->self + f->child;
     W.same_top[f->code_id] = f->prev_same;
     /* total time counts each recursion tree once: a counted activation adds what its counted
@@ -251,7 +263,10 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
 }
 
 static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
-    pop_frame_k(t, ts, counted, SLICE_ANY);
+    if (W.nostats)
+        pop_frame_k(t, ts, counted, SLICE_ANY, 1);
+    else
+        pop_frame_k(t, ts, counted, SLICE_ANY, 0);
 }
 
 /* Close frames above `keep`.  `matched`: the top one got its real end (others were inferred). */
@@ -359,7 +374,8 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
          * (one per resume would double a chain's events) and in no run (it began in another segment). */
         int carried = hit->resumed;
         uint64_t cycles = carried ? self_cycles : ts - hit->last_ts;
-        oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
+        if (!W.nostats)
+            oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
         if (W.loops == OC_LOOPS_ITERATIONS && !carried) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
             W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
@@ -453,12 +469,22 @@ static __attribute__((noinline)) int grow_stack(rthread *t) {
 }
 
 static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t code_id, uint32_t depth, uint64_t ts,
-                                                         int is_call, int lean) {
+                                                         int is_call, int lean, int nostats) {
     if (UNLIKELY(t->n == t->cap) && grow_stack(t) < 0)
         return NULL;
     frame *f = &t->stack[t->n++];
     f->code_id = code_id;
     f->depth = depth;
+    if (nostats) { /* (self and insns stay 0: a generator's carried loops read them) */
+        f->begin_ts = ts;
+        f->is_call = is_call;
+        f->cut = 0;
+        f->loops_on = 0;
+        f->self = 0;
+        f->insns = 0;
+        f->prev_same = 0;
+        return f;
+    }
     f->prev_same = W.same_top[code_id];
     W.same_top[code_id] = t->n;
     f->insns = 0;
@@ -494,8 +520,13 @@ static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 
 /* The gap since the thread's previous timed record goes to the running frame's self time.  `steady`
  * (a constant where it is inlined): the thread has a previous record and the calibration has seen
  * all its gaps, so neither is tested. */
-static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady, int lean) {
+static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady, int lean,
+                                                      int nostats) {
     uint64_t ts = r->ts;
+    if (nostats) { /* (the thread's last time: where a recording cut short closes its slices) */
+        t->prev_ts = ts;
+        return;
+    }
     if (steady || LIKELY(t->have_prev)) {
         uint64_t delta = ts > t->prev_ts ? ts - t->prev_ts : 0;
         /* own-cost calibration: only gaps between two records of one code object (a few
@@ -521,7 +552,7 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
 /* One record.  Code ids are checked where a record names a code (enter, leave, jump, instruction);
  * every record but K_EXT and K_PAUSE_END is timed (tick), first thing in its case. */
 static inline __attribute__((always_inline)) void process_rec(rthread *t, const oc_rec *r, int steady, int lean,
-                                                              int slice) {
+                                                              int slice, int nostats) {
     uint32_t kind = OC_KIND(r->info), p = OC_PAYLOAD(r->info);
     switch (kind) {
     case K_START:
@@ -529,7 +560,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_THROW:
     case K_CCALL: {
         t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
-        tick(t, r, steady, lean);
+        tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -539,7 +570,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 keep--;
             pop_to(t, keep, r->ts, 0);
         }
-        frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean);
+        frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean, nostats);
         if (LIKELY(nf != NULL)) {
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
@@ -552,7 +583,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
-        tick(t, r, steady, lean);
+        tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
@@ -567,7 +598,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 suspend_loops(t, &t->stack[t->n - 1]);
             else if (UNLIKELY(t->nsusp) && kind != K_YIELD)
                 forget_loops(t, r->code_id); /* (a generator that ended: the next one starts afresh) */
-            pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice);
+            pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice, nostats);
         }
         else if (!lean && UNLIKELY(oc_attr_on))
             oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
@@ -576,7 +607,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_JUMP:
     case K_EXT: {
         if (kind == K_JUMP)
-            tick(t, r, steady, lean);
+            tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         uint32_t src, dest;
@@ -593,7 +624,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
             break;
         frame *f = &t->stack[t->n - 1];
-        if (lean || !R.precise) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
+        if (!nostats && (lean || !R.precise)) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
             if (f->blk_start != UINT32_MAX && f->blk_insns == f->insns && one_block(f->code_id, f->blk_start, src))
                 oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
             f->blk_start = dest;
@@ -605,7 +636,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     }
     case K_FARJUMP:
-        tick(t, r, steady, lean);
+        tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         t->far_pending = 1;
@@ -613,8 +644,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->far_code = r->code_id;
         break;
     case K_INSN: /* precise mode, or an adaptive-mode probe: per-instruction statistics only */
-        tick(t, r, steady, lean);
-        if (valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
+        tick(t, r, steady, lean, nostats);
+        if (!nostats && valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
             if (f->insn_unit != UINT32_MAX)
                 oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self, !R.precise);
@@ -628,7 +659,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         }
         break;
     case K_PAUSE:
-        tick(t, r, steady, lean);
+        tick(t, r, steady, lean, nostats);
         t->pause_begin = r->ts;
         break;
     case K_PAUSE_END:
@@ -645,7 +676,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
                 W.sink->end(&W.out, t->tid, to_ns(r->ts));
             }
-            if (t->n > 0) {
+            if (t->n > 0 && !nostats) {
                 frame *f = &t->stack[t->n - 1];
                 f->self = f->self > d ? f->self - d : 0;
                 f->child += d; /* keeps the parent's inclusive time whole */
@@ -658,23 +689,28 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->mark = p == OC_MARK_SAMPLED;
         break;
     default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
-        tick(t, r, steady, lean);
+        tick(t, r, steady, lean, nostats);
         break;
     }
 }
 
 /* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k). */
 static inline __attribute__((always_inline)) void process_block(rthread *t, const oc_rec *r, const oc_rec *rend,
-                                                                int lean, int slice) {
+                                                                int lean, int slice, int nostats) {
+    if (nostats) { /* (no calibration: no self time) */
+        for (; r < rend; r++)
+            process_rec(t, r, 1, 1, slice, 1);
+        return;
+    }
     while (r < rend) {
         if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
             for (; r < rend; r++)                                        /* without those tests */
-                process_rec(t, r, 1, lean, slice);
+                process_rec(t, r, 1, lean, slice, 0);
             break;
         }
         const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
         for (; r < stop; r++)
-            process_rec(t, r, 0, lean, slice);
+            process_rec(t, r, 0, lean, slice, 0);
     }
 }
 
@@ -685,12 +721,14 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     int lean = !oc_attr_on && !R.precise;
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
-        if (!lean)
-            process_block(t, r, rend, 0, SLICE_ANY);
+        if (W.nostats)
+            W.sink->slice ? process_block(t, r, rend, 1, 1, 1) : process_block(t, r, rend, 1, 0, 1);
+        else if (!lean)
+            process_block(t, r, rend, 0, SLICE_ANY, 0);
         else if (W.sink->slice)
-            process_block(t, r, rend, 1, 1);
+            process_block(t, r, rend, 1, 1, 0);
         else
-            process_block(t, r, rend, 1, 0);
+            process_block(t, r, rend, 1, 0, 0);
         if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
@@ -746,7 +784,7 @@ static void open_cut_frames(rthread *t) {
         }
 done:
     for (uint32_t k = n; k-- > 0;)
-        if (push(t, ends[k][0], ends[k][1], first_ts, 1, 0)) {
+        if (push(t, ends[k][0], ends[k][1], first_ts, 1, 0, 0)) {
             t->stack[t->n - 1].cut = 1;
             if (W.sink->slice)
                 continue; /* (given whole at its end) */
@@ -1173,7 +1211,7 @@ static inline void set_tid(uint32_t i) {
  * them (top down, as pops would) and links its own (bottom up, as pushes did).  Rendering in the
  * recording's order, that costs the two stacks' depths once per chunk of another thread. */
 static void switch_thread(uint32_t i) {
-    if (W.cur == i + 1)
+    if (W.cur == i + 1 || W.nostats)
         return;
     if (W.cur) {
         const rthread *o = &W.threads[W.cur - 1];
@@ -1501,7 +1539,7 @@ static int pipe_wanted(int format, const char *out_path, int two_cpus) {
            two_cpus;
 }
 
-int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops,
+int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops, int stats,
                    oc_render_result *res) {
     memset(res, 0, sizeof *res);
     int cont = live_takeover(rec_path, format, out_path, loops);
@@ -1553,6 +1591,10 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         snprintf(res->error, sizeof res->error, "not an Ocular recording (empty or no header block)");
         goto out;
     }
+    /* the trace alone (NOSTATS): a trace format asked for no statistics; a precise recording's loops
+     * count their instructions from its records, which only the full record loop follows */
+    if (!cont)
+        W.nostats = !stats && !R.precise && (format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO);
     if (add_pause_code() < 0 || grow_code_arrays() < 0) {
         snprintf(res->error, sizeof res->error, "out of memory");
         goto out;

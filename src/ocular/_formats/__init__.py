@@ -111,14 +111,16 @@ def _write(fmt, tree, path, options):
 def render(rec, fmt, tmp, progress, options=None):
     """Render the recording rec into tmp as fmt ('json', 'perfetto', or one of SUFFIXES; None: statistics
     only).  options: thread_roots (folded stacks), with_code (HTML: the session's code objects are alive),
-    loops (0 iterations, 1 runs, 2 off: the timeline's loop events), gzip (JSON: compress, for .json.gz).
+    loops (0 iterations, 1 runs, 2 off: the timeline's loop events), gzip (JSON: compress, for .json.gz),
+    stats (False: a JSON or Perfetto trace alone, no statistics kept).
     Returns _ocular._render's dict (bytes: the size written; write_errno set if the file could not be
     written)."""
     options = options or {}
     if fmt in C_CODES:
         return _ocular._render(rec, C_CODES[fmt], tmp, progress)
     if fmt not in TREE_FORMATS:
-        rendered = _ocular._render(rec, TIMELINE_CODES.get(fmt, 2), tmp, progress, options.get("loops") or 0)
+        rendered = _ocular._render(rec, TIMELINE_CODES.get(fmt, 2), tmp, progress, options.get("loops") or 0,
+                                   bool(options.get("stats", True)))
         if fmt == "json" and tmp and options.get("gzip") and not rendered["write_errno"]:
             from .. import _gzip_in_place
 
