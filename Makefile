@@ -53,11 +53,14 @@ example: build
 # its traced programs in interpreters of their own, so two at a time share nothing but the CPUs.
 PYTEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 PYTEST_N = $(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS))
+# $(call suite,PYTEST COMMAND,TESTS): with workers, the tests marked `quiet` (timings compared within a run,
+# which another test's load would skew) run after the others, one at a time (exit status 5: none selected)
+suite = $(if $(PYTEST_N),$(1) $(PYTEST_N) -m "not quiet" $(2) && { $(1) -m quiet $(2) || test $$? -eq 5; },$(1) $(2))
 
 test: build
 	@for v in $(VERSIONS); do \
 	  echo "== tests on Python $$v"; s=$$SECONDS; \
-	  PYTHONPATH=src .venv-$$v/bin/python -m pytest -q $(PYTEST_N) tests || exit 1; \
+	  { export PYTHONPATH=src; $(call suite,.venv-$$v/bin/python -m pytest -q,tests); } || exit 1; \
 	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
 	done
 
@@ -79,8 +82,8 @@ test-installed: check-python
 	  $$d/venv/bin/python -m pip install -q -r requirements-test.txt && \
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
 	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
-	  OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl) \
-	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) $$t || exit 1; \
+	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl); \
+	    $(call suite,$$d/venv/bin/python -m pytest -q -p no:cacheprovider,$$t); } || exit 1; \
 	done
 
 # ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------

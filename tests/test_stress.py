@@ -606,7 +606,11 @@ FULL = WORK + r"""
 import errno
 full, ok = sys.argv[1], sys.argv[2]
 ocular.start_tracing(output=full, deinstrument_threshold=0, report=False)
-work(100000)                          # ~200,000 slices: megabytes of JSON for a 256 KiB file system
+import time
+for _ in range(10):                   # ~200,000 slices: megabytes of JSON for a 256 KiB file system
+    work(10000)
+    time.sleep(0.05)                  # (the recorder writes what it has when the program pauses)
+print("stopping", file=sys.stderr, flush=True)
 try:
     ocular.stop_tracing()
     print("no error")
@@ -630,19 +634,62 @@ except OSError as e:
 
 
 def test_trace_on_a_full_file_system(tmp_path):
-    """The trace goes to a 256 KiB tmpfs and outgrows it.  Expect: stop_tracing() raises OSError with
-    errno ENOSPC and a message naming the cause; nothing is left on the small file system (no final
-    name, no temporary file); the process continues and a following session works.  The same for a
-    recording converted onto it (the JSON renderer's writes go through its writer thread there)."""
+    """The recording goes to a 256 KiB tmpfs and outgrows it.  Expect: the program is told on stderr as
+    it happens (once), and goes on; stop_tracing() raises OSError
+    with errno ENOSPC and a message naming the cause, and nothing already recorded is lost: what was
+    written before the disk filled is kept next to the output (trace.ocular: the trace rendered from it
+    would not fit) and named in the error, and renders elsewhere into a balanced trace of the calls
+    recorded before (a recording cut short); no temporary file is left; the process continues and a
+    following session works.  A recording converted onto the full disk fails the same way (the JSON
+    renderer's writes go through its writer thread there) and leaves nothing."""
     with small_tmpfs(tmp_path / "small", "256k") as small:
         ok = tmp_path / "ok.json"
         p = run_py(FULL, str(small / "trace.json"), str(ok), timeout=TIMEOUT)
         assert f"OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
         assert "No space left on device" in p.stdout
+        kept = small / "trace.ocular"
+        assert f"what was recorded before it is kept in {str(kept)!r}" in p.stdout, p.stdout
+        # told when it happened, while the program ran on: not only at stop
+        told = p.stderr.find(f"ocular: writing the recording for {str(small / 'trace.json')!r} failed "
+                             "(No space left on device): the program goes on")
+        assert 0 <= told < p.stderr.find("stopping"), p.stderr
+        assert p.stderr.count("the program goes on") == 1, p.stderr
         assert "alive" in p.stdout
         assert f"convert: OSError {errno.ENOSPC}" in p.stdout, p.stdout + p.stderr
-        assert os.listdir(small) == []
+        assert os.listdir(small) == ["trace.ocular"], os.listdir(small)
         check_balanced(load_trace(str(ok))["traceEvents"])
+        import ocular
+
+        res = ocular.convert(str(kept), str(tmp_path / "cut.json"), statistics=False)
+        assert not res["complete"]
+        events = load_trace(res.output)["traceEvents"]
+        check_balanced(events)
+        leaves = names(events).count("leaf")
+        assert 1000 < leaves < 100000, leaves  # (a prefix of the 100,000 calls: the disk filled before the end)
+
+
+def test_a_recording_output_on_a_full_disk_keeps_what_was_written(tmp_path):
+    """output="x.ocular" on a disk that fills: stop_tracing() raises OSError (ENOSPC) naming the output,
+    which holds the recording up to the failure and converts into a balanced trace of those calls."""
+    code = WORK + """
+import errno
+ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
+work(100000)
+try:
+    ocular.stop_tracing()
+except OSError as e:
+    print("OSError", e.errno, e)
+"""
+    with small_tmpfs(tmp_path / "small", "256k") as small:
+        rec = small / "x.ocular"
+        p = run_py(code, str(rec), timeout=TIMEOUT)
+        assert f"OSError {errno.ENOSPC}" in p.stdout and "No space left on device" in p.stdout, p.stdout + p.stderr
+        assert f"{str(rec)!r} keeps what was recorded before" in p.stdout, p.stdout
+        assert os.listdir(small) == ["x.ocular"], os.listdir(small)
+        import ocular
+
+        res = ocular.convert(str(rec), str(tmp_path / "cut.pftrace"))
+        assert not res["complete"] and res["events"] > 1000, res
 
 
 def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch):

@@ -645,6 +645,42 @@ def _keep_recording(rec, out):
     return None
 
 
+def _save_cut_recording(rec, out, fmt, s):
+    """The recording of a session whose writes failed (a full disk) holds every block written before the
+    failure: rendered into ``out`` like a killed process's (slices still open end at their thread's last
+    record), or kept next to it when that fails too (the render needs room; a rename does not), so that
+    nothing recorded is lost.  (what the error says of it, the recording's path if it is still to be
+    removed, else None)."""
+    try:
+        if not os.path.getsize(rec):
+            return f"nothing was left under {out!r} (nothing had been written)", rec
+    except OSError:
+        return f"nothing was left under {out!r}", None
+    if fmt == "recording":
+        try:
+            _install(rec, out)
+            return (f"{out!r} keeps what was recorded before (a recording cut short: python -m ocular convert "
+                    f"{out} -o trace.json renders it)"), None
+        except OSError:
+            pass
+    else:
+        tmp = _render_tmp_name(out)
+        try:
+            rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True,
+                                                                 loops=s["loops"], gzip=out.lower().endswith(".gz")))
+            if not rendered["write_errno"]:
+                _install(tmp, out)
+                return f"the trace {out!r} holds the {rendered['events']} events recorded before it", rec
+        except (OSError, ValueError):
+            pass
+        _discard(tmp)
+    kept = _keep_recording(rec, out)
+    if kept:
+        return (f"what was recorded before it is kept in {kept!r} (the trace did not fit): render it with "
+                f"python -m ocular convert {kept} -o {out}"), None
+    return f"nothing was left under {out!r}", rec
+
+
 def _kept_text(kept, out):
     return f"the recording is kept in {kept!r}: render it with python -m ocular convert {kept} -o {out}"
 
@@ -717,12 +753,13 @@ def _stop_locked():
         result["tool_id"] = s["tool_id"]
         result["report"] = None
         result["output"] = out
-        if figures["write_errno"]:  # the recording itself could not be written
-            raise OSError(figures["write_errno"],
-                          f"ocular: writing the recording failed ({_why_write_failed(figures['write_errno'])}); "
-                          f"nothing was left under {out!r}" if out else
-                          f"ocular: writing the recording {rec!r} failed ({_why_write_failed(figures['write_errno'])})",
-                          out or rec)
+        if figures["write_errno"]:  # the recording could not be written whole (a full disk): what was
+            err = figures["write_errno"]  # written before is a recording cut short, kept or rendered
+            why = f"ocular: writing the recording failed ({_why_write_failed(err)})"
+            if not out:
+                raise OSError(err, f"{why}: {rec!r}", rec)
+            saved, rec = _save_cut_recording(rec, out, fmt, s)
+            raise OSError(err, f"{why}; {saved}", out)
         if fmt == "recording":
             _install(rec, out)
             rec = None
@@ -813,6 +850,18 @@ def _report_out(text, append=False):
     except OSError as exc:
         why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
         _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_report_file!r}: {why}")
+
+
+def _recording_failed(err):
+    """Called by the recorder (a pending call in the main thread) when a write of the session's recording
+    fails: the program learns it now, not only at stop.  Never raises."""
+    try:
+        s = _session
+        where = f" for {s['output']!r}" if s and s.get("output") else ""
+        _print_err(f"ocular: writing the recording{where} failed ({_why_write_failed(err)}): the program goes "
+                   f"on, but what it does from now on is not recorded; what was recorded before is kept at stop")
+    except Exception:
+        pass
 
 
 def _why_write_failed(err):

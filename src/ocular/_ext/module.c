@@ -197,6 +197,24 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
 PyDoc_STRVAR(stop_doc, "_stop() -> dict\n\nEnd the session (callbacks must already be unregistered): "
                        "flush every thread, finish the recording, return the session's figures.");
 
+/* A pending call (Python's main thread, GIL held): ocular._recording_failed(err) says so on stderr.  Never
+ * raises into the program: whatever goes wrong is dropped. */
+static int recording_failed_call(void *arg) {
+    PyObject *exc = PyErr_GetRaisedException();
+    PyObject *mod = PyImport_ImportModule("ocular");
+    PyObject *r = mod ? PyObject_CallMethod(mod, "_recording_failed", "i", (int)(intptr_t)arg) : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    return 0;
+}
+
+void oc_notify_recording_failed(int err) {
+    if (Py_IsInitialized())
+        (void)Py_AddPendingCall(recording_failed_call, (void *)(intptr_t)err);
+}
+
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     if (!S.active) {

@@ -307,6 +307,9 @@ void oc_recorder_fork_child(void);       /* forget the parent's recorder state *
 uint64_t oc_recorder_events(void);
 uint64_t oc_recorder_bytes(void);
 int oc_recorder_errno(void);
+/* module.c: from the recorder thread (no GIL needed), once a session: its recording could not be written
+ * (errno err); the program's main thread prints it at its next bytecode (ocular._recording_failed) */
+void oc_notify_recording_failed(int err);
 int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as a recording; errno */
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"

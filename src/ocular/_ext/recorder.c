@@ -12,7 +12,11 @@
  * oldest are given back once more than S.ring_bytes are kept; oc_recorder_dump() writes the kept window
  * (plus every live thread's partial chunk) as a complete recording, at stop or on demand (SIGUSR2).
  *
- * Runs without the GIL and never touches the Python API.
+ * A write that fails (a full disk) is told to the program at once (oc_notify_recording_failed: a pending
+ * call, which needs no GIL); the later chunks are dropped, and what was written stays a valid recording
+ * cut short, which stop_tracing() renders or keeps.
+ *
+ * Runs without the GIL and never touches the Python API otherwise.
  */
 #include "ocular.h"
 #include "recording.h"
@@ -37,7 +41,16 @@ static struct {
     uint32_t cap_written;
     oc_chunk *ring_head, *ring_tail; /* ring mode: kept chunks, oldest first (guarded by S.lock) */
     size_t ring_kept;
+    int told;                 /* the program was told that a write failed (once a session) */
 } RC;
+
+/* After writes: the first failure of the session is told to the program. */
+static inline void tell_failure(void) {
+    if (UNLIKELY(RC.out.err) && !RC.told) {
+        RC.told = 1;
+        oc_notify_recording_failed(RC.out.err);
+    }
+}
 
 uint64_t oc_recorder_events(void) { return RC.events; }
 uint64_t oc_recorder_bytes(void) { return RC.out.total; }
@@ -452,6 +465,7 @@ static void *recorder_main(void *arg) {
             if (RC.out.len) { /* idle: put what is recorded on disk, so a killed process loses less */
                 pthread_mutex_unlock(&S.lock);
                 oc_out_flush(&RC.out);
+                tell_failure();
                 pthread_mutex_lock(&S.lock);
                 continue;
             }
@@ -492,6 +506,7 @@ static void *recorder_main(void *arg) {
         if (UNLIKELY(oc_sampling_new()))
             write_sampling(&RC.out, 0, 0);
         write_chunk(&RC.out, c);
+        tell_failure();
         if (UNLIKELY(RC.test_delay_us))
             usleep((useconds_t)RC.test_delay_us);
         pthread_mutex_lock(&S.lock);
@@ -506,6 +521,7 @@ static void *recorder_main(void *arg) {
 
 int oc_recorder_start(void) {
     RC.events = 0;
+    RC.told = 0;
     RC.codes_written = 0;
     free(RC.thread_written);
     RC.thread_written = NULL;
