@@ -671,7 +671,10 @@ def _save_cut_recording(rec, out, fmt, s):
             if not rendered["write_errno"]:
                 _install(tmp, out)
                 return f"the trace {out!r} holds the {rendered['events']} events recorded before it", rec
-        except (OSError, ValueError):
+        except ValueError:  # not even a complete header block: nothing to keep
+            _discard(tmp)
+            return f"nothing was left under {out!r} (nothing complete had been written)", rec
+        except OSError:
             pass
         _discard(tmp)
     kept = _keep_recording(rec, out)
