@@ -256,11 +256,12 @@ static void pb_close(pbw *w) {
 /* ---- sink state ---- */
 /* Where the thread's last slice end with timestamp delta `delta` was written (a stream offset, see
  * P.base; 0: never): a slice end with that delta is the same bytes, a copy for deflate found without a
- * search or a hash.  A small table per thread, direct-mapped by the delta's low bits. */
+ * search or a hash.  A table per thread, direct-mapped by the delta's low bits, 2 KiB (16 entries missed
+ * a fifth of fib(22)'s ends, 128 miss 1.5%: its .pftrace 4.6% smaller, 6 instructions an event fewer). */
 typedef struct {
     uint64_t delta, at;
 } end_rep;
-#define END_REPS 16u
+#define END_REPS 128u
 
 typedef struct {
     long tid;
