@@ -470,7 +470,7 @@ def _run(argv=None):
         try:
             return _follow.run(ns, command, say, _say)
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
-            parser.exit(2, f"python -m ocular: error: {exc}\n")
+            parser.exit(2, f"python -m ocular: error: {_message(exc)}\n")
 
     # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
     # importlib finding the module, reading the script) are never recorded.
