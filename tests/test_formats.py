@@ -436,6 +436,12 @@ def test_gecko_processed_profile_with_tracing_weights(rendered):
     fn = main["funcTable"]
     fib = [i for i in range(fn["length"]) if strings[fn["name"][i]] == "fib"]
     assert len(fib) == 1 and fn["lineNumber"][fib[0]] == 4 and strings[fn["fileName"][fib[0]]].endswith("prog.py")
+    # the process is named as the recording names it (the JSON trace's process_name): the program, not "python"
+    trace = json.loads(rendered["outs"]["p.json"].read_text(encoding="utf-8"))
+    trace = trace["traceEvents"] if isinstance(trace, dict) else trace
+    pname = next(e["args"]["name"] for e in trace if e.get("ph") == "M" and e["name"] == "process_name")
+    assert pname.endswith("prog.py")
+    assert {t["processName"] for t in doc["threads"]} == {pname} and doc["meta"]["product"] == pname
 
 
 # ---- HTML ------------------------------------------------------------------------------------------

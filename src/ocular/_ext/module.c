@@ -237,6 +237,8 @@ PyDoc_STRVAR(render_doc,
              "3 the call tree (no output; _calltree() has it afterwards) or 4 speedscope JSON.\n"
              "progress: show a progress line on stderr (a terminal) when it takes over a second.\n"
              "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
+             "The dict has the render's figures and the recording's pid, process_name (as recorded, or None),\n"
+             "clock, ns_per_tick, precise and python_hex (the recorded interpreter's PY_VERSION_HEX).\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
@@ -268,12 +270,26 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s", res.error);
         return NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O}", "events", (unsigned long long)res.events,
-                         "live_events", (unsigned long long)res.live_events,
-                         "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
-                         "pauses", (unsigned long long)res.pauses, "complete", res.complete ? Py_True : Py_False,
-                         "write_errno", res.write_errno, "pid", R.pid, "clock", R.clock, "ns_per_tick",
-                         R.ns_per_tick, "precise", R.precise ? Py_True : Py_False);
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O,s:k}", "events",
+                                (unsigned long long)res.events, "live_events", (unsigned long long)res.live_events,
+                                "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
+                                "pauses", (unsigned long long)res.pauses, "complete",
+                                res.complete ? Py_True : Py_False, "write_errno", res.write_errno, "pid", R.pid,
+                                "clock", R.clock, "ns_per_tick", R.ns_per_tick, "precise",
+                                R.precise ? Py_True : Py_False, "python_hex", (unsigned long)R.python_hex);
+    if (!d)
+        return NULL;
+    /* the recorded process name (a recording of another tool's may hold any bytes: invalid UTF-8 replaced) */
+    PyObject *name = R.process_name_raw
+                         ? PyUnicode_DecodeUTF8(R.process_name_raw, (Py_ssize_t)strlen(R.process_name_raw), "replace")
+                         : Py_NewRef(Py_None);
+    if (!name || PyDict_SetItemString(d, "process_name", name) < 0) {
+        Py_XDECREF(name);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(name);
+    return d;
 }
 
 static PyObject *py_report_data(PyObject *mod, PyObject *args) {
