@@ -629,7 +629,8 @@ static PyMethodDef methods[] = {
      "last_ns)], codes [(qualname, filename, firstlineno) or None, by code id]."},
     {"_report_data", py_report_data, METH_VARARGS,
      "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
-     "functions by self time and limit by loop cycles; 0: all)."},
+     "functions by self time and limit by loop cycles; 0: all), with the recording's python_hex and\n"
+     "cache_entries (256 bytes, its header's: the recorded bytecode's inline cache units per opcode)."},
     {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_probes", py_probes, METH_VARARGS, probes_doc},
