@@ -191,6 +191,69 @@ def test_convert_shapes_its_report_as_the_runner_does(tmp_path, script):
     assert " main  (" not in text.split("Call tree", 1)[0] and "--top N shows more" in text, text
 
 
+def _other_python():
+    """An interpreter of another feature release than this one that imports Ocular from SRC (the repository's
+    .venv-3.X, as `make build` makes them), or None."""
+    for minor in (12, 13, 14, 15):
+        if minor == sys.version_info[1]:
+            continue
+        exe = os.path.join(ROOT, f".venv-3.{minor}", "bin", "python")
+        if os.path.exists(exe) and subprocess.run([exe, "-c", "import ocular._ocular"], env=dict(os.environ, PYTHONPATH=SRC),
+                                                  capture_output=True, timeout=60).returncode == 0:
+            return exe, minor
+    return None
+
+
+def test_convert_report_of_another_pythons_recording(tmp_path):
+    """A recording made by another CPython version, converted with --report: its loops' rows are the recorded
+    instructions (stepped with the recording's own cache sizes: the same offsets as that version's report), with
+    their lines, no opcode name or argument (this interpreter's would be wrong), no block split, and a note saying
+    why.  (They were stepped with this interpreter's cache sizes, or unit by unit as 'op93' rows.)"""
+    from ocular import _report
+
+    other = _other_python()
+    if other is None:
+        pytest.skip("no other CPython (3.12-3.15) with Ocular built, in the repository's .venv-3.X, to record with")
+    exe, minor = other
+    (tmp_path / "loop.py").write_text(textwrap.dedent("""
+        def work(n):
+            total = 0
+            for i in range(n):
+                if i % 3:
+                    total += i * 2
+                else:
+                    total -= len(str(i))
+            return total
+        work(200000)
+    """))
+    env = dict(os.environ, PYTHONPATH=SRC)
+    p = subprocess.run([exe, "-m", "ocular", "-q", "--no-report", "-o", "r.ocular", "loop.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    reports = {}
+    for who, py in (("theirs", exe), ("ours", sys.executable)):
+        p = subprocess.run([py, "-m", "ocular", "convert", "r.ocular", "-q", "-o", f"{who}.json", "--report-json",
+                            "--report-file", f"{who}.rep"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        reports[who] = json.loads((tmp_path / f"{who}.rep").read_text())
+    theirs = next(lp for lp in reports["theirs"]["loops"] if lp["function"] == "work")
+    ours = next(lp for lp in reports["ours"]["loops"] if lp["function"] == "work")
+    assert theirs["note"] is None and all(r["base"] for r in theirs["rows"]), theirs["rows"]
+    assert any(r["base"] == "FOR_ITER" for r in theirs["rows"])
+    assert [(r["offset"], r["line"]) for r in ours["rows"]] == [(r["offset"], r["line"]) for r in theirs["rows"]]
+    assert all(r["base"] == r["specialized"] == r["arg"] == "" for r in ours["rows"]), ours["rows"]
+    assert ours["note"].startswith(f"recorded on Python 3.{minor}, read by 3.{sys.version_info[1]}"), ours["note"]
+    assert ours["iterations"] == theirs["iterations"]
+    p = subprocess.run([sys.executable, "-m", "ocular", "convert", "r.ocular", "-q", "-o", "t.json", "--report"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert f"  note: recorded on Python 3.{minor}, read by " in p.stderr, p.stderr
+    # which versions' bytecode is this interpreter's
+    assert _report._same_bytecode(0x030C01F0, 0x030C05F0) and not _report._same_bytecode(0x030C01F0, 0x030E00F0)
+    assert not _report._same_bytecode(0x030F00A1, 0x030F00A2) and _report._same_bytecode(0x030F00C1, 0x030F00F0)
+    assert _report._version(0x030C01F0) == "3.12" and _report._version(0x030F00A2) == "3.15.0a2"
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "precise"])
 def test_a_slow_call_in_a_loop_is_its_own_row_not_the_loops(tmp_path, mode):
     """Ground truth: the loop's time sits in one call (time.sleep, a C function). The report puts it on that

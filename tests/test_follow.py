@@ -229,6 +229,27 @@ def test_follow_bad_options(tmp_path):
     assert p.returncode == 2 and "gzip" in p.stderr and not (tmp_path / "ran.out").exists(), p.stderr
 
 
+def test_follow_errors_say_ocular_once(tmp_path):
+    """An output --follow cannot use: one line, 'python -m ocular: error: ...' with the prefix once (it said
+    'python -m ocular: error: ocular: ...' and '[Errno 20] ocular: ...'); the parts directory's too."""
+    (tmp_path / "s.py").write_text("pass\n")
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "t.procs").write_text("")  # where the parts directory of t.json would go
+    for out, said in [(str(tmp_path / "missing" / "t.json"), "does not exist"),
+                      ("afile/t.json", "Not a directory"),
+                      ("t.json", "cannot create the parts directory")]:
+        p = cli(["--follow", "-o", out, "s.py"], cwd=tmp_path)
+        assert p.returncode == 2 and said in p.stderr, p.stderr
+        assert p.stderr.startswith("python -m ocular: error: ") and p.stderr.count("ocular:") == 1, p.stderr
+        assert "[Errno" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    from ocular import _follow
+
+    assert _follow._text(FileNotFoundError("ocular: the output directory 'd' does not exist")) == \
+        "the output directory 'd' does not exist"
+    assert _follow._text(OSError(28, "ocular: cannot write 'x': No space left on device")) == \
+        "cannot write 'x': No space left on device"
+
+
 def test_follow_fails_when_a_process_could_not_save(tmp_path):
     """A followed child's save fails (the parts directory is on a 2 MiB tmpfs that its trace outgrows):
     the command line names it, even with -q, says the merged trace lacks it, and exits 1 although the

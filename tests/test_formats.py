@@ -126,7 +126,7 @@ def _expected_folded(tree, thread_roots=False):
         if thread_roots:
             path.append(roots[n].replace(";", ":"))
         out[";".join(reversed(path))] += self_ns
-    return {k: round(v / 1000) for k, v in out.items() if round(v / 1000)}
+    return {k: v for k, v in out.items() if v}
 
 
 def test_call_tree_equals_the_timeline(rendered):
@@ -221,6 +221,23 @@ def test_folded_stacks_are_the_call_trees_self_times(rendered):
         assert any(s.endswith(";fib (prog.py:4)") for s in folded)
         assert any(";worker (prog.py:20);leaf (prog.py:17)" in s for s in folded)
         assert not any(s.startswith(("MainThread", "helper")) for s in folded)
+
+
+def test_folded_counts_are_exact_nanoseconds(rendered, tmp_path):
+    """The counts are the self nanoseconds, every one: they add up to the call tree's self time, and stacks
+    under a microsecond are kept (rounded to microseconds, a 400 ns stack was left out and the total drifted)."""
+    tree = rendered["tree"]
+    total = sum(n[4] for n in tree["nodes"] if n[1] >= 0)
+    assert sum(_folded(rendered["outs"]["p.folded"]).values()) == total
+    from ocular._formats import CallTree, _folded as folded_mod
+
+    codes = [["a", "/x/m.py", 1], ["b", "/x/m.py", 5]]
+    small = CallTree(dict(nodes=[[-1, -1, 0, 0, 0], [0, 0, 1, 1300, 900], [1, 1, 3, 400, 400], [0, 1, 1, 1, 1]],
+                          threads=[[7, "MainThread", 0, 0, 2000]], codes=codes))
+    out = tmp_path / "small.folded"
+    folded_mod.write(small, str(out), {})
+    assert out.read_text(encoding="utf-8").splitlines() == [
+        "a (m.py:1) 900", "a (m.py:1);b (m.py:5) 400", "b (m.py:5) 1"]
 
 
 def test_folded_thread_roots_on_request(rendered, tmp_path):
@@ -436,6 +453,12 @@ def test_gecko_processed_profile_with_tracing_weights(rendered):
     fn = main["funcTable"]
     fib = [i for i in range(fn["length"]) if strings[fn["name"][i]] == "fib"]
     assert len(fib) == 1 and fn["lineNumber"][fib[0]] == 4 and strings[fn["fileName"][fib[0]]].endswith("prog.py")
+    # the process is named as the recording names it (the JSON trace's process_name): the program, not "python"
+    trace = json.loads(rendered["outs"]["p.json"].read_text(encoding="utf-8"))
+    trace = trace["traceEvents"] if isinstance(trace, dict) else trace
+    pname = next(e["args"]["name"] for e in trace if e.get("ph") == "M" and e["name"] == "process_name")
+    assert pname.endswith("prog.py")
+    assert {t["processName"] for t in doc["threads"]} == {pname} and doc["meta"]["product"] == pname
 
 
 # ---- HTML ------------------------------------------------------------------------------------------

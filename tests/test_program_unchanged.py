@@ -129,6 +129,50 @@ def test_the_script_sees_the_path_and_file_python_gives_it(tmp_path):
     assert str(tmp_path) not in json.loads(traced.stdout), traced.stdout
 
 
+def test_a_directory_or_zip_sees_the_path_python_gives_it(tmp_path):
+    """`python -m ocular DIR` and `python -m ocular APP.zip` as `python DIR`, `python APP.zip`: sys.path[0]
+    is the directory or zip (absolute, as given otherwise: `./app/` stays `<cwd>/./app/`) in place of the
+    runner's working directory, also with -P; the rest of sys.path, argv[0], __file__, __package__ and
+    __spec__ are Python's.  (The working directory stayed on sys.path after the directory, so a module
+    there was importable; a zip file was compiled as a script: SyntaxError.)"""
+    import zipfile
+
+    main = textwrap.dedent("""
+        import json, sys
+        def work():
+            return sum(range(10))
+        work()
+        try:
+            import shadow_in_cwd
+            shadow = True
+        except ImportError:
+            shadow = False
+        import beside
+        print(json.dumps(dict(path=sys.path, argv0=sys.argv[0], file=__file__, package=__package__,
+                              spec=__spec__.name, beside=beside.WHERE, shadow=shadow)))
+    """)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__main__.py").write_text(main)
+    (tmp_path / "app" / "beside.py").write_text("WHERE = 'app'\n")
+    with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+        z.writestr("__main__.py", main)
+        z.writestr("beside.py", "WHERE = 'zip'\n")
+    (tmp_path / "shadow_in_cwd.py").write_text("")
+    for target in ("app", "./app/", "app.zip", str(tmp_path / "app.zip")):
+        for flags in ([], ["-P"]):
+            plain = run([*flags, target], tmp_path)
+            traced = run([*flags, "-m", "ocular", "-q", "--no-report", "-o", "t.json", target], tmp_path)
+            assert plain.returncode == 0 and traced.returncode == 0, (target, plain.stderr, traced.stderr)
+            want, got = json.loads(plain.stdout), json.loads(traced.stdout)
+            assert got == want, (target, flags)
+            assert want["path"][0] == os.path.join(str(tmp_path), target) and not want["shadow"]
+            assert "work" in names(load_trace(tmp_path / "t.json")["traceEvents"])
+    (tmp_path / "empty").mkdir()
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "empty"], tmp_path)
+    assert p.returncode == 2 and p.stderr == f"python -m ocular: error: can't find '__main__' module in " \
+        f"{str(tmp_path / 'empty')!r}\n", p.stderr
+
+
 def test_an_uncaught_exception_sets_sys_last_exc(tmp_path):
     """Exit handlers that look at how the program ended (sys.last_exc, last_value, ...) see it."""
     (tmp_path / "e.py").write_text(textwrap.dedent("""

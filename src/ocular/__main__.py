@@ -131,7 +131,8 @@ def build_parser():
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     g.add_argument("-c", dest="code", metavar="CODE", help="run a program passed as a string")
-    g.add_argument("script", nargs="?", help="the Python script to run")
+    g.add_argument("script", nargs="?", help="the Python script to run (or a directory or zip file with a "
+                   "__main__.py)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     return p
 
@@ -473,7 +474,7 @@ def _run(argv=None):
         try:
             return _follow.run(ns, command, say, _say)
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
-            parser.exit(2, f"python -m ocular: error: {exc}\n")
+            parser.exit(2, f"python -m ocular: error: {_message(exc)}\n")
 
     # Everything the program needs is prepared before tracing starts: the runner's own frames (runpy,
     # importlib finding the module, reading the script) are never recorded.
@@ -513,9 +514,6 @@ def _run(argv=None):
         except _StartFailed as exc:
             sys.argv = saved_argv
             parser.exit(2, f"python -m ocular: error: {_message(exc.__cause__)}\n")
-        except _NotRunnable as exc:  # a directory or zip without __main__.py
-            _say(f"python -m ocular: error: {exc}")
-            status = 2
     except SystemExit as exc:
         status = exc.code
     except KeyboardInterrupt as exc:
@@ -643,21 +641,28 @@ class _Program:
     """The user's program, compiled and with its __main__ namespace ready, run by run(start): `start`
     (which starts tracing) is called right before the program's first line."""
 
-    def __init__(self, code, globs, path0, argv0=None, module=None):
+    def __init__(self, code, globs, path0, argv0=None, module=None, path0_safe=False):
         self.code, self.globs, self.path0, self.argv0 = code, globs, path0, argv0
         self.module = module
+        self.path0_safe = path0_safe  # path0 is added with -P too (a directory or zip run: its own entry)
         self.saved_main = None
 
-    def run(self, start):
-        import types
-
-        # sys.path[0] as Python sets it for the program (none with -P / PYTHONSAFEPATH), in place of the
-        # entry it set for the runner (`-m ocular`: the working directory; the `ocular` command: its bin/)
+    def set_path0(self):
+        """sys.path[0] as Python sets it for the program (none with -P / PYTHONSAFEPATH, but for a directory
+        or zip), in place of the entry it set for the runner (`-m ocular`: the working directory; the
+        `ocular` command: its bin/), which -P leaves out."""
         if not sys.flags.safe_path:
             if sys.path and sys.path[0] == _RUNNER_PATH0:
                 sys.path[0] = self.path0
             else:
                 sys.path.insert(0, self.path0)
+        elif self.path0_safe:
+            sys.path.insert(0, self.path0)
+
+    def run(self, start):
+        import types
+
+        self.set_path0()
         if self.argv0 is not None:
             sys.argv[0] = self.argv0
         main_mod = types.ModuleType("__main__")
@@ -700,9 +705,9 @@ def _prepare(ns):
                      __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
         return _Program(code, globs, os.getcwd(), argv0=spec.origin, module=mod_name)
     path = ns.script
-    if not os.path.isfile(path):
-        # a directory or zip file with a __main__.py: runpy finds and runs it (its frames are recorded)
-        return _RunpyPath(path)
+    program = _main_of_path(path)
+    if program is not None:
+        return program
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -720,22 +725,32 @@ def _prepare(ns):
     return _Program(code, globs, os.path.dirname(os.path.realpath(path)), module="__main__")
 
 
-class _RunpyPath(_Program):
-    def __init__(self, path):
-        super().__init__(None, None, os.path.abspath(path))
-        self.path = path
+def _main_of_path(path):
+    """The program of a directory or zip file (its __main__ module) as `python PATH` runs it, or None for a
+    script.  As CPython does: PATH is a sys.path entry if an importer takes it; it becomes sys.path[0]
+    (made absolute, not normalised; also with -P) in place of the runner's entry, and its __main__ is found
+    there (here, before tracing starts: the lookup's frames are not the program's); sys.argv[0] stays PATH
+    as given."""
+    import builtins
+    import pkgutil
+    import runpy
 
-    def run(self, start):
-        import runpy
-
-        try:
-            start()
-        except (ValueError, TypeError, OSError, RuntimeError) as exc:
-            raise _StartFailed() from exc
-        try:
-            runpy.run_path(self.path, run_name="__main__")
-        except ImportError as exc:
-            raise _NotRunnable(str(exc)) from None
+    if pkgutil.get_importer(path) is None:
+        return None
+    path0 = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    program = _Program(None, None, path0, argv0=path, module="__main__", path0_safe=True)
+    saved = sys.path[:]
+    try:
+        program.set_path0()  # (the lookup sees the path the program will: not the runner's entry)
+        _, spec, code = runpy._get_main_module_details()
+    except ImportError as exc:  # can't find '__main__' module in '/abs/dir'
+        raise _NotRunnable(str(exc)) from None
+    finally:
+        sys.path[:] = saved
+    program.code = code
+    program.globs = dict(__name__="__main__", __file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                         __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
+    return program
 
 
 def _render_all(rec, outputs, ns):

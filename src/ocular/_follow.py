@@ -215,7 +215,8 @@ def run(ns, command, say, warn=None):
     try:
         parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True, skip_bad=True)
     except (OSError, ValueError) as exc:
-        warn(f"ocular: merging the per-process traces into {out!r} failed: {exc}; they are kept in {directory}")
+        warn(f"ocular: merging the per-process traces into {out!r} failed: {_text(exc)}; "
+             f"they are kept in {directory}")
         return _status(rc) or 1
     size = os.path.getsize(out)
     events = sum(p["events"] or 0 for p in parts)
@@ -246,6 +247,14 @@ def run(ns, command, say, warn=None):
         except OSError:
             pass
     return _status(rc) or (1 if failed else 0)
+
+
+def _text(exc):
+    """An exception's text without the 'ocular: ' our own errors start with (the line says it once)."""
+    text = str(exc)
+    if isinstance(exc, OSError) and isinstance(exc.strerror, str) and exc.strerror.startswith("ocular: "):
+        text = exc.strerror  # (ours says what happened itself: no '[Errno N] ...: path' around it)
+    return text[len("ocular: "):] if text.startswith("ocular: ") else text
 
 
 def _part_info(stem, root_pid, rc, complete, tmp_pid):

@@ -127,6 +127,28 @@ def _arg(ins):
     return ins.argrepr
 
 
+def _version(hexversion):
+    """'3.12', or '3.15.0a2' for a pre-release, from a PY_VERSION_HEX."""
+    major, minor, micro, level, serial = (hexversion >> 24, (hexversion >> 16) & 0xFF, (hexversion >> 8) & 0xFF,
+                                          (hexversion >> 4) & 0xF, hexversion & 0xF)
+    if level == 0xF:
+        return f"{major}.{minor}"
+    return f"{major}.{minor}.{micro}{_LEVELS.get(level, '?')}{serial}"
+
+
+_LEVELS = {0xA: "a", 0xB: "b", 0xC: "rc"}
+
+
+def _same_bytecode(recorded, running):
+    """Whether bytecode recorded by PY_VERSION_HEX `recorded` has `running`'s opcodes: the same feature
+    release, both final (bytecode is frozen from the release candidates on, not between alphas or betas),
+    or the very same version."""
+    def final(h):  # (a release candidate's bytecode is the release's)
+        return (h >> 4) & 0xF in (0xC, 0xF)
+
+    return recorded == running or (recorded >> 16 == running >> 16 and final(recorded) and final(running))
+
+
 def _base_names(code):
     return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
 
@@ -186,6 +208,13 @@ class Report:
         self.incomplete = data["stats_incomplete"]
         self.functions_total = data.get("functions_total", len(data["functions"]))
         self.python_hex = data.get("python_hex", sys.hexversion)
+        # the recorded bytecode's inline cache units per opcode (the recording's header); this
+        # interpreter's opcode names only where they are the recording's (bytecode_note says why not)
+        self.cache_entries = data.get("cache_entries")
+        self.same_python = _same_bytecode(self.python_hex, sys.hexversion)
+        self.bytecode_note = None if self.same_python else (
+            f"recorded on Python {_version(self.python_hex)}, read by {_version(sys.hexversion)}, whose opcodes "
+            f"differ: no instruction names, no block split (convert with Python {_version(self.python_hex)} for them)")
         self.events = data.get("events")
         self.dropped = data.get("dropped", 0)
         self.wall_ns = data.get("wall_ns")
@@ -229,6 +258,7 @@ class Report:
                 v[3] for off, v in f["units"].items() if raw["dest"] <= off <= raw["src"]) else "even"
             if code is None:  # gone by stop, or recorded by another process: the recorded bytecode
                 lp["rows"] = self._recorded_rows(f, raw)
+                lp["note"] = self.bytecode_note
                 lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
                 continue
             if id(code) not in cache:
@@ -341,10 +371,12 @@ class Report:
         bc, raw_lines = f.get("bytecode"), f.get("lines")
         if not bc or not raw_lines:
             return []
-        same_python = self.python_hex >> 16 == sys.hexversion >> 16
+        same_python = self.same_python
         lines = array.array("i")
         lines.frombytes(raw_lines)
-        cache = _cache_table()
+        cache = self.cache_entries or (_cache_table() if same_python else None)
+        if cache is None:  # (statistics without the recording's table, of another version: no offsets known)
+            return []
         units = f["units"]
         precise = self.mode == "precise"
         ns = self.ns_per_tick
@@ -352,7 +384,7 @@ class Report:
         u = lp["dest"] // 2
         while u * 2 <= lp["src"] and u < len(bc) // 2:
             offsets.append(u)
-            u += 1 + (cache[bc[2 * u]] & 0x7F if same_python else 0)
+            u += 1 + (cache[bc[2 * u]] & 0x7F)  # (the recorded interpreter's cache units)
         blocks = (sorted((start, v) for start, v in units.items() if v[0] and lp["dest"] <= start <= lp["src"])
                   if not precise else [])
         calls = {u * 2 for u in offsets
@@ -366,7 +398,7 @@ class Report:
                 v = units.get(off)
                 if v and v[0]:
                     cyc = v[1] / v[0]
-            else:
+            elif same_python:  # (a block's split needs its calls: another version's opcodes are not known)
                 cover = [(s0, v) for s0, v in blocks if s0 <= off <= v[2]]
                 if cover:
                     start, (count, cycles, end, _, _) = cover[-1]
@@ -375,7 +407,7 @@ class Report:
                                                       calls, cycles / count)
                     cyc = shares[start].get(off)
             op = bc[2 * u]
-            name = dis.opname[op] if same_python and op < len(dis.opname) else f"op{op}"
+            name = dis.opname[op] if same_python and op < len(dis.opname) else ""  # (no other version's name)
             rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
                          "specialized": name, "arg": str(bc[2 * u + 1]) if same_python else "",
                          "cycles": cyc, "ns": cyc * ns if cyc is not None else None})
@@ -402,6 +434,7 @@ class Report:
             "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
             "split": None,  # once its rows are built: "instructions", "probe" or "even"
             "rows": None,
+            "note": None,   # once its rows are built: why they have no instruction names, if they have none
         }
 
     # -- views --------------------------------------------------------------------------------
@@ -541,6 +574,8 @@ class Report:
                     f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration, "
                     f"{lp['instructions_per_iteration']:.1f} instructions")
             out.append(head[:width])
+            if lp["note"]:
+                out.append(f"  note: {lp['note']}")
             out.append(f"  {'offset':>6} {'line':>5}  {'instruction (base -> specialized)':<52} "
                        f"{'argument':<24} {cyc_label:>13} {'ns':>7}")
             shown = lp["rows"]
@@ -549,12 +584,14 @@ class Report:
                 keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
                 shown = [r if i in keep else None for i, r in enumerate(shown)]
             gap = 0
+            timed = any(r["cycles"] for r in lp["rows"])  # (else the rows kept are the first ones)
             for r in shown:
                 if r is None:
                     gap += 1
                     continue
                 if gap:
-                    out.append(f"  {'...':>6} {'':>5}  ({gap} cooler instruction{'s' if gap != 1 else ''})")
+                    out.append(f"  {'...':>6} {'':>5}  ({gap} {'cooler' if timed else 'more'} "
+                               f"instruction{'s' if gap != 1 else ''})")
                     gap = 0
                 name = r["base"] if r["base"] == r["specialized"] else f"{r['base']} -> {r['specialized']}"
                 cyc = f"{r['cycles']:.1f}" if r["cycles"] is not None else "-"

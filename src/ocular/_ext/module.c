@@ -257,6 +257,8 @@ PyDoc_STRVAR(render_doc,
              "loops: 0 an instant per iteration, 1 a slice per loop run, 2 nothing.\n"
              "stats: false renders a trace format (0, 1) alone: no statistics are kept, and\n"
              "_report_data() has none afterwards.\n"
+             "The dict has the render's figures and the recording's pid, process_name (as recorded, or None),\n"
+             "clock, ns_per_tick, precise and python_hex (the recorded interpreter's PY_VERSION_HEX).\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
@@ -289,12 +291,26 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s", res.error);
         return NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O}", "events", (unsigned long long)res.events,
-                         "live_events", (unsigned long long)res.live_events,
-                         "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
-                         "pauses", (unsigned long long)res.pauses, "complete", res.complete ? Py_True : Py_False,
-                         "write_errno", res.write_errno, "pid", R.pid, "clock", R.clock, "ns_per_tick",
-                         R.ns_per_tick, "precise", R.precise ? Py_True : Py_False);
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O,s:k}", "events",
+                                (unsigned long long)res.events, "live_events", (unsigned long long)res.live_events,
+                                "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
+                                "pauses", (unsigned long long)res.pauses, "complete",
+                                res.complete ? Py_True : Py_False, "write_errno", res.write_errno, "pid", R.pid,
+                                "clock", R.clock, "ns_per_tick", R.ns_per_tick, "precise",
+                                R.precise ? Py_True : Py_False, "python_hex", (unsigned long)R.python_hex);
+    if (!d)
+        return NULL;
+    /* the recorded process name (a recording of another tool's may hold any bytes: invalid UTF-8 replaced) */
+    PyObject *name = R.process_name_raw
+                         ? PyUnicode_DecodeUTF8(R.process_name_raw, (Py_ssize_t)strlen(R.process_name_raw), "replace")
+                         : Py_NewRef(Py_None);
+    if (!name || PyDict_SetItemString(d, "process_name", name) < 0) {
+        Py_XDECREF(name);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(name);
+    return d;
 }
 
 static PyObject *py_report_data(PyObject *mod, PyObject *args) {
@@ -634,7 +650,8 @@ static PyMethodDef methods[] = {
      "last_ns)], codes [(qualname, filename, firstlineno) or None, by code id]."},
     {"_report_data", py_report_data, METH_VARARGS,
      "_report_data(with_code_objects=False, limit=0): statistics of the last render (at most limit\n"
-     "functions by self time and limit by loop cycles; 0: all)."},
+     "functions by self time and limit by loop cycles; 0: all), with the recording's python_hex and\n"
+     "cache_entries (256 bytes, its header's: the recorded bytecode's inline cache units per opcode)."},
     {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_probes", py_probes, METH_VARARGS, probes_doc},

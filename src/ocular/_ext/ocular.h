@@ -352,6 +352,7 @@ typedef struct {
     uint64_t knee_tsc, knee_ns; /* UINT64_MAX: one rate throughout */
     char clock[24];
     char *process_name;      /* JSON-escaped */
+    char *process_name_raw;  /* as recorded (control characters made spaces) */
     oc_thread *threads;
     uint32_t nthreads;
     oc_codeent *codes;       /* by code id; entries never seen have qualname NULL */

@@ -859,6 +859,7 @@ static void free_meta(void) {
     free(R.threads);
     R.threads = NULL;
     free(R.process_name);
+    free(R.process_name_raw);
     memset(&R, 0, sizeof R);
 }
 
@@ -966,8 +967,9 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 BAD("corrupt header block");
             char *raw = clean_name(p + OC_HEADER_FIXED, nl);
             free(R.process_name);
+            free(R.process_name_raw);
             R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
-            free(raw);
+            R.process_name_raw = raw;
             W.have_header = 1;
             break;
         }

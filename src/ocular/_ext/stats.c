@@ -384,9 +384,10 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:N,s:K,s:d,s:i,s:O,s:I,s:I,s:N}", "events", (unsigned long long)R.events,
-                         "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
-                         "python_hex", R.python_hex, "functions", funcs, "overhead_ticks",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:I,s:N}", "events",
+                         (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
+                         "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
+                         (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "functions_total", total, "sampling", oc_attr_summary());

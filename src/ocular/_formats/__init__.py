@@ -8,7 +8,7 @@ formats below are written from that tree in Python, one render for all of them:
 format               suffixes                 module
 ===================  =======================  ==================================================
 pstats               .pstats .prof            ``_pstats``: marshal data that pstats.Stats loads
-folded               .folded .collapsed       ``_folded``: ``a;b;c N`` (N: µs of self time)
+folded               .folded .collapsed       ``_folded``: ``a;b;c N`` (N: ns of self time)
 pprof                .pb.gz .pprof            ``_pprof``: gzipped profile.proto
 gecko                .gecko.json              ``_gecko``: Firefox Profiler (processed format)
 html                 .html .htm               ``_html``: one self-contained page

@@ -1,6 +1,8 @@
-"""Folded stacks (.folded, .collapsed): ``a;b;c N`` per line, N the microseconds of self time of that
-stack (rounded; stacks under half a microsecond are left out), one line per distinct stack, sorted.
-The format flamegraph.pl, inferno, speedscope and Brendan Gregg's tools read.
+"""Folded stacks (.folded, .collapsed): ``a;b;c N`` per line, N the nanoseconds of self time of that
+stack (an integer, exact: the counts add up to the recording's time, and a stack of a few hundred
+nanoseconds is not left out; a stack with no self time is), one line per distinct stack, sorted.
+The format flamegraph.pl, inferno, speedscope and Brendan Gregg's tools read (``flamegraph.pl
+--countname=ns`` labels the counts).
 
 A frame is ``qualname (file:line)``; ';' in a name becomes ':' and whitespace a space, so the line
 stays parseable.  With the thread_roots option each stack starts with its thread (``name (tid)``);
@@ -20,8 +22,7 @@ def frame_name(tree, code):
 
 
 def lines(tree, thread_roots=False):
-    """{stack string: self ns}, for the stacks whose self time is at least half a microsecond (what
-    write() shows).  Identical stacks (the threads', or frames of the same name) are summed first, as a
+    """{stack string: self ns}, for the stacks with self time (what write() shows).  Identical stacks (the threads', or frames of the same name) are summed first, as a
     tree (a node: its parent and its frame's name), so a deep recursion does not keep a string for each
     of its stacks."""
     names = {}
@@ -74,7 +75,7 @@ def lines(tree, thread_roots=False):
         last = (d + 1) // 64 * 64 - 1  # the deepest kept level at or above d
         if last == d:
             cut[d] = (cut[d - 64] + ";" if d >= 64 else "") + ";".join(path[d - 63:])
-        if round(self_ns[m] / 1000):
+        if self_ns[m]:
             if last == d:
                 out[cut[d]] = self_ns[m]
             elif last < 0:
@@ -89,4 +90,4 @@ def write(tree, path, options):
     folded = lines(tree, options.get("thread_roots", False))
     with open(path, "w", encoding="utf-8") as fh:
         for stack in sorted(folded):
-            fh.write(f"{stack} {round(folded[stack] / 1000)}\n")
+            fh.write(f"{stack} {folded[stack]}\n")

@@ -8,7 +8,9 @@ profiler's call tree, flame graph and function list show exact self and running 
 times (ms from the first event of the recording) lay each thread's tree out in call order from the
 thread's first event (each sample starts where the previous one ended): the stack chart reads as a flame graph of that thread, not as its
 chronology (the .json/.pftrace timeline is the chronology).  Strings are shared (shared.stringArray);
-funcs are functions (name, file, first line), a frame is a function at its first line.
+funcs are functions (name, file, first line), a frame is a function at its first line.  The process
+name (each thread's processName, meta.product) is the one the recording holds: the traced program's
+(``python3.12 script.py``, or a --follow'ed process's title).
 """
 
 import json
@@ -44,7 +46,7 @@ def _table(columns, rows):
     return t
 
 
-def _thread(tree, t, strings, pid, is_main, start_ns):
+def _thread(tree, t, strings, pid, is_main, start_ns, process_name):
     funcs, frames, stacks, samples = [], [], [], []
     func_of, resource_of, resources = {}, {}, []
     frame_of = {}
@@ -76,7 +78,7 @@ def _thread(tree, t, strings, pid, is_main, start_ns):
         "name": t["name"] or f"thread {t['tid']}",
         "isMainThread": is_main,
         "processType": "default",
-        "processName": "python",
+        "processName": process_name,
         "processStartupTime": 0,
         "processShutdownTime": None,
         "registerTime": 0,
@@ -100,7 +102,7 @@ def build(tree, pid=0, process_name="python"):
     strings = _Strings()
     start_ns = min((t["first_ns"] for t in tree.threads), default=0)
     end_ns = max((t["last_ns"] for t in tree.threads), default=0)
-    threads = [_thread(tree, t, strings, pid, t["tid"] == pid or t["name"] == "MainThread", start_ns)
+    threads = [_thread(tree, t, strings, pid, t["tid"] == pid or t["name"] == "MainThread", start_ns, process_name)
                for t in tree.threads]
     return {
         "meta": {
@@ -138,6 +140,6 @@ def build(tree, pid=0, process_name="python"):
 
 def write(tree, path, options):
     rendered = options.get("rendered") or {}
-    doc = build(tree, rendered.get("pid", 0))
+    doc = build(tree, rendered.get("pid", 0), rendered.get("process_name") or "python")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, separators=(",", ":"))

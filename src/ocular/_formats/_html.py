@@ -59,7 +59,7 @@ def build(tree, rendered, title="Ocular profile", with_code=False):
     funcs = [[f["name"], f["file"], f["line"], f["calls"], f["self_ns"], f["total_ns"], f["mean_ns"], f["max_ns"]]
              for f in rep.functions]
     loops = [{"function": lp["function"], "file": lp["file"], "line": lp["line"], "iterations": lp["iterations"],
-              "ns": lp["ns_per_iteration"], "insns": lp["instructions_per_iteration"],
+              "ns": lp["ns_per_iteration"], "insns": lp["instructions_per_iteration"], "note": lp["note"],
               "rows": [[r["offset"], r["line"], r["base"], r["specialized"], r["arg"], r["cycles"], r["ns"]]
                        for r in lp["rows"] or []]} for lp in rep.hot_loops()]
     data = {"threads": threads, "names": {str(k): v for k, v in names.items()}, "functions": funcs, "loops": loops,
@@ -167,6 +167,7 @@ if(!D.loops.length)lb.textContent="none recorded";
 D.loops.forEach(function(lp){
   lb.appendChild(el("h3",{},lp.function+" at "+lp.file+":"+lp.line+" - "+lp.iterations+" iterations, "+
     lp.ns.toFixed(1)+" ns and "+lp.insns.toFixed(1)+" instructions per iteration"));
+  if(lp.note)lb.appendChild(el("p",{},"note: "+lp.note));
   var t=el("table",{"class":"loop"}),h=el("tr");
   ["offset","line","instruction","argument","cycles","ns"].forEach(function(c){h.appendChild(el("th",{},c));});
   t.appendChild(h);
