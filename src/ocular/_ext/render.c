@@ -222,7 +222,7 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
  * NOSTATS: the trace alone (a render asked for no statistics, of a recording that is not precise): a
  * frame keeps what the trace shows (its code, depth, start and loops), and nothing else is counted --
  * no self time, no recursion links, no basic blocks, no sampling estimates.  The trace is the same
- * bytes either way (tests/test_recording.py). */
+ * bytes either way (tests/test_perfetto.py, test_the_trace_alone_is_the_same_trace). */
 #define SLICE_ANY (-1)
 static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
 
