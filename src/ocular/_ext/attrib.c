@@ -11,19 +11,27 @@
  *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self
  *     time); its ticks after a window closed are measured time of a recorded call, in neither.  Each
  *     hidden frame's inside-window inclusive ticks (a difference of the thread's running window total
- *     at its begin and end) go to the pair (C, X) of its own code when it ends.
+ *     at its begin and end) go to the pair (C, X) of its own code when it ends, unless an activation of
+ *     X is below it on the stack (recursion: that one's inclusive time holds them already).
  * Windows are a sample of time that does not depend on what the program does, so inside them C's
  * "recorded self" state splits into its own time B[C] and hidden callees' time H[C] = sum of pairs
  * (C, X), and the same split holds outside: of A[C], A*H/(B+H) is the callees' (each by its share, its
  * calls scaled alike: calls * A/(B+H)), the rest C's own.  Before a callee is de-instrumented its calls
  * are recorded also inside windows (visible frames), so they count in neither B nor H: the estimate
  * stays unbiased over the whole run.
- * A window opens at a moment the program chooses (a pending call), possibly inside an unrecorded call:
- * the end of that call is recorded (the callbacks keep unbegun returns inside windows), and the gap
- * before it is moved from B[C] to the callee's pair (oc_attr_unmatched_leave).
- * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not covered: a hidden recursive function's nested activations count their
- * inclusive time again (its self time is right); windows that a killed process did not write (its
- * recording has no SAMPLING block, so nothing is estimated).
+ * A window opens at a moment the program chooses (a pending call, or a GIL release), possibly inside an
+ * unrecorded call: the end of that call is recorded -- a Python function's return if it comes while the
+ * window is open (the callbacks keep unbegun returns inside windows), a C function's return whenever it
+ * comes (its call site was re-armed; C_RETURN cannot be disabled) -- and the window part of the gap
+ * before it is moved from B[C] to the pair (C, callee) as a tail (oc_attr_unmatched_leave): the call
+ * was running all through it (one begun inside the window would have been recorded).  On 3.12 that is
+ * most windows of a program that sleeps: the timer thread opens them while the program is in the C
+ * call that released the GIL, and the program may get it back only after the window closed.  The tail
+ * makes an edge C -> callee only if C made the call (its depth says so), not when the callee was called
+ * by unrecorded frames above C.
+ * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not
+ * covered: windows that a killed process did not write (its recording has no SAMPLING block, so nothing
+ * is estimated).
  */
 #include "ocular.h"
 #include "recording.h"
@@ -205,22 +213,23 @@ void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts
         q->begun++;
 }
 
-void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl) {
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, int nested, uint64_t win_mark,
+                 uint64_t incl) {
     if (anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, code);
     if (q) {
         q->direct |= direct;
         q->calls++;
-        q->full += incl;
-        q->incl += a->win_total - win_mark;
+        if (!nested) { /* (a recursion's inclusive time counts once, the outermost activation's) */
+            q->full += incl;
+            q->incl += a->win_total - win_mark;
+        }
     }
 }
 
-void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
-    if (!a->last_in || code >= R.ncodes || !(R.codes[code].flags & CF_START_DISABLED))
-        return;
-    if (inside(a, ts, ts + 1) == 0)
+void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct) {
+    if (!a->last_in || code >= R.ncodes || (!c && !(R.codes[code].flags & CF_START_DISABLED)))
         return;
     anchor_stat *s = stat_of(a->last_code);
     pair *q = s ? pair_of(a->last_code, code) : NULL;
@@ -229,7 +238,7 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts) {
         return;
     uint64_t d = a->last_in < s->b ? a->last_in : s->b;
     s->b -= d;
-    q->direct = 1;
+    q->direct |= direct;
     q->tail += d;
     q->incl += d; /* a tail: no call counted (it began before the window), its time is */
     a->last_in = 0;

@@ -505,11 +505,14 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
 /* a hidden frame began at ts (counted if inside the measured part of a window) */
 void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts);
 /* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows; `direct`:
- * its caller is the anchor */
-void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, uint64_t win_mark, uint64_t incl);
-/* a leave with no recorded begin, of a de-instrumented code, while a window is open: the last gap was
- * the tail of that unrecorded call, not its caller's own time */
-void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, uint64_t ts);
+ * its caller is the anchor; `nested`: an activation of the same code is below it on the stack (its
+ * inclusive time is already that one's) */
+void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, int nested, uint64_t win_mark,
+                 uint64_t incl);
+/* a leave with no recorded begin, of a de-instrumented function or a C function (`c`): the window part
+ * of the last gap was the tail of that unrecorded call, not its caller's own time; `direct`: the call
+ * was made by the frame the gap was charged to (else by unrecorded frames above it) */
+void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct);
 int oc_attr_export(PyObject *func, uint32_t id);     /* GIL: adds the estimate fields to a report row */
 PyObject *oc_attr_summary(void);                     /* GIL: the sampling figures of the session */
 

@@ -249,7 +249,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
                    t->n > 0 ? f[-1].code_id : UINT32_MAX);
     if (UNLIKELY(f->hidden))
-        oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->win_mark, incl);
+        oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->prev_same != 0, f->win_mark, incl);
     if (f->prev_same) { /* recursion: the nearest activation of the same code below */
         frame *same = &t->stack[f->prev_same - 1];
         same->same += counted ? incl : f->same;
@@ -600,8 +600,9 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 forget_loops(t, r->code_id); /* (a generator that ended: the next one starts afresh) */
             pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice, nostats);
         }
-        else if (!lean && UNLIKELY(oc_attr_on))
-            oc_attr_unmatched_leave(&t->attr, r->code_id, r->ts);
+        else if (!lean && UNLIKELY(oc_attr_on)) /* (direct: its caller is the top frame) */
+            oc_attr_unmatched_leave(&t->attr, r->code_id, kind == K_CRETURN,
+                                    t->n > 0 && t->stack[t->n - 1].depth + (kind == K_CRETURN ? 1 : 2) == p);
         break;
     }
     case K_JUMP:
