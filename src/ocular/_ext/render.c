@@ -91,7 +91,8 @@ typedef struct {
     uint64_t insn_self;
     loop_slot loops[NLOOPS];
     int hidden;             /* recorded only because a sampling window was open (attrib.c) */
-    uint32_t anchor, head;  /* hidden: the nearest visible frame's code and the outermost hidden one's */
+    uint32_t anchor, head;  /* hidden: the nearest visible frame's code and the outermost hidden one's
+                             * (OC_NO_CODE if that one's caller was not recorded) */
     uint64_t win_mark;      /* the thread's window ticks when it began (attrib.c) */
 } frame;
 
@@ -501,7 +502,10 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
     if (UNLIKELY(f->hidden || (!lean && oc_attr_on))) { /* (only sampling windows read these) */
         frame *up = t->n > 1 ? f - 1 : NULL;
         f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
-        f->head = f->hidden && up && up->hidden ? up->head : code_id;
+        /* (a caller whose begin was not recorded -- a window opened inside it -- leaves a depth gap
+         * under the first hidden frame: that one is not the visible frame's own callee) */
+        f->head = f->hidden && up && up->hidden ? up->head
+                  : up && depth > up->depth + 2 ? OC_NO_CODE : code_id;
         f->win_mark = t->attr.win_total;
         if (f->hidden)
             oc_attr_call(&t->attr, f->anchor, code_id, ts);
