@@ -717,6 +717,37 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
                 os.unlink(small / n)
 
 
+
+def test_several_outputs_when_the_recording_fills_the_disk(tmp_path):
+    """Several -o, the recording (beside the first output) on a 256 KiB tmpfs that fills while the program
+    runs: the error says the recording was cut and that what it holds goes into each output, without
+    pointing at the runner's internal recording file; the output elsewhere is written with the calls
+    recorded before the disk filled; the one on the full disk fails, so the recording is kept (named) and
+    converts.  Exit status 1."""
+    import ocular
+    from test_api import run_cli
+
+    prog = tmp_path / "busy.py"
+    prog.write_text("import time\ndef leaf(i):\n    return i * 2\n"
+                    "for _ in range(10):\n    sum(leaf(i) for i in range(10000))\n    time.sleep(0.05)\n")
+    ok = tmp_path / "ok.pftrace"
+    with small_tmpfs(tmp_path / "small", "256k") as small:
+        p = run_cli("--threshold", "0", "--no-report", "-o", str(small / "t.json"), "-o", str(ok), str(prog),
+                    cwd=tmp_path)
+        assert p.returncode == 1, p.stderr
+        assert "writing the recording failed (No space left on device)" in p.stderr, p.stderr
+        assert "what was recorded before it goes into each output" in p.stderr, p.stderr
+        assert ".ocular' keeps what was recorded" not in p.stderr, p.stderr  # (the runner's own file, removed or renamed)
+        assert ok.stat().st_size > 1000, p.stderr  # (written elsewhere: the calls recorded before)
+        kept = small / "t.ocular"
+        assert os.listdir(small) == ["t.ocular"], (os.listdir(small), p.stderr)
+        assert f"the recording is kept in {str(kept)!r}" in p.stderr, p.stderr
+        res = ocular.convert(str(kept), str(tmp_path / "cut.json"), statistics=False)
+        assert not res["complete"]
+        leaves = names(load_trace(res.output)["traceEvents"]).count("leaf")
+        assert 1000 < leaves < 100000, leaves
+
+
 # ---------------------------------------------------------------------------------------------
 # random arguments
 

@@ -855,12 +855,16 @@ def _report_out(text, append=False):
         _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_report_file!r}: {why}")
 
 
+_cli_recording = False  # the command line's several -o: the session's output is its own recording, not a name
+                        # the user gave (messages do not show it)
+
+
 def _recording_failed(err):
     """Called by the recorder (a pending call in the main thread) when a write of the session's recording
     fails: the program learns it now, not only at stop.  Never raises."""
     try:
         s = _session
-        where = f" for {s['output']!r}" if s and s.get("output") else ""
+        where = f" for {s['output']!r}" if s and s.get("output") and not _cli_recording else ""
         _print_err(f"ocular: writing the recording{where} failed ({_why_write_failed(err)}): the program goes "
                    f"on, but what it does from now on is not recorded; what was recorded before is kept at stop")
     except Exception:

@@ -432,6 +432,7 @@ def _run(argv=None):
             except (ValueError, TypeError, OSError) as exc:
                 parser.error(_message(exc))
         ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
+        ocular._cli_recording = True
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
@@ -542,7 +543,12 @@ def _run(argv=None):
                     if what == "recording":
                         _say(f"ocular: render it with: python -m ocular convert {res.output} -o trace.json")
             except Exception as exc:
-                _say(f"ocular: {_message(exc)}")
+                if many and isinstance(exc, OSError) and exc.errno and os.path.exists(rec_path):
+                    # (the recording was cut short, a full disk: rendered below; its own name is not the user's)
+                    _say(f"ocular: writing the recording failed ({ocular._why_write_failed(exc.errno)}); what "
+                         f"was recorded before it goes into each output")
+                else:
+                    _say(f"ocular: {_message(exc)}")
                 if not status:
                     status = 1
         # Several -o: the recording of the session started here, whoever stopped it (this code, or the
