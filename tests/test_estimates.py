@@ -87,23 +87,17 @@ def test_a_recursive_callee_estimate_stays_within_its_caller(tmp_path):
         assert c["total_ns"] <= main["total_ns"] * (1 + 1e-9), rep["text"]
 
 
+# (NESTED_GIL: a window opens inside helper, whose begin is not recorded, every few calls; without the GIL
+# release that happens about once in twenty runs)
 @pytest.mark.quiet  # (sampling windows are timed: another test's load beside it skews them)
-def test_no_invented_caller_edge(tmp_path):
-    rep, f = report(tmp_path, NESTED)
+@pytest.mark.parametrize("program", ["NESTED", "NESTED_GIL"])
+def test_no_invented_caller_edge(tmp_path, program):
+    rep, f = report(tmp_path, globals()[program])
     assert rep["sampling"]["windows"] > 0, rep["text"]
     names = [c["name"] for c in f["main"]["estimated_callees"]]
     assert "helper" in names, rep["text"]
     assert "inner" not in names, rep["text"]  # inner is helper's callee, never main's
     assert "main's self time excludes" not in rep["text"] or "calls to inner" not in rep["text"]
-
-
-@pytest.mark.quiet  # (sampling windows are timed: another test's load beside it skews them)
-def test_no_caller_edge_over_a_caller_the_window_opened_in(tmp_path):
-    rep, f = report(tmp_path, NESTED_GIL)
-    assert rep["sampling"]["windows"] > 0, rep["text"]
-    names = [c["name"] for c in f["main"]["estimated_callees"]]
-    assert "helper" in names, rep["text"]
-    assert "inner" not in names, rep["text"]
 
 
 def sleeper_checks(rep, f, helper_name):
