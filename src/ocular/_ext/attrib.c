@@ -28,7 +28,8 @@
  * most windows of a program that sleeps: the timer thread opens them while the program is in the C
  * call that released the GIL, and the program may get it back only after the window closed.  The tail
  * makes an edge C -> callee only if C made the call (its depth says so), not when the callee was called
- * by unrecorded frames above C.
+ * by unrecorded frames above C; so does a hidden frame begun inside a window that opened in its caller
+ * (that caller's begin not recorded: the depth gap under it says so).
  * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not
  * covered: windows that a killed process did not write (its recording has no SAMPLING block, so nothing
  * is estimated).
