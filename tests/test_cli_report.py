@@ -192,6 +192,28 @@ def test_convert_shapes_its_report_as_the_runner_does(tmp_path, script):
     assert " main  (" not in text.split("Call tree", 1)[0] and "--top N shows more" in text, text
 
 
+def test_several_outputs_report_the_specialized_instructions(tmp_path, script):
+    """Several -o: the session keeps a recording and renders it into each output once the program is
+    done, in the same process: the report's hot loops still show the specialized instructions and their
+    arguments (names, jump targets), as a single output's report at stop does -- not the recorded base
+    opcodes and raw arguments that a recording rendered elsewhere shows."""
+    def loops(*outputs):
+        args = [a for o in outputs for a in ("-o", o)]
+        p = cli(["-q", *args, "--report-json", "--report", "rep.json", str(script)], tmp_path)
+        assert p.returncode == 0, p.stderr
+        rep = json.loads((tmp_path / "rep.json").read_text())
+        mine = [lp for lp in rep["loops"] if lp["file"] == str(script)]  # (the program's: the same each run)
+        return {(lp["function"], lp["offset"]): [(r["offset"], r["base"], r["arg"]) for r in lp["rows"]]
+                for lp in mine}, mine
+
+    one, _ = loops("one.json")
+    several, raw = loops("a.json", "a.pftrace")
+    assert several == one and len(one) == 2, (several, one)  # (parse's loop and main's)
+    rows = [r for lp in raw for r in lp["rows"]]
+    assert any(r["specialized"] != r["base"] for r in rows), rows  # (specialized forms, from the live code)
+    assert any(r["arg"].startswith("to ") for r in rows) and any(r["arg"] == "i" for r in rows), rows
+
+
 def _other_python():
     """An interpreter of another feature release than this one that imports Ocular from SRC (the repository's
     .venv-3.X, as `make build` makes them), or None."""

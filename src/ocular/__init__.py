@@ -552,7 +552,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
     """
-    global _session
+    global _session, _codes_held_for
     if _session is not None:
         raise RuntimeError("ocular: tracing is already running; call ocular.stop_tracing() first")
     if not isinstance(mode, str):
@@ -599,6 +599,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     try:
         rec = _recording_name(path)
         with _rendering():  # (starting may start the render while recording: not during another render)
+            _codes_held_for = None  # (the session's code table replaces a held one)
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
@@ -728,7 +729,7 @@ def _stop():
 
 
 def _stop_locked():
-    global _session, _last_report
+    global _session, _last_report, _codes_held_for
     s = _session
     if s is None:  # (another thread stopped it while this one waited for the render lock)
         raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
@@ -812,7 +813,24 @@ def _stop_locked():
         return result
     finally:
         _discard(rec)
-        _ocular._release()
+        _codes_held_for = out if fmt == "recording" and _hold_codes is not None and out in (
+            _hold_codes, _child_output(_hold_codes, os.getpid())) else None  # (a forked child's: its own)
+        _ocular._release(_codes_held_for is not None)
+
+
+# The command line's several -o: the session records into _hold_codes, then renders that recording into
+# each output in this process.  Its code table is kept past the stop (_codes_held_for names the recording
+# it belongs to) so that the first render's report has the live code objects -- specialized instructions
+# and their arguments -- as a render at stop has; convert() frees it.
+_hold_codes = None
+_codes_held_for = None
+
+
+def _release_render():
+    """Free the last render's tables (and a code table held for it)."""
+    global _codes_held_for
+    _codes_held_for = None
+    _ocular._release()
 
 
 _report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
@@ -969,12 +987,13 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
         return result
     if not statistics and fmt in ("json", "perfetto"):  # the trace alone: there are none to report
         result["report"] = None
-        _ocular._release()
+        _release_render()
         return result
+    live = _codes_held_for is not None and _codes_held_for == os.path.abspath(recording)  # (see _hold_codes)
     try:
-        _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=False)
+        _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=live)
     finally:
-        _ocular._release()  # the renderer's tables (a running session's are left alone)
+        _release_render()  # the renderer's tables (a running session's are left alone)
     return result
 
 

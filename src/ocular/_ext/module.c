@@ -420,9 +420,12 @@ static PyObject *py_probed_codes(PyObject *mod, PyObject *unused) {
     return out ? append_codes(out, probed_here) : NULL;
 }
 
-static PyObject *py_release(PyObject *mod, PyObject *unused) {
-    (void)mod, (void)unused;
-    if (!S.active) {
+static PyObject *py_release(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int keep_codes = 0;
+    if (!PyArg_ParseTuple(args, "|p:_release", &keep_codes))
+        return NULL;
+    if (!S.active && !keep_codes) {
         oc_codetable_clear();
         Py_CLEAR(S.excluded_codes);
     }
@@ -658,7 +661,9 @@ static PyMethodDef methods[] = {
     {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
     {"_replace", py_replace, METH_VARARGS,
      "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
-    {"_release", py_release, METH_NOARGS, "Free the code table of the last session."},
+    {"_release", py_release, METH_VARARGS,
+     "_release(keep_codes=False): free the last render's tables, and the code table of the last session\n"
+     "unless keep_codes (a render of its recording still to come reads its code objects)."},
     {"_is_active", py_is_active, METH_NOARGS, "True while a session is running."},
     {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on; returns whether it was muted."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
