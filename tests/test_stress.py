@@ -717,7 +717,6 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
                 os.unlink(small / n)
 
 
-
 def test_several_outputs_when_the_recording_fills_the_disk(tmp_path):
     """Several -o, the recording (beside the first output) on a 256 KiB tmpfs that fills while the program
     runs: the error says the recording was cut and that what it holds goes into each output, without
