@@ -214,6 +214,51 @@ def test_several_outputs_report_the_specialized_instructions(tmp_path, script):
     assert any(r["arg"].startswith("to ") for r in rows) and any(r["arg"] == "i" for r in rows), rows
 
 
+LIVE = """
+import json, os, shutil, sys
+import ocular
+def parse(n):
+    t = 0
+    for i in range(n):
+        t += len(str(i))
+    return t
+def loops_of(rep):
+    return [lp for lp in rep.to_dict()["loops"] if lp["function"] == "parse"]
+def specialized(result):
+    rep = result["report"]
+    assert loops_of(rep), "parse's loop is missing"
+    return any(r["specialized"] != r["base"] for lp in loops_of(rep) for r in lp["rows"])
+out = {}
+ocular.start_tracing(output="a.ocular", report=False)
+parse(3000)
+ocular.stop_tracing()
+shutil.copyfile("a.ocular", "copy.ocular")
+out["copy"] = specialized(ocular.convert("copy.ocular", "copy.json"))  # (another file: not the session's)
+out["same"] = specialized(ocular.convert("a.ocular", "a.json"))
+out["again"] = specialized(ocular.convert("a.ocular", "a2.json"))  # (the first convert freed the table)
+ocular.start_tracing(output="b.ocular", report=False)
+parse(3000)
+ocular.stop_tracing()
+os.replace("copy.ocular", "b.ocular")  # (the file at that path is not the one the session wrote)
+out["replaced"] = specialized(ocular.convert("b.ocular", "b.json"))
+print(json.dumps(out))
+"""
+
+
+def test_a_recording_converted_in_its_own_process_reports_specialized_instructions(tmp_path):
+    """start_tracing(output="x.ocular") then convert() of that file in the same process, before another
+    session starts: the report's loops show specialized instructions (the session's code table is kept
+    for it, and freed by the convert); a copy of the file, a second convert, or another file written at
+    the same path since, report the recorded base opcodes."""
+    prog = tmp_path / "live.py"
+    prog.write_text(LIVE)
+    p = subprocess.run([*python_cmd(), str(prog)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=SRC),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == {"copy": False, "same": True, "again": False, "replaced": False}, (got, p.stderr)
+
+
 def _other_python():
     """An interpreter of another feature release than this one that imports Ocular from SRC (the repository's
     .venv-3.X, as `make build` makes them), or None."""

@@ -813,24 +813,33 @@ def _stop_locked():
         return result
     finally:
         _discard(rec)
-        _codes_held_for = out if fmt == "recording" and _hold_codes is not None and out in (
-            _hold_codes, _child_output(_hold_codes, os.getpid())) else None  # (a forked child's: its own)
+        ident = _file_identity(out) if fmt == "recording" and out else None
+        _codes_held_for = (out, ident) if ident else None
         _ocular._release(_codes_held_for is not None)
 
 
-# The command line's several -o: the session records into _hold_codes, then renders that recording into
-# each output in this process.  Its code table is kept past the stop (_codes_held_for names the recording
-# it belongs to) so that the first render's report has the live code objects -- specialized instructions
-# and their arguments -- as a render at stop has; convert() frees it.
-_hold_codes = None
+# A session that kept only its recording (a .ocular output, as the command line's several -o do) leaves
+# its code table in place past the stop: a convert() of that very file in this process, before another
+# session starts, reports with the live code objects -- the hot loops' specialized instructions and their
+# arguments -- as a render at stop does.  (path, identity of the file at stop); convert() frees the table.
 _codes_held_for = None
 
 
-def _release_render():
-    """Free the last render's tables (and a code table held for it)."""
+def _file_identity(path):
+    """What tells the file at `path` from another one written there since (None if there is none)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _release_render(used_held=False):
+    """Free the last render's tables; a held code table too once a render has used it."""
     global _codes_held_for
-    _codes_held_for = None
-    _ocular._release()
+    if used_held:
+        _codes_held_for = None
+    _ocular._release(_codes_held_for is not None)
 
 
 _report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
@@ -933,7 +942,9 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
     their thread.  statistics: False renders a JSON or ``.pftrace`` trace alone, without the
     statistics (faster; ``report`` is then None, and a report cannot be asked for).  Returns a
-    TraceResult (``report`` holds the Report).  Raises FileNotFoundError if the recording does not
+    TraceResult (``report`` holds the Report: its hot loops show the recorded base opcodes, or, for the
+    first convert of a session's recording in the process that made it before another session starts,
+    the specialized instructions and their arguments).  Raises FileNotFoundError if the recording does not
     exist, ValueError for a path that is not a recording (a directory, a FIFO, another file), and
     OSError if the output cannot be written (nothing is left under its name).  One render runs at a
     time in the process: a call from another thread waits for the one running."""
@@ -963,6 +974,7 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
 def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, statistics=True):
     global _last_report, _render_nested
     _render_nested = False
+    path_of_recording = os.path.abspath(recording)
     tmp = _render_tmp_name(path)
     try:
         rendered = _formats.render(recording, fmt, tmp, True, dict(thread_roots=thread_roots, loops=_loops_code(loops, fmt),
@@ -989,11 +1001,12 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
         result["report"] = None
         _release_render()
         return result
-    live = _codes_held_for is not None and _codes_held_for == os.path.abspath(recording)  # (see _hold_codes)
+    held = _codes_held_for  # (see its definition)
+    live = held is not None and held[0] == path_of_recording and held[1] == _file_identity(path_of_recording)
     try:
         _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=live)
     finally:
-        _release_render()  # the renderer's tables (a running session's are left alone)
+        _release_render(live)  # the renderer's tables (a running session's are left alone)
     return result
 
 

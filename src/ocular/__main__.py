@@ -433,7 +433,6 @@ def _run(argv=None):
                 parser.error(_message(exc))
         ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
         ocular._cli_recording = True
-        ocular._hold_codes = ns.output  # (the report of the first render shows specialized instructions)
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
