@@ -187,7 +187,7 @@ def _file_kind(mode):
     return "special file"
 
 
-def _regular_output(output, path):
+def _regular_output(output, path, hint=True):
     """The file a trace (or merge) written to ``path`` really lands in: symbolic links are followed (the
     trace replaces the file the link points to; the link stays), and an existing file that is not a
     regular file (a device such as /dev/null, a FIFO, a socket) is refused with ValueError, since the
@@ -209,8 +209,20 @@ def _regular_output(output, path):
     if not stat.S_ISREG(st.st_mode):
         raise ValueError(f"output {output!r} is a {_file_kind(st.st_mode)}, not a regular file: Ocular writes "
                          f"the trace to a temporary file and renames it over the output, which would replace "
-                         f"it (to record without writing a trace: perfetto=False, or --no-trace-file)")
+                         f"it" + (" (to record without writing a trace: perfetto=False, or --no-trace-file)"
+                                  if hint else ""))
     return real
+
+
+def _same_file(a, b):
+    """Whether paths ``a`` and ``b`` name the same file: the same path once symbolic links are resolved
+    (either may not exist yet), or the same existing file (a hard link)."""
+    try:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def _install(tmp, out):
@@ -260,7 +272,41 @@ def _check_output(output):
         raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise PermissionError(f"ocular: the output directory {directory!r} is not writable")
+    _check_name_length(output, path)
     return path
+
+
+_TMP_ROOM = 40  # bytes of file name Ocular adds to an output's for its temporary files (.<pid>.render.tmp, ...)
+
+
+def _check_name_length(output, path):
+    """Refuse an output whose file name leaves no room in its directory for the temporary files written
+    beside it (OSError ENAMETOOLONG naming the output, not a temporary file)."""
+    directory, base = os.path.split(path)
+    try:
+        name_max = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    n = len(os.fsencode(base))
+    if name_max and n + _TMP_ROOM > name_max:
+        raise OSError(errno.ENAMETOOLONG, f"ocular: the output's file name {base[:40]!r}... is {n} bytes long, "
+                      f"too long to write: file names in {directory!r} have at most {name_max} bytes, and "
+                      f"Ocular needs {_TMP_ROOM} of them for its temporary files (use at most "
+                      f"{name_max - _TMP_ROOM})", output)
+
+
+@contextlib.contextmanager
+def _writing(output, path):
+    """An OSError about a file written for ``output`` (its temporary files, beside ``path``) names the
+    output and its directory rather than the temporary file."""
+    try:
+        yield
+    except OSError as exc:
+        if (isinstance(exc.filename, str) and exc.filename.startswith(path) and isinstance(exc.strerror, str)
+                and not exc.strerror.startswith("ocular: ")):
+            raise OSError(exc.errno, f"ocular: cannot write the output {output!r} in {os.path.dirname(path)!r}: "
+                          f"{exc.strerror}", output) from None
+        raise
 
 
 def _tmp_name(path):
@@ -322,7 +368,7 @@ def _acquire_tool(tool_id):
             return i
     raise RuntimeError(
         f"ocular: sys.monitoring tool ids 3, 4 and 5 are all in use ({_tool_holders()}); Ocular leaves 0, 1 "
-        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5 or pass tool_id="
+        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5, or pass tool_id= (--tool-id on the command line)"
     )
 
 
@@ -434,6 +480,9 @@ def _loops_code(loops, fmt):
         return 1 if fmt == "json" else 0
     if not isinstance(loops, str) or loops not in LOOP_MODES:
         raise ValueError(f"loops must be None or one of {', '.join(map(repr, LOOP_MODES))}, got {loops!r}")
+    if loops == "runs" and fmt == "perfetto":
+        raise ValueError("loops='runs' (a slice per loop run) is drawn in JSON traces only; a .pftrace shows "
+                         "loops as 'iterations' or 'off'")
     return LOOP_MODES.index(loops)
 
 
@@ -531,7 +580,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         ``deinstrument_threshold`` calls like a jump, and a site that calls Python code is left alone at
         once.  None (default): the OCULAR_C_FUNCTIONS setting, else on.
     loops: what the trace shows of loops: "iterations" (an instant per iteration, with its instructions
-        and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only) or
+        and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only: a
+        ValueError for Perfetto protobuf) or
         "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
         for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
         same either way.
@@ -598,7 +648,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
-        with _rendering():  # (starting may start the render while recording: not during another render)
+        # (starting may start the render while recording: not during another render)
+        with _rendering(), _writing(output, path or "\0"):
             _codes_held_for = None  # (the session's code table replaces a held one)
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
@@ -764,6 +815,9 @@ def _stop_locked():
                 raise OSError(err, f"{why}: {rec!r}", rec)
             saved, rec = _save_cut_recording(rec, out, fmt, s)
             raise OSError(err, f"{why}; {saved}", out)
+        if out and not os.path.isdir(os.path.dirname(out)):  # (the program removed it, and the recording in it)
+            raise FileNotFoundError(errno.ENOENT, f"ocular: the output directory {os.path.dirname(out)!r} was "
+                                    f"removed while tracing, and the recording in it: no trace is written", out)
         if fmt == "recording":
             _install(rec, out)
             rec = None
@@ -953,6 +1007,8 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
     if not isinstance(statistics, bool):
         raise TypeError(f"statistics must be True or False, not {type(statistics).__name__}")
+    if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
+        raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
     if report and not statistics:
         raise ValueError("ocular: a report needs the statistics (statistics=False renders the trace alone)")
     if not os.path.isfile(recording):
@@ -964,8 +1020,8 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     fmt = _format_for(path, format)
     if fmt == "recording":
         raise ValueError(f"ocular: {output!r} names a recording; convert renders to a trace (.json, .pftrace)")
-    if os.path.abspath(recording) == path:
-        raise ValueError(f"ocular: the output {output!r} is the recording itself")
+    if _same_file(recording, path):
+        raise ValueError(f"ocular: the output {output!r} is the recording itself (it would replace it)")
     _env.check_render(perfetto_file=fmt == "perfetto")
     with _rendering():  # one render at a time in the process (convert() from several threads waits its turn)
         return _convert_locked(recording, path, output, fmt, report, loops, thread_roots, statistics)

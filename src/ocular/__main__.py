@@ -83,7 +83,7 @@ def build_parser():
                         "followed; a device, FIFO or socket is refused) (default: ocular_trace.json)")
     p.add_argument("--thread-roots", action="store_true",
                    help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
-    p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file")
+    p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file (not with -o)")
     p.add_argument("--follow", action="store_true",
                    help="also trace every Python process the program starts (subprocess, multiprocessing "
                         "fork/spawn/forkserver, os.fork): each writes its own file in OUTPUT's parts "
@@ -108,7 +108,7 @@ def build_parser():
                         "else = Chrome trace JSON)")
     p.add_argument("--loop-events", choices=("iterations", "runs", "off"), default=None,
                    help="what the trace shows of loops: an instant per iteration, a slice per loop run (JSON "
-                        "only), or nothing (default: runs for JSON, iterations for .pftrace)")
+                        "only: refused for .pftrace), or nothing (default: runs for JSON, iterations for .pftrace)")
     p.add_argument("--no-c-functions", action="store_false", dest="c_functions", default=None,
                    help="do not record calls of C functions (builtins, methods of built-in types, extension "
                         "functions); by default each is its own slice and report row, as in cProfile")
@@ -132,27 +132,35 @@ def build_parser():
     g.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script")
     g.add_argument("-c", dest="code", metavar="CODE", help="run a program passed as a string")
     g.add_argument("script", nargs="?", help="the Python script to run (or a directory or zip file with a "
-                   "__main__.py)")
+                   "__main__.py, or - to read the program from stdin)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     return p
 
 
 def _split_argv(argv):
-    """Options before the program belong to us; everything from the program on belongs to it."""
+    """Options before the program belong to us; everything from the program on belongs to it (as
+    argparse reads them: a long option by a unique prefix, a short option's value attached)."""
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
                    "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report", "--loop-events"}
+    longs = [o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")]
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
             if i + 1 >= len(argv):
                 return argv, []
             return ours + [a, argv[i + 1]], argv[i + 2:]
+        if a[:2] in ("-m", "-c") and len(a) > 2:  # -mjson.tool, -c'print(1)': the value attached
+            return ours + [a[:2], a[2:]], argv[i + 1:]
         if a == "--":
             return ours + argv[i + 1:i + 2], argv[i + 2:]
         if a.startswith("-") and a != "-":
             ours.append(a)
+            if a.startswith("--") and "=" not in a and a not in longs:
+                full = [o for o in longs if o.startswith(a)]
+                if len(full) == 1:  # (an ambiguous or unknown one: argparse says so)
+                    a = full[0]
             if a in takes_value:
                 if i + 1 < len(argv):
                     ours.append(argv[i + 1])
@@ -204,6 +212,8 @@ def _apply_report_shape(parser, ns, file_option):
     """Check the report options (parser.error on a bad one) and give them to the package."""
     import ocular
 
+    if ns.tree and ns.report_json:
+        parser.error("--tree prints the call tree as text: it cannot go with --report-json")
     if not 0 <= ns.top <= 1000000:
         parser.error("argument --top: must be from 0 to 1000000")
     if not 0 <= ns.loops <= 1000:
@@ -252,9 +262,13 @@ def convert_main(argv):
     ns = parser.parse_args(argv)
     _apply_report_shape(parser, ns, "--report-file")
     report = "json" if ns.report_json else bool(ns.report or ns.report_file or ns.tree)
+    _refuse_report_over(parser, "--report-file", ns.report_file,
+                        [("the recording", ns.recording)] + [("the output", o) for o in ns.output])
     for out in ns.output:  # every output checked before any is rendered
         try:
-            ocular._format_for(ocular._check_output(out), None)
+            ocular._loops_code(ns.loop_events, ocular._format_for(ocular._check_output(out), None))
+            if ocular._same_file(ns.recording, out):
+                raise ValueError(f"the output {out!r} is the recording itself (it would replace it)")
         except (ValueError, OSError, TypeError) as exc:
             parser.exit(1, f"python -m ocular convert: error: {_message(exc)}\n")
     failed, reported = [], False
@@ -294,7 +308,7 @@ def merge_main(argv):
     try:
         parts = _merge.merge(ns.inputs, ns.output, format=ns.format)
     except (ValueError, OSError) as exc:
-        parser.exit(1, f"python -m ocular merge: error: {exc}\n")
+        parser.exit(1, f"python -m ocular merge: error: {_message(exc)}\n")
     if not ns.quiet:
         size = os.path.getsize(ns.output)
         counts = ", ".join(f"{p['path']}: {p['events']} events" if p["events"] is not None
@@ -364,7 +378,8 @@ def build_attach_parser():
                         ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
                         ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
-                   help="sys.monitoring tool id 0-5 (default: the first free of 2, 3, 4, 5, 1, 0)")
+                   help="sys.monitoring tool id 0-5 in the process (default: the first free of 3, 4, 5; 0-2 belong "
+                        "to pdb, coverage and cProfile)")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true", help="print the report as JSON instead of the text table")
@@ -418,11 +433,25 @@ def _run(argv=None):
     parser = build_parser()
     ns = parser.parse_args(ours)
     outputs = ns.output or ["ocular_trace.json"]
+    ns.output_given = ns.output is not None
     ns.output = outputs[0]
-    if ns.follow and (len(outputs) > 1 or ocular._format_for(ns.output, ns.format) in ocular._formats.SUFFIXES):
-        parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
+    if ns.follow:
+        try:
+            follow_fmt = ocular._format_for(ns.output, ns.format)
+        except (ValueError, TypeError) as exc:
+            parser.error(_message(exc))
+        if len(outputs) > 1 or follow_fmt not in ("json", "perfetto"):
+            parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
     if len(outputs) > 1 and (ns.format or ns.ring):
         parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
+    if ns.loop_events == "runs" and not ns.no_trace_file:
+        for out in outputs:
+            try:
+                ocular._loops_code(ns.loop_events, ocular._format_for(out, ns.format))
+            except ValueError as exc:
+                if "runs" in str(exc):
+                    parser.error(f"--loop-events runs: {out!r} is a .pftrace, which shows loops as iterations "
+                                 f"(or off); runs are drawn in JSON traces only")
     many = len(outputs) > 1
     if many:  # record once, render into each output at the end: each is checked now, before the program runs
         for out in outputs:
@@ -456,12 +485,16 @@ def _run(argv=None):
         prog_argv = ["-c"] + rest
         command = ["-c", ns.code] + rest
     else:
-        if not os.path.exists(ns.script):  # as Python says it: the error line, no usage
+        if ns.script != "-" and not os.path.exists(ns.script):  # as Python says it: the error line, no usage
             parser.exit(2, f"python -m ocular: error: can't open file {ns.script!r}: no such file\n")
         prog_argv = [ns.script] + rest
         command = [ns.script] + rest
 
+    if ns.no_trace_file and ns.output_given:
+        parser.error("--no-trace-file writes no trace file: it cannot go with -o")
     written = ([] if ns.no_trace_file else list(outputs)) + ([ns.report_file] if ns.report_file else [])
+    _refuse_report_over(parser, "--report", ns.report_file,
+                        [] if ns.no_trace_file else [("the output", o) for o in outputs])
     if ns.script is not None:
         _refuse_overwriting(parser, written, ns.script, "the script being run")
 
@@ -537,7 +570,7 @@ def _run(argv=None):
                 res = ocular.stop_tracing()
                 if not many and not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
-                    what = "recording" if res.output.lower().endswith(ocular.RECORDING_SUFFIX) else "trace"
+                    what = "recording" if ocular._format_for(res.output, ns.format) == "recording" else "trace"
                     _say(f"ocular: {what} written to {res.output} ({size / 1e6:.1f} MB, {res.events} events, "
                          f"{res.dropped} dropped)")
                     if what == "recording":
@@ -606,13 +639,24 @@ def _report_uncaught(exc):
 def _refuse_overwriting(parser, written, source, what):
     """The outputs (traces, the report file) must not be the program itself: the trace would replace it.
     Compared as the files they are (a symbolic link to the script is the script)."""
-    try:
-        real = os.path.realpath(source)
-    except (OSError, ValueError):
-        return
+    import ocular
+
     for out in written:
-        if os.path.realpath(out) == real:
+        if ocular._same_file(out, source):
             parser.error(f"the output {out!r} is {what}; choose another name (it would be replaced)")
+
+
+def _refuse_report_over(parser, option, report_file, files):
+    """The report file must not be one of the traces, nor the recording a convert reads: the report would
+    replace it (or it the report)."""
+    import ocular
+
+    if not report_file:
+        return
+    for what, f in files:
+        if ocular._same_file(report_file, f):
+            parser.error(f"{option} {report_file!r} is also {what} {f!r}; give the report another name "
+                         f"(one would replace the other)")
 
 
 def _say(msg):
@@ -711,6 +755,13 @@ def _prepare(ns):
                      __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
         return _Program(code, globs, os.getcwd(), argv0=spec.origin, module=mod_name)
     path = ns.script
+    if path == "-":  # the program read from stdin, as `python -` does
+        import importlib.machinery
+
+        source = sys.stdin.buffer.read()
+        globs = dict(__name__="__main__", __file__="<stdin>", __doc__=None, __package__=None, __spec__=None,
+                     __loader__=importlib.machinery.BuiltinImporter, __builtins__=builtins)
+        return _Program(compile(source, "<stdin>", "exec", dont_inherit=True), globs, "", module="__main__")
     program = _main_of_path(path)
     if program is not None:
         return program

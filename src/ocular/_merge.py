@@ -642,19 +642,22 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         raise MergeError(f"cannot merge into {format} ({output!r}): {', '.join(map(repr, wrong))} "
                          f"{'is' if len(wrong) == 1 else 'are'} in the other format; inputs and output "
                          "must share one format")
-    from . import _regular_output
+    from . import _check_name_length, _regular_output, _writing
 
-    out_abs = _regular_output(output, os.path.abspath(output))  # follows a symlink; refuses devices, FIFOs
+    if not output:
+        raise MergeError("the output must not be empty")
+    out_abs = _regular_output(output, os.path.abspath(output), hint=False)  # follows a symlink; refuses devices
     if any(os.path.realpath(p["path"]) == out_abs for p in items):
         raise MergeError(f"the output {output!r} is also an input; write the merge to another file")
     directory = os.path.dirname(out_abs)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"ocular: the output directory {directory!r} does not exist")
+    _check_name_length(output, out_abs)
 
     progress = _Progress(sum(os.fstat(files[id(p)].fileno()).st_size for p in items), len(items), progress_stream)
     tmp = f"{out_abs}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "wb") as f:
+        with _writing(output, out_abs), open(tmp, "wb") as f:
             if format == "json":
                 out = _JsonOut(f)
                 for p in items:
