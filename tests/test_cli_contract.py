@@ -157,3 +157,42 @@ def test_the_programs_arguments_are_split_as_argparse_reads_ours(tmp_path):
     assert argv_of(tmp_path) == ["-", "a", "b"]
     assert "from_stdin" in (tmp_path / "stdin.json").read_text()
     refused(run_cli("--t", "0", prog, cwd=tmp_path), "ambiguous option: --t")
+
+
+def package(tmp_path, name, init, **modules):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "__init__.py").write_text(init)
+    for mod, text in modules.items():
+        (d / f"{mod}.py").write_text(text)
+
+
+def begun(path):
+    return [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") in ("B", "X")]
+
+
+def test_dash_m_traces_the_packages_it_imports_first(tmp_path):
+    """python -m pkg.sub imports pkg first (and python -m pkg runs pkg/__init__ before pkg/__main__): that is
+    the program's code, traced, and its errors and exits are the program's (the trace is saved)."""
+    sub = "import sys, json\ndef sub_work():\n    json.dump(sys.argv, open('argv.out', 'w'))\nsub_work()\n"
+    package(tmp_path, "heavy", "def init_work():\n    return 1\ninit_work()\n", sub=sub, __main__=sub)
+    for target in ("heavy.sub", "heavy"):
+        p = run_cli("-q", "--no-report", "-o", "t.json", "-m", target, "a", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        names = begun(tmp_path / "t.json")
+        assert "init_work" in names and "sub_work" in names and names.index("init_work") < names.index("sub_work")
+        main = "sub" if target == "heavy.sub" else "__main__"
+        assert argv_of(tmp_path) == [str(tmp_path / "heavy" / f"{main}.py"), "a"]
+    package(tmp_path, "bad", "def failing():\n    raise ValueError('boom')\nfailing()\n", sub="print('never')\n")
+    p = run_cli("-q", "--no-report", "-o", "b.json", "-m", "bad.sub", cwd=tmp_path)
+    assert p.returncode == 1 and "ValueError: boom" in p.stderr and "never" not in p.stdout, p.stderr
+    assert "__main__.py" not in p.stderr, p.stderr  # (the runner's frames are not the program's)
+    assert "failing" in begun(tmp_path / "b.json")
+    package(tmp_path, "ex", "def leaving():\n    raise SystemExit('bye')\nleaving()\n", sub="print('never')\n")
+    p = run_cli("-q", "--no-report", "-o", "e.json", "-m", "ex.sub", cwd=tmp_path)
+    assert p.returncode == 1 and p.stderr.strip() == "bye", p.stderr
+    assert "leaving" in begun(tmp_path / "e.json")
+    # the module is still found before anything runs: not found, or an output that would replace it
+    refused(run_cli("-o", "x.json", "-m", "heavy.nothing", cwd=tmp_path), "heavy.nothing")
+    refused(run_cli("-o", "heavy/sub.py", "-m", "heavy.sub", cwd=tmp_path), "is the source of module 'heavy.sub'")
+    assert "def sub_work" in (tmp_path / "heavy" / "sub.py").read_text()

@@ -524,9 +524,9 @@ def _run(argv=None):
 
         traceback.print_exception(type(exc), exc, None)
         return 1
-    if ns.module and isinstance(program.globs.get("__file__"), str):  # (found by the lookup just made)
+    if ns.module and isinstance(program.source, str):  # (found by the lookup just made)
         sys.argv = saved_argv  # (argparse's error names this command)
-        _refuse_overwriting(parser, written, program.globs["__file__"], f"the source of module {ns.module!r}")
+        _refuse_overwriting(parser, written, program.source, f"the source of module {ns.module!r}")
         sys.argv = prog_argv
 
     def start():
@@ -548,6 +548,9 @@ def _run(argv=None):
         except _StartFailed as exc:
             sys.argv = saved_argv
             parser.exit(2, f"python -m ocular: error: {_message(exc.__cause__)}\n")
+        except _NotFoundWhileTracing as exc:  # (as Python says it; the trace of the imports is saved)
+            _say(f"python -m ocular: error: {exc}")
+            status = 1
     except SystemExit as exc:
         status = exc.code
     except KeyboardInterrupt as exc:
@@ -683,6 +686,11 @@ class _NotRunnable(Exception):
     """The script or module cannot be run (not found, unreadable): said before anything starts."""
 
 
+class _NotFoundWhileTracing(Exception):
+    """-m MODULE not found by the lookup made once tracing runs (its packages imported: see
+    _Program.find_module)."""
+
+
 class _StartFailed(Exception):
     """start_tracing() refused its arguments (the cause says why)."""
 
@@ -691,11 +699,13 @@ class _Program:
     """The user's program, compiled and with its __main__ namespace ready, run by run(start): `start`
     (which starts tracing) is called right before the program's first line."""
 
-    def __init__(self, code, globs, path0, argv0=None, module=None, path0_safe=False):
+    def __init__(self, code, globs, path0, argv0=None, module=None, path0_safe=False, lookup=None, source=None):
         self.code, self.globs, self.path0, self.argv0 = code, globs, path0, argv0
         self.module = module
         self.path0_safe = path0_safe  # path0 is added with -P too (a directory or zip run: its own entry)
         self.saved_main = None
+        self.lookup = lookup  # -m MODULE whose packages are imported once tracing runs (_deferred_module)
+        self.source = source if source is not None else (globs or {}).get("__file__")
 
     def set_path0(self):
         """sys.path[0] as Python sets it for the program (none with -P / PYTHONSAFEPATH, but for a directory
@@ -724,7 +734,40 @@ class _Program:
             start()
         except (ValueError, TypeError, OSError, RuntimeError) as exc:
             raise _StartFailed() from exc
+        if self.lookup is not None:
+            self.find_module()
+            globs.update(self.globs)
+            sys.argv[0] = self.argv0
         exec(self.code, globs)
+
+    def find_module(self):
+        """-m MODULE: import the packages it is in (and the package it is, whose __main__ runs), traced as
+        the program's own code, as `python -m` runs them before the module; then runpy's lookup, which then
+        runs nothing of the program's, unrecorded.  sys.argv[0] is '-m' meanwhile, as Python has it."""
+        import importlib.util
+        import runpy
+
+        name = self.lookup
+        argv0, sys.argv[0] = sys.argv[0], "-m"
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            __import__(".".join(parts[:i]))
+        muted = _ocular._mute_thread(True)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            _ocular._mute_thread(muted)
+        if spec is not None and spec.submodule_search_locations is not None:
+            __import__(name)
+        muted = _ocular._mute_thread(True)
+        try:
+            mod_name, spec, code = runpy._get_module_details(name)
+        except ImportError as exc:
+            raise _NotFoundWhileTracing(str(exc)) from None
+        finally:
+            _ocular._mute_thread(muted)
+            sys.argv[0] = argv0
+        self.code, self.globs, self.argv0, self.module = code, _module_globs(spec), spec.origin, mod_name
 
     def restore(self):
         if self.saved_main is not None:
@@ -744,6 +787,10 @@ def _prepare(ns):
     if ns.module:
         import runpy
 
+        deferred = _deferred_module(ns.module)
+        if deferred is not None:  # packages to import first: that is the program's code, traced
+            globs = dict(__name__="__main__", __doc__=None, __package__=None, __spec__=None, __builtins__=builtins)
+            return _Program(None, globs, os.getcwd(), lookup=ns.module, source=deferred)
         try:
             # runpy's own lookup (packages' __main__, namespace packages), done before tracing starts
             mod_name, spec, code = runpy._get_module_details(ns.module)
@@ -751,9 +798,7 @@ def _prepare(ns):
             raise _NotRunnable(str(exc)) from None
         except SyntaxError:
             raise
-        globs = dict(__name__="__main__", __file__=spec.origin, __cached__=spec.cached, __doc__=None,
-                     __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
-        return _Program(code, globs, os.getcwd(), argv0=spec.origin, module=mod_name)
+        return _Program(code, _module_globs(spec), os.getcwd(), argv0=spec.origin, module=mod_name)
     path = ns.script
     if path == "-":  # the program read from stdin, as `python -` does
         import importlib.machinery
@@ -780,6 +825,63 @@ def _prepare(ns):
     # sys.path[0]: the script's directory with symbolic links resolved (a script linked into ~/bin
     # imports the modules beside the file the link points to)
     return _Program(code, globs, os.path.dirname(os.path.realpath(path)), module="__main__")
+
+
+def _module_globs(spec):
+    import builtins
+
+    return dict(__name__="__main__", __file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                __loader__=spec.loader, __package__=spec.parent, __spec__=spec, __builtins__=builtins)
+
+
+def _deferred_module(name):
+    """For -m NAME: when running it imports packages not imported yet (the packages NAME is in, or NAME
+    itself when it is a package, whose __main__ runs), their code is the program's and must be traced:
+    the lookup then waits until tracing runs (_Program.find_module).  Returns the module's source file
+    as found now without importing anything (for the check that no output replaces it; "" if it has
+    none), or None: nothing to import (or not found this way), so the lookup runs before tracing."""
+    import importlib.util
+
+    parts = name.split(".")
+    if not all(parts):
+        return None
+    try:
+        spec, runs_code = None, False
+        for i in range(len(parts)):
+            full = ".".join(parts[:i + 1])
+            if full in sys.modules:
+                spec = getattr(sys.modules[full], "__spec__", None)
+            else:
+                if i == 0:
+                    spec = importlib.util.find_spec(full)  # (top level: imports nothing)
+                else:  # found as importlib finds it, in its package's path, without importing anything
+                    parent = sys.modules.get(full.rpartition(".")[0])
+                    spec = _find_in(full, parent.__path__ if parent is not None else spec.submodule_search_locations)
+                if spec is not None and (i < len(parts) - 1 or spec.submodule_search_locations is not None):
+                    runs_code = True  # (a package's __init__)
+            if spec is None:
+                return None
+        if not runs_code:
+            return None  # (nothing of the program runs during the lookup)
+        if spec.submodule_search_locations is not None:  # a package: its __main__ runs
+            spec = _find_in(name + ".__main__", spec.submodule_search_locations)
+            if spec is None:
+                return None
+        return spec.origin if spec.has_location and isinstance(spec.origin, str) else ""
+    except Exception:  # (a finder that fails, a module that is not a package, ...): the eager lookup says it
+        return None
+
+
+def _find_in(full, path):
+    if path is None:
+        return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is not None:
+            spec = find(full, path)
+            if spec is not None:
+                return spec
+    return None
 
 
 def _main_of_path(path):
