@@ -118,11 +118,88 @@ uint32_t *oc_code_counters(oc_codeextra *ex, int which) {
     return *slot;
 }
 
-/* Line of every code unit, from co_lines() (the same table dis uses on 3.12 and 3.13). */
-static int32_t *line_table(PyCodeObject *co, uint32_t nunits) {
+/* The location table's varints (6 bits a byte, bit 6: more follow); 0 past the end (*p > end then). */
+static uint32_t lt_varint(const uint8_t **p, const uint8_t *end) {
+    uint32_t v = 0;
+    for (unsigned shift = 0; *p < end && shift < 32; shift += 6) {
+        uint8_t b = *(*p)++;
+        v |= (uint32_t)(b & 63) << shift;
+        if (!(b & 64))
+            return v;
+    }
+    *p = end + 1;
+    return 0;
+}
+
+static int32_t lt_svarint(const uint8_t **p, const uint8_t *end) {
+    uint32_t v = lt_varint(p, end);
+    return (v & 1) ? -(int32_t)(v >> 1) : (int32_t)(v >> 1);
+}
+
+/* Line of every code unit read straight from co_linetable, the location table every CPython from 3.11
+ * writes (Objects/locations.md): entries of 1-8 code units, each a header byte (bit 7 set, a 4-bit code,
+ * the length - 1) and its line delta and columns.  Returns -1 if the table does not describe exactly
+ * nunits units (another format): co_lines() is asked then.  A 3,000-line function's table is read in
+ * ~60K instructions here, against ~6M through co_lines()'s tuples, which its first call paid. */
+static int lines_from_table(PyCodeObject *co, uint32_t nunits, int32_t *lines) {
+    PyObject *t = PyObject_GetAttrString((PyObject *)co, "co_linetable");
+    if (!t || !PyBytes_Check(t)) {
+        Py_XDECREF(t);
+        PyErr_Clear();
+        return -1;
+    }
+    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(t), *end = p + PyBytes_GET_SIZE(t);
+    int32_t line = co->co_firstlineno;
+    uint32_t u = 0;
+    int ok = 1;
+    while (p < end && ok) {
+        uint8_t h = *p++;
+        unsigned code = (h >> 3) & 15, len = (h & 7) + 1u;
+        int32_t ln;
+        if (!(h & 128)) {
+            ok = 0;
+            break;
+        }
+        if (code == 15) { /* no location */
+            ln = -1;
+        } else if (code == 14) { /* long form: line delta, end line delta, column, end column */
+            line += lt_svarint(&p, end);
+            (void)lt_varint(&p, end);
+            (void)lt_varint(&p, end);
+            (void)lt_varint(&p, end);
+            ln = line;
+        } else if (code == 13) { /* no columns: line delta */
+            line += lt_svarint(&p, end);
+            ln = line;
+        } else if (code >= 10) { /* one line: delta code - 10, two column bytes */
+            line += (int32_t)code - 10;
+            p += 2;
+            ln = line;
+        } else { /* short form: same line, one column byte */
+            p += 1;
+            ln = line;
+        }
+        if (p > end || u + len > nunits) {
+            ok = 0;
+            break;
+        }
+        for (unsigned k = 0; k < len; k++)
+            lines[u++] = ln;
+    }
+    Py_DECREF(t);
+    return ok && u == nunits ? 0 : -1;
+}
+
+/* Line of every code unit (-1: none; one more entry, -1, past the end): from the location table, or from
+ * co_lines() (the same table, as dis reads it) if that cannot be read (*from_table says which). */
+int32_t *oc_line_table(PyCodeObject *co, uint32_t nunits, int *from_table) {
     int32_t *lines = malloc(((size_t)nunits + 1) * sizeof(int32_t));
     if (!lines)
         return NULL;
+    lines[nunits] = -1;
+    *from_table = lines_from_table(co, nunits, lines) == 0;
+    if (*from_table)
+        return lines;
     for (uint32_t i = 0; i <= nunits; i++)
         lines[i] = -1;
     PyObject *it = PyObject_CallMethod((PyObject *)co, "co_lines", NULL);
@@ -256,7 +333,8 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     Py_DECREF(qn);
     Py_DECREF(bc);
     Py_DECREF(fname);
-    e->lines = line_table(co, e->nunits);
+    int from_table;
+    e->lines = oc_line_table(co, e->nunits, &from_table);
     if (!e->qualname_raw || !e->filename_raw || !e->code || !e->lines) {
         free(e->qualname_raw);
         free(e->filename_raw);
@@ -325,15 +403,51 @@ static int cf_grow(void) {
     return 0;
 }
 
-/* cProfile's names: "<built-in method builtins.len>", "<method 'append' of 'list' objects>".  Built
- * with snprintf from C strings, so it cannot fail on an odd object (a module name that is not a str). */
+/* The type that defines the method `name` found on instances of `tp` (its MRO's first dict holding the
+ * name): a method descriptor's own type, as its repr names it, or NULL (not found, or not a C method's
+ * descriptor: a class method called on its class looks in the metaclass).  Reads the dicts only: no
+ * descriptor or __repr__ of the program's runs. */
+static PyTypeObject *defining_type(PyTypeObject *tp, const char *name) {
+    PyObject *mro = tp->tp_mro, *key = PyUnicode_FromString(name);
+    PyTypeObject *found = NULL;
+    if (!key || !mro || !PyTuple_Check(mro)) {
+        Py_XDECREF(key);
+        PyErr_Clear();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyObject *t = PyTuple_GET_ITEM(mro, i);
+        if (!PyType_Check(t))
+            continue;
+        PyObject *dict = PyType_GetDict((PyTypeObject *)t);
+        PyObject *v = dict ? PyDict_GetItemWithError(dict, key) : NULL; /* (borrowed: the dict is held) */
+        if (v) {
+            if (Py_IS_TYPE(v, &PyMethodDescr_Type) || Py_IS_TYPE(v, &PyClassMethodDescr_Type))
+                found = PyDescr_TYPE(v);
+            Py_DECREF(dict);
+            break;
+        }
+        Py_XDECREF(dict);
+    }
+    Py_DECREF(key);
+    PyErr_Clear();
+    return found;
+}
+
+/* cProfile's names: "<built-in method builtins.len>", "<method 'append' of 'list' objects>" (named after
+ * the type that defines the method, whatever the receiver's type: the same name for every call of it),
+ * "<built-in method fromkeys>" (a class method called on its class).  Built with snprintf from C strings,
+ * so it cannot fail on an odd object (a module name that is not a str). */
 static void cfunc_name(PyObject *callable, PyMethodDef *ml, char *buf, size_t cap) {
     const char *name = ml && ml->ml_name ? ml->ml_name : "?";
     if (PyCFunction_Check(callable)) {
         PyObject *self = PyCFunction_GET_SELF(callable);
         if (self && !PyModule_Check(self)) {
-            snprintf(buf, cap, "<method '%s' of '%s' objects>", name, Py_TYPE(self)->tp_name);
-            return;
+            PyTypeObject *def = defining_type(Py_TYPE(self), name);
+            if (def) {
+                snprintf(buf, cap, "<method '%s' of '%s' objects>", name, def->tp_name ? def->tp_name : "?");
+                return;
+            }
         }
         PyObject *mod = ((PyCFunctionObject *)callable)->m_module;
         const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;

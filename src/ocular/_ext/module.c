@@ -420,6 +420,34 @@ static PyObject *py_probed_codes(PyObject *mod, PyObject *unused) {
     return out ? append_codes(out, probed_here) : NULL;
 }
 
+static PyObject *py_code_lines(PyObject *mod, PyObject *code) {
+    (void)mod;
+    if (!PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "_code_lines() needs a code object");
+        return NULL;
+    }
+    PyObject *bc = PyCode_GetCode((PyCodeObject *)code);
+    if (!bc)
+        return NULL;
+    uint32_t n = (uint32_t)(PyBytes_GET_SIZE(bc) / 2);
+    Py_DECREF(bc);
+    int from_table = 0;
+    int32_t *lines = oc_line_table((PyCodeObject *)code, n, &from_table);
+    if (!lines)
+        return PyErr_NoMemory();
+    PyObject *list = PyList_New(n);
+    for (uint32_t i = 0; list && i < n; i++) {
+        PyObject *v = lines[i] < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(lines[i]);
+        if (!v) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    free(lines);
+    return list ? Py_BuildValue("(NO)", list, from_table ? Py_True : Py_False) : NULL;
+}
+
 static PyObject *py_release(PyObject *mod, PyObject *args) {
     (void)mod;
     int keep_codes = 0;
@@ -661,6 +689,9 @@ static PyMethodDef methods[] = {
     {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
     {"_replace", py_replace, METH_VARARGS,
      "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
+    {"_code_lines", py_code_lines, METH_O,
+     "_code_lines(code) -> (line of each code unit or None, read from co_linetable (else co_lines())): as\n"
+     "the recording's CODE block has them (tests compare them with co_lines())."},
     {"_release", py_release, METH_VARARGS,
      "_release(keep_codes=False): free the last render's tables, and the code table of the last session\n"
      "unless keep_codes (a render of its recording still to come reads its code objects)."},

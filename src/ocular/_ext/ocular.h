@@ -273,6 +273,7 @@ int oc_codeinfo_init(void);
 PyObject *oc_code_object(oc_codeent *e); /* new reference to the live code object, or NULL (no error) */
 void oc_codetable_snapshot(void);        /* GIL held: every entry's flags/enters from its extra */
 oc_codeextra *oc_code_register(PyCodeObject *co);   /* slow path; NULL on failure */
+int32_t *oc_line_table(PyCodeObject *co, uint32_t nunits, int *from_table); /* malloc'd; NULL: no memory */
 void oc_codetable_clear(void);
 static inline oc_codeent *oc_code_entry(uint32_t id) {
     return &S.pages[id >> OC_PAGE_BITS][id & (OC_PAGE_SIZE - 1)];
