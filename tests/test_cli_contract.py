@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import ocular
+from conftest import run_py
 from test_api import SRC, run_cli
 
 PROG = "def traced_here():\n    return sum(range(50))\ntraced_here()\nopen('ran.out', 'w').close()\n"
@@ -196,3 +197,60 @@ def test_dash_m_traces_the_packages_it_imports_first(tmp_path):
     refused(run_cli("-o", "x.json", "-m", "heavy.nothing", cwd=tmp_path), "heavy.nothing")
     refused(run_cli("-o", "heavy/sub.py", "-m", "heavy.sub", cwd=tmp_path), "is the source of module 'heavy.sub'")
     assert "def sub_work" in (tmp_path / "heavy" / "sub.py").read_text()
+
+
+def test_follow_passes_every_recording_option_and_refuses_ring(tmp_path):
+    prog = script(tmp_path, "def f():\n    t = 0\n    for i in range(300):\n        t += len('ab')\n    return t\nf()\n")
+
+    def kinds(*opts):
+        p = run_cli("--follow", "-q", "--no-report", "--threshold", "0", *opts, "-o", "t.json", prog, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+        return (sum(1 for e in ev if e.get("args", {}).get("file") == "~"), sum(1 for e in ev if e.get("cat") == "loop"))
+
+    c_calls, loops = kinds()
+    assert c_calls >= 300 and loops >= 1, (c_calls, loops)
+    assert kinds("--no-c-functions", "--loop-events", "off") == (0, 0)
+    p = run_cli("--follow", "--report", "rep.txt", "--top", "1", "-o", "t.json", prog, cwd=tmp_path)
+    assert p.returncode == 0 and "Your code" in (tmp_path / "rep.txt").read_text(), p.stderr
+    refused(run_cli("--follow", "--ring", "1M", "-o", "t.json", prog, cwd=tmp_path), "--ring", "--follow")
+
+
+RING_STOPS = """\
+import atexit, os, signal, sys
+import ocular
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGUSR2))  # (runs after Ocular's own stop at exit)
+ocular.start_tracing(output=sys.argv[1], ring="1M")
+assert signal.getsignal(signal.SIGUSR2) not in (signal.SIG_DFL, signal.SIG_IGN)
+if sys.argv[2] == "stop":
+    ocular.stop_tracing()
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # the program's default again
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+print("ended")
+"""
+
+
+@pytest.mark.parametrize("how", ["stop", "exit"])
+def test_a_ring_session_gives_sigusr2_back(tmp_path, how):
+    """After stop_tracing() SIGUSR2 does the default again; at exit, once the trace is saved, a SIGUSR2
+    (a snapshot asked for too late) no longer kills a process that is ending well."""
+    p = run_py(RING_STOPS, str(tmp_path / "r.json"), how, cwd=tmp_path, check=False)
+    assert p.returncode == 0 and p.stdout == "ended\n", (p.returncode, p.stderr)
+    assert json.loads((tmp_path / "r.json").read_text())["traceEvents"]
+
+
+def test_a_damaged_name_in_a_recording_still_renders_valid_outputs(tmp_path, recording):
+    data = bytearray(recording.read_bytes())
+    i = data.find(b"traced_here")
+    assert i > 0
+    data[i + 2] = 0xFF  # not UTF-8
+    data[i + 4] = 0xC3  # a lead byte without its continuation
+    bad = tmp_path / "bad.ocular"
+    bad.write_bytes(bytes(data))
+    for out in ("b.json", "b.speedscope.json", "b.folded", "b.html"):
+        p = run_cli("convert", str(bad), "-o", out, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        text = (tmp_path / out).read_bytes().decode("utf-8")  # valid UTF-8
+        if out.endswith(".json"):
+            json.loads(text)
+        assert "tr\ufffdc\ufffdd_here" in text or "tr\\ufffdc\\ufffdd_here" in text, out

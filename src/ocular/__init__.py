@@ -790,6 +790,8 @@ def _stop_locked():
     except Exception as exc:  # stop the engine and save the trace whatever happened to sys.monitoring
         _print_err(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}")
     figures = _ocular._stop()
+    if s.get("ring"):
+        _release_sigusr2()
     try:
         from ._report import _settle
 
@@ -1091,9 +1093,32 @@ def _snapshot_on_sigusr2():
             except Exception as exc:
                 _print_err(f"ocular: SIGUSR2: the snapshot failed: {exc}")
 
+    global _usr2_handler
     try:
         signal.signal(signal.SIGUSR2, _on_usr2)
+        _usr2_handler = _on_usr2
     except ValueError:
+        pass
+
+
+_usr2_handler = None  # ring mode's SIGUSR2 handler while it is installed
+_exiting = False  # the process ends after this stop (at exit; the command line's runner)
+
+
+def _release_sigusr2():
+    """After a ring session: SIGUSR2 does the default again (ends the process), as before the session.  When
+    the process is exiting it is ignored instead: Python's finalization puts the default back itself, and
+    a snapshot asked for in that gap would kill a process that saved its trace and is ending well."""
+    global _usr2_handler
+    if _usr2_handler is None:
+        return
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGUSR2) is _usr2_handler:  # (not if the program replaced it since)
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN if _exiting else signal.SIG_DFL)
+        _usr2_handler = None
+    except ValueError:  # (not the main thread: left as it is)
         pass
 
 
@@ -1177,7 +1202,9 @@ def _save_failed(exc):
 
 
 def _at_exit():
+    global _exiting
     if _session is not None and _session["pid"] == os.getpid():
+        _exiting = True
         try:
             stop_tracing()
         except _NotRunning:  # another thread stopped it meanwhile

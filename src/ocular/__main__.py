@@ -120,7 +120,8 @@ def build_parser():
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
-                        ".snapshotN before its suffix (default: off, everything is recorded to disk)")
+                        ".snapshotN before its suffix; not with --follow (default: off, everything is recorded to "
+                        "disk)")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--no-report", action="store_true", help="do not print the report at the end")
     r.add_argument("--report-json", action="store_true",
@@ -442,6 +443,9 @@ def _run(argv=None):
             parser.error(_message(exc))
         if len(outputs) > 1 or follow_fmt not in ("json", "perfetto"):
             parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
+        if ns.ring:
+            parser.error("--ring keeps one process's newest events in memory; it cannot go with --follow, which "
+                         "writes every process's whole trace")
     if len(outputs) > 1 and (ns.format or ns.ring):
         parser.error("several -o: each output's format comes from its suffix (no --format, no --ring)")
     if ns.loop_events == "runs" and not ns.no_trace_file:
@@ -569,6 +573,7 @@ def _run(argv=None):
         else:
             rec_path = ns.output
         if ocular.is_tracing():
+            ocular._exiting = True  # (the process ends after this, the runner's last stop)
             try:
                 res = ocular.stop_tracing()
                 if not many and not ns.quiet and res.output:

@@ -60,9 +60,14 @@ def boot():
     out = os.path.join(cfg["dir"], f"{os.getpid()}{cfg['suffix']}")
     ocular._title = _process_title()
     ocular._follow_log = os.path.join(cfg["dir"], LOG)
+    if root:  # the report's shape (--top, --sort, --all, --loops, --tree, --report FILE)
+        ocular._report_format.update(cfg.get("report_format") or {})
+        ocular._report_tree = cfg.get("report_tree", False)
+        ocular._report_file = cfg.get("report_file")
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
-                         report=cfg["report"] if root else False)
+                         report=cfg["report"] if root else False, loops=cfg.get("loops"),
+                         c_functions=cfg.get("c_functions"), sampling=cfg.get("sampling", True))
     # as in forked children: save before os._exit.  No signal handler: a process killed by a signal dies
     # as it would untraced and leaves its unfinished part (a .tmp), which the merge salvages.
     ocular._wrap_os_exit()
@@ -156,7 +161,10 @@ def run(ns, command, say, warn=None):
     _clean(directory, suffix)
     report = False if ns.no_report else ("json" if ns.report_json else True)
     cfg = dict(dir=directory, suffix=suffix, format=fmt, mode=ns.mode, threshold=ns.threshold,
-               include=ns.include, exclude=ns.exclude, tool_id=ns.tool_id, report=report, usdt=bool(ns.usdt))
+               include=ns.include, exclude=ns.exclude, tool_id=ns.tool_id, report=report, usdt=bool(ns.usdt),
+               loops=ns.loop_events, c_functions=ns.c_functions, sampling=ns.sampling,
+               report_format=dict(ocular._report_format), report_tree=bool(ocular._report_tree),
+               report_file=ocular._report_file)
     env = dict(os.environ)
     env[ENV] = json.dumps(cfg)
     env[ROOT_ENV] = "1"

@@ -836,11 +836,52 @@ static int read_calib(const uint8_t *p, uint32_t len) {
     return npt > 0;
 }
 
+/* Length of the valid UTF-8 sequence at p[0..n) (n > 0), or 0 if it is not one. */
+static unsigned utf8_seq(const uint8_t *p, uint32_t n) {
+    uint8_t c = p[0];
+    if (c < 0x80)
+        return 1;
+    unsigned len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
+        return 0;
+    uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (unsigned k = 2; k < len; k++)
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* A name as the recording holds it, made valid UTF-8 (a damaged recording's bytes: each invalid byte
+ * becomes U+FFFD, so every output stays valid JSON and protobuf strings); NUL-terminated, its length in
+ * *outn.  A healthy recording's names are valid already (recorded with backslashreplace). */
+static char *utf8_name(const uint8_t *p, uint32_t n, uint32_t *outn) {
+    char *out = malloc((size_t)n * 3 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (uint32_t i = 0; i < n;) {
+        unsigned k = utf8_seq(p + i, n - i);
+        if (k) {
+            memcpy(o, p + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = 0;
+    *outn = (uint32_t)(o - out);
+    return out;
+}
+
 /* Names shown in viewers carry no control characters (a `python -c` command line holds newlines). */
-static char *clean_name(const uint8_t *p, uint32_t n) {
-    char *s = oc_dup_raw((const char *)p, n);
+static char *clean_name(const uint8_t *p, uint32_t n, uint32_t *outn) {
+    char *s = utf8_name(p, n, outn);
     if (s)
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; i < *outn; i++)
             if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
                 s[i] = ' ';
     return s;
@@ -970,7 +1011,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)
                 BAD("corrupt header block");
-            char *raw = clean_name(p + OC_HEADER_FIXED, nl);
+            char *raw = clean_name(p + OC_HEADER_FIXED, nl, &nl);
             free(R.process_name);
             free(R.process_name_raw);
             R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
@@ -990,10 +1031,11 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             if (e->qualname)
                 break; /* written twice: the first one holds */
             const char *q = (const char *)p + 20, *f = q + ql;
-            e->qualname = oc_json_escape(q, ql);
-            e->filename = oc_json_escape(f, fl);
-            e->qualname_raw = oc_dup_raw(q, ql);
-            e->filename_raw = oc_dup_raw(f, fl);
+            uint32_t qn = 0, fn = 0;
+            e->qualname_raw = utf8_name((const uint8_t *)q, ql, &qn);
+            e->filename_raw = utf8_name((const uint8_t *)f, fl, &fn);
+            e->qualname = e->qualname_raw ? oc_json_escape(e->qualname_raw, qn) : NULL;
+            e->filename = e->filename_raw ? oc_json_escape(e->filename_raw, fn) : NULL;
             e->firstlineno = (int)rd32(p + 4);
             e->nunits = nu;
             if (nu) {
@@ -1021,7 +1063,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             th->ident = (unsigned long)rd64(p + 16);
             W.threads[idx].tid = th->tid;
             if (nl && !th->name_raw) {
-                th->name_raw = clean_name(p + 28, nl);
+                th->name_raw = clean_name(p + 28, nl, &nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
             }
             break;
