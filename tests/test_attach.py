@@ -334,6 +334,40 @@ def test_interrupt_while_the_main_thread_is_blocked(needs_attach, targets, tmp_p
     assert workload_calls(out, t.pid)
 
 
+def test_one_attach_at_a_time_and_a_superseded_session_is_removed(needs_attach, targets, tmp_path):
+    """CPython keeps one pending attach script per process: a second attach while the first waits would
+    replace its script and leave the first waiting for ever.  It is refused; once the first gave up (^C),
+    the next attach replaces the first's never-run script and removes its session directory."""
+    t = targets(block=True)
+    a = attach_bg(t.pid, "-o", str(tmp_path / "a.json"))
+    try:
+        read_until(a.stderr, "ocular: waiting for process")
+        refused(attach(t.pid, "--duration", "0.2", "-o", str(tmp_path / "b.json")), "another", "waiting for it")
+        a.send_signal(signal.SIGINT)
+        a.communicate(timeout=TIMEOUT)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert a.returncode == 130
+    assert glob.glob(str(tmp_path / ".ocular-attach.*"))  # the first one's, its script still pending
+    c = attach_bg(t.pid, "--duration", "0.3", "-o", str(tmp_path / "c.json"), "--no-report")
+    try:
+        read_until(c.stderr, "ocular: waiting for process")  # (its script sent while the target is blocked)
+        t.proc.stdin.write("go\n")
+        t.proc.stdin.flush()
+        t.wait_ready()
+        c.communicate(timeout=TIMEOUT)
+    finally:
+        if c.poll() is None:
+            c.kill()
+            c.wait()
+    assert c.returncode == 0
+    assert workload_calls(str(tmp_path / "c.json"), t.pid)
+    no_session_left(str(tmp_path))
+    assert not os.path.exists(tmp_path / "a.json") and not os.path.exists(tmp_path / "b.json")
+
+
 def test_root_attaches_to_another_users_process(needs_attach, targets):
     """The session directory is handed to the target's user, who writes the trace."""
     if os.geteuid() != 0:

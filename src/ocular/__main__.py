@@ -329,7 +329,7 @@ written to OUTPUT (resolved here, so relative to this command's directory) and t
 Needs Python 3.14+ on both sides, the same version (3.14.x attaches to 3.14.y), remote debugging not
 disabled in the process (PYTHON_DISABLE_REMOTE_DEBUG, -X disable-remote-debug), permission to ptrace it
 (same user, or root; see /proc/sys/kernel/yama/ptrace_scope) and Ocular importable in it.  A refusal is
-one 'ocular: ...' line and exit status 2.
+one 'ocular: ...' line and exit status 2.  One attach per process at a time (a second one is refused).
 examples:
   python -m ocular attach 1234                       trace until ^C, write ocular_trace.json here
   python -m ocular attach 1234 --duration 5 -o /tmp/app.pftrace --threshold 0"""

@@ -411,6 +411,40 @@ def _remove_stale_sessions(outdir):
             pass
 
 
+def _lock_target(pid, start):
+    """One attach per target process at a time: CPython keeps one pending attach script per process, so a
+    second attach while the first still waits would replace the first's script, and the first would wait
+    for ever.  The lock is an abstract socket named after the process (its pid and start time), held while
+    this command runs and gone with it however it ends."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(f"\0ocular-attach-{pid}-{start}")
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AttachError(f"another 'python -m ocular attach' to process {pid} is waiting for it or tracing "
+                              f"it; attach once that one has ended (a process runs one attach script at a "
+                              f"time)") from None
+        return None  # (no abstract sockets here: no lock)
+    return sock
+
+
+def _remove_superseded(outdir, pid, mine):
+    """Session directories for the same process left by an attach that gave up before the process ran its
+    script (^C): our script has just replaced theirs, which will never run, so nobody else removes them."""
+    try:
+        names = os.listdir(outdir)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(outdir, name)
+        if (re.fullmatch(rf"\.ocular-attach\.{pid}\.[A-Za-z0-9_]+", name) and path != mine
+                and _read_status(os.path.join(path, STATUS)) is None):
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _make_session(pid, output, options, duration):
     """Create the session directory in the output's directory, with its FIFO and script; the target
     must be able to read and write there, so when we are root and it is not, it gets the files.  Stale
@@ -655,7 +689,13 @@ def run(ns):
     def on_signal(signum, frame):
         stops.append(signum)
 
-    d, fd, cfg = _make_session(pid, output, options, ns.duration)
+    lock = _lock_target(pid, start)
+    try:
+        d, fd, cfg = _make_session(pid, output, options, ns.duration)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
     cleanup = True  # False: the target removes the session directory (we leave before it is done)
     old = {}
     try:
@@ -663,6 +703,7 @@ def run(ns):
             old[s] = signal.signal(s, on_signal)
         _check_visible(pid, d)
         _remote_exec(pid, start, os.path.join(d, SCRIPT))
+        _remove_superseded(os.path.dirname(output), pid, d)
         waited = 0.0
         announced = False
         asked = 0  # signals already answered by a stop request
@@ -734,3 +775,5 @@ def run(ns):
             shutil.rmtree(d, ignore_errors=True)
         for s, h in old.items():
             signal.signal(s, h)
+        if lock is not None:
+            lock.close()
