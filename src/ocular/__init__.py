@@ -967,8 +967,9 @@ def _print_err(text):
     program's own output)."""
     if sys.stderr is None:
         return
-    try:
-        print(text, file=sys.stderr)
+    try:  # one write, line and newline together: a signal handler's line (SIGUSR2) cannot cut into it
+        sys.stderr.write(f"{text}\n")
+        sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
 
