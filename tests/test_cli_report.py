@@ -219,6 +219,42 @@ def test_several_outputs_report_the_specialized_instructions(tmp_path, script):
     assert any(r["arg"].startswith("to ") for r in rows) and any(r["arg"] == "i" for r in rows), rows
 
 
+def test_a_recording_converted_in_another_process_reports_specialized_instructions(tmp_path, script):
+    """-o run.ocular, then convert in another process: the recording keeps, after its END, the specialized
+    bytecode and argument names of the live code objects with loops (an ADAPTIVE block), so the report's
+    hot loops have the rows a report at stop has: offsets, lines, base and specialized instructions,
+    arguments.  Without the block (cut off) they are the recorded base opcodes and raw arguments."""
+    from ocular import _adaptive
+
+    def rows(rep):
+        mine = [lp for lp in rep["loops"] if lp["file"] == str(script)]
+        return {(lp["function"], lp["offset"]): [(r["offset"], r["line"], r["base"], r["specialized"], r["arg"])
+                                                 for r in lp["rows"]] for lp in mine}
+
+    p = cli(["-q", "-o", "t.json", "--report-json", "--report", "live.json", str(script)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    live = rows(json.loads((tmp_path / "live.json").read_text()))
+    p = cli(["-q", "-o", "run.ocular", str(script)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert _adaptive.block_offset(tmp_path / "run.ocular") is not None
+    p = cli(["convert", "run.ocular", "-q", "-o", "c.json", "--report-json", "--report-file", "conv.json"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    conv = rows(json.loads((tmp_path / "conv.json").read_text()))
+    assert conv == live and len(live) == 2, (conv, live)
+    flat = [r for lp in conv.values() for r in lp]
+    assert any(r[2] != r[3] for r in flat) and any(r[4] == "i" for r in flat), flat
+    # the same recording without its ADAPTIVE block: the recorded base opcodes, raw arguments
+    data = (tmp_path / "run.ocular").read_bytes()
+    (tmp_path / "cut.ocular").write_bytes(data[:_adaptive.block_offset(tmp_path / "run.ocular")])
+    p = cli(["convert", "cut.ocular", "-q", "-o", "d.json", "--report-json", "--report-file", "cut.json"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    cut = rows(json.loads((tmp_path / "cut.json").read_text()))
+    assert cut.keys() == live.keys()
+    flat = [r for lp in cut.values() for r in lp]
+    assert all(r[2] == r[3] for r in flat) and not any(r[4] == "i" for r in flat), flat
+    assert [[r[:3] for r in lp] for lp in cut.values()] == [[r[:3] for r in lp] for lp in live.values()]
+
+
 LIVE = """
 import json, os, shutil, sys
 import ocular
@@ -246,22 +282,33 @@ parse(3000)
 ocular.stop_tracing()
 os.replace("copy.ocular", "b.ocular")  # (the file at that path is not the one the session wrote)
 out["replaced"] = specialized(ocular.convert("b.ocular", "b.json"))
+with open("a.ocular", "rb") as f:  # without the ADAPTIVE block: only the live code objects have them
+    data = f.read()
+from ocular import _adaptive
+with open("cut.ocular", "wb") as f:
+    f.write(data[:_adaptive.block_offset("a.ocular")])
+ocular.start_tracing(output="c.ocular", report=False)
+parse(3000)
+ocular.stop_tracing()
+os.replace("cut.ocular", "c2.ocular")
+out["cut"] = specialized(ocular.convert("c2.ocular", "c2.json"))
 print(json.dumps(out))
 """
 
 
 def test_a_recording_converted_in_its_own_process_reports_specialized_instructions(tmp_path):
-    """start_tracing(output="x.ocular") then convert() of that file in the same process, before another
-    session starts: the report's loops show specialized instructions (the session's code table is kept
-    for it, and freed by the convert); a copy of the file, a second convert, or another file written at
-    the same path since, report the recorded base opcodes."""
+    """start_tracing(output="x.ocular") then convert() of that file in the same process: the report's loops
+    show specialized instructions, from the live code objects (the session's code table is kept for the
+    first convert, before another session starts) or from the recording's ADAPTIVE block (a copy, a second
+    convert, another file at the same path); a recording without the block, and not the session's own, has
+    the recorded base opcodes."""
     prog = tmp_path / "live.py"
     prog.write_text(LIVE)
     p = subprocess.run([*python_cmd(), str(prog)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=SRC),
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    assert got == {"copy": False, "same": True, "again": False, "replaced": False}, (got, p.stderr)
+    assert got == {"copy": True, "same": True, "again": True, "replaced": True, "cut": False}, (got, p.stderr)
 
 
 def _other_python():

@@ -821,6 +821,9 @@ def _stop_locked():
             raise FileNotFoundError(errno.ENOENT, f"ocular: the output directory {os.path.dirname(out)!r} was "
                                     f"removed while tracing, and the recording in it: no trace is written", out)
         if fmt == "recording":
+            from . import _adaptive
+
+            _adaptive.append(rec)  # the hot loops' specialized instructions, for a report rendered elsewhere
             _install(rec, out)
             rec = None
             result["bytes"] = os.path.getsize(out)
@@ -999,9 +1002,9 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
     (True/"text" or "json").  loops: as for start_tracing().  thread_roots: folded stacks start with
     their thread.  statistics: False renders a JSON or ``.pftrace`` trace alone, without the
     statistics (faster; ``report`` is then None, and a report cannot be asked for).  Returns a
-    TraceResult (``report`` holds the Report: its hot loops show the recorded base opcodes, or, for the
-    first convert of a session's recording in the process that made it before another session starts,
-    the specialized instructions and their arguments).  Raises FileNotFoundError if the recording does not
+    TraceResult (``report`` holds the Report: its hot loops show the specialized instructions and their
+    arguments, kept in the recording at stop, or the recorded base opcodes for a recording without them,
+    one cut short by a kill).  Raises FileNotFoundError if the recording does not
     exist, ValueError for a path that is not a recording (a directory, a FIFO, another file), and
     OSError if the output cannot be written (nothing is left under its name).  One render runs at a
     time in the process: a call from another thread waits for the one running."""

@@ -212,6 +212,9 @@ class Report:
         # interpreter's opcode names only where they are the recording's (bytecode_note says why not)
         self.cache_entries = data.get("cache_entries")
         self.same_python = _same_bytecode(self.python_hex, sys.hexversion)
+        from ._adaptive import parse
+
+        self._adaptive = parse(data.get("adaptive"))  # {code id: the specialized bytecode kept at stop}
         self.bytecode_note = None if self.same_python else (
             f"recorded on Python {_version(self.python_hex)}, read by {_version(sys.hexversion)}, whose opcodes "
             f"differ: no instruction names, no block split (convert with Python {_version(self.python_hex)} for them)")
@@ -256,6 +259,12 @@ class Report:
             # probe, or evenly (no probe ran in the loop)
             lp["split"] = "instructions" if self.mode == "precise" else "probe" if any(
                 v[3] for off, v in f["units"].items() if raw["dest"] <= off <= raw["src"]) else "even"
+            if code is None and f.get("id") in self._adaptive and self.same_python:
+                rows = self._kept_rows(f, raw)
+                if rows:  # recorded by another process, with its specialized bytecode kept at stop
+                    lp["rows"] = rows
+                    lp["line"] = next((r["line"] for r in rows if r["line"]), f["firstlineno"])
+                    continue
             if code is None:  # gone by stop, or recorded by another process: the recorded bytecode
                 lp["rows"] = self._recorded_rows(f, raw)
                 lp["note"] = self.bytecode_note
@@ -363,6 +372,25 @@ class Report:
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
             })
+        return rows
+
+    def _kept_rows(self, f, lp):
+        """Rows from the recorded bytecode and the specialized forms and argument names kept with it at
+        stop (_adaptive.py), as a live code object gives them; [] if they cannot be rebuilt."""
+        from ._adaptive import instructions
+
+        bc, raw_lines = f.get("bytecode"), f.get("lines")
+        cache = self.cache_entries or _cache_table()
+        instrs = instructions(bc, self._adaptive[f["id"]], cache) if bc and raw_lines else None
+        if not instrs:
+            return []
+        lines = array.array("i")
+        lines.frombytes(raw_lines)
+        base = {i.offset: dis.opname[bc[i.offset]] for i in instrs}
+        rows = self._rows(None, f, lp, base, instrs)
+        for r in rows:
+            u = r["offset"] // 2
+            r["line"] = lines[u] if u < len(lines) and lines[u] >= 0 else None
         return rows
 
     def _recorded_rows(self, f, lp):

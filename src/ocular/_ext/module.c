@@ -365,6 +365,23 @@ static PyObject *append_codes(PyObject *out, int (*pick)(const oc_codeextra *)) 
     return out;
 }
 
+/* (code id, code object) of every code object of the last session's table still alive: at stop, the
+ * Python layer writes the specialized bytecode of those with loops into a kept recording. */
+static PyObject *py_live_codes(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    PyObject *out = PyList_New(0);
+    for (uint32_t id = 0; out && id < S.ncodes; id++) {
+        PyObject *co = oc_code_object(oc_code_entry(id));
+        if (!co)
+            continue;
+        PyObject *item = Py_BuildValue("(IN)", id, co);
+        if (!item || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
 static int disabled_here(const oc_codeextra *ex) { return ex->flags || ex->sites_disabled; }
 static int probed_here(const oc_codeextra *ex) { return ex->probe == 1; }
 
@@ -689,6 +706,8 @@ static PyMethodDef methods[] = {
     {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
     {"_replace", py_replace, METH_VARARGS,
      "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
+    {"_live_codes", py_live_codes, METH_NOARGS,
+     "[(code id, code object)] of the last session's code table, for those still alive."},
     {"_code_lines", py_code_lines, METH_O,
      "_code_lines(code) -> (line of each code unit or None, read from co_linetable (else co_lines())): as\n"
      "the recording's CODE block has them (tests compare them with co_lines())."},

@@ -362,6 +362,8 @@ typedef struct {
     int ring;                /* the recording is a flight-recorder window */
     int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
     uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
+    char *adaptive;          /* the ADAPTIVE block's payload (malloc'd), or NULL */
+    uint32_t adaptive_len;
     uint64_t events;         /* records rendered */
     double wall_ns;          /* from the start of the session (or window) to its stop */
 } oc_rmeta;

@@ -45,6 +45,10 @@ enum oc_block {
      * windows open, before the chunks recorded in them, and once more before END with the final status:
      * a reader appends every block's windows and keeps the last status */
     OC_BLK_SAMPLING = 9,
+    /* UTF-8 JSON, written by the Python layer at stop after END into a recording kept for later
+     * (_adaptive.py): the specialized bytecode and argument names of the live code objects with loops,
+     * for reports rendered in another process */
+    OC_BLK_ADAPTIVE = 10,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 

@@ -906,6 +906,9 @@ static void free_meta(void) {
     R.threads = NULL;
     free(R.process_name);
     free(R.process_name_raw);
+    free(R.adaptive);
+    R.adaptive = NULL;
+    R.adaptive_len = 0;
     memset(&R, 0, sizeof R);
 }
 
@@ -1122,6 +1125,13 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         case OC_BLK_WINDOW:
             if (len >= 8)
                 W.window_ticks = rd64(p);
+            break;
+        case OC_BLK_ADAPTIVE: /* (kept for the report; the last one wins) */
+            free(R.adaptive);
+            R.adaptive = malloc((size_t)len + 1);
+            R.adaptive_len = R.adaptive ? len : 0;
+            if (R.adaptive)
+                memcpy(R.adaptive, p, len);
             break;
         case OC_BLK_SAMPLING:
             oc_attr_block(p, len);
