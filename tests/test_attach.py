@@ -7,6 +7,7 @@ targets are subprocesses running a known workload (a loop calling ``attach_workl
 are bounded by timeouts only (a hung attach fails the test), never by timing assertions.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -182,6 +183,17 @@ def refused(p, *needles):
     return lines[0]
 
 
+@contextlib.contextmanager
+def killed_at_the_end(proc):
+    """A background attach command, killed if the test leaves it running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def no_session_left(directory):
     left = glob.glob(os.path.join(directory, ".ocular-attach.*"))
     assert not left, f"session directories left behind: {left}"
@@ -339,29 +351,19 @@ def test_one_attach_at_a_time_and_a_superseded_session_is_removed(needs_attach, 
     replace its script and leave the first waiting for ever.  It is refused; once the first gave up (^C),
     the next attach replaces the first's never-run script and removes its session directory."""
     t = targets(block=True)
-    a = attach_bg(t.pid, "-o", str(tmp_path / "a.json"))
-    try:
+    with killed_at_the_end(attach_bg(t.pid, "-o", str(tmp_path / "a.json"))) as a:
         read_until(a.stderr, "ocular: waiting for process")
         refused(attach(t.pid, "--duration", "0.2", "-o", str(tmp_path / "b.json")), "another", "waiting for it")
         a.send_signal(signal.SIGINT)
         a.communicate(timeout=TIMEOUT)
-    finally:
-        if a.poll() is None:
-            a.kill()
-            a.wait()
     assert a.returncode == 130
     assert glob.glob(str(tmp_path / ".ocular-attach.*"))  # the first one's, its script still pending
-    c = attach_bg(t.pid, "--duration", "0.3", "-o", str(tmp_path / "c.json"), "--no-report")
-    try:
+    with killed_at_the_end(attach_bg(t.pid, "--duration", "0.3", "-o", str(tmp_path / "c.json"), "--no-report")) as c:
         read_until(c.stderr, "ocular: waiting for process")  # (its script sent while the target is blocked)
         t.proc.stdin.write("go\n")
         t.proc.stdin.flush()
         t.wait_ready()
         c.communicate(timeout=TIMEOUT)
-    finally:
-        if c.poll() is None:
-            c.kill()
-            c.wait()
     assert c.returncode == 0
     assert workload_calls(str(tmp_path / "c.json"), t.pid)
     no_session_left(str(tmp_path))

@@ -252,7 +252,7 @@ def test_a_recording_converted_in_another_process_reports_specialized_instructio
     assert cut.keys() == live.keys()
     flat = [r for lp in cut.values() for r in lp]
     assert all(r[2] == r[3] for r in flat) and not any(r[4] == "i" for r in flat), flat
-    assert [[r[:3] for r in lp] for lp in cut.values()] == [[r[:3] for r in lp] for lp in live.values()]
+    assert {k: [r[:3] for r in lp] for k, lp in cut.items()} == {k: [r[:3] for r in lp] for k, lp in live.items()}
 
 
 LIVE = """
