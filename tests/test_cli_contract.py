@@ -85,7 +85,8 @@ def test_conflicting_options_are_refused(tmp_path, recording):
     refused(run_cli("--tree", "--report-json", prog, cwd=tmp_path), "--tree", "--report-json")
     refused(run_cli("convert", str(recording), "-o", "t.json", "--tree", "--report-json", cwd=tmp_path), "--tree")
     for outs in (["-o", "x.pftrace"], ["-o", "x.json", "-o", "x.pftrace"]):
-        refused(run_cli("--loop-events", "runs", *outs, prog, cwd=tmp_path), "--loop-events runs", "'x.pftrace'")
+        refused(run_cli("--loop-events", "runs", *outs, prog, cwd=tmp_path), "--loop-events runs", "'x.pftrace'",
+                "Perfetto")
     assert not (tmp_path / "ran.out").exists()
     p = run_cli("convert", str(recording), "--loop-events", "runs", "-o", "c.pftrace", cwd=tmp_path)
     assert p.returncode == 1 and "JSON traces only" in p.stderr and not (tmp_path / "c.pftrace").exists(), p.stderr

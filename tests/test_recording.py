@@ -544,3 +544,8 @@ def test_line_tables_are_read_from_the_location_table_as_co_lines_gives_them():
             assert got == want, (name, co.co_qualname)
             checked += 1
     assert checked > 1000, checked
+    # a table that does not describe the code (replaced by hand): co_lines() is asked instead
+    co = compile("x = 1\ny = 2\n", "<t>", "exec")
+    odd = co.replace(co_linetable=b"\x00")
+    got, from_table = _ocular._code_lines(odd)
+    assert not from_table and len(got) == len(odd.co_code) // 2

@@ -368,7 +368,8 @@ def _acquire_tool(tool_id):
             return i
     raise RuntimeError(
         f"ocular: sys.monitoring tool ids 3, 4 and 5 are all in use ({_tool_holders()}); Ocular leaves 0, 1 "
-        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5, or pass tool_id= (--tool-id on the command line)"
+        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5, or pass tool_id= "
+        f"(--tool-id on the command line)"
     )
 
 
@@ -602,7 +603,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
     """
-    global _session, _codes_held_for
+    global _session, _codes_held_for, _exiting
     if _session is not None:
         raise RuntimeError("ocular: tracing is already running; call ocular.stop_tracing() first")
     if not isinstance(mode, str):
@@ -651,6 +652,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         # (starting may start the render while recording: not during another render)
         with _rendering(), _writing(output, path or "\0"):
             _codes_held_for = None  # (the session's code table replaces a held one)
+            _exiting = False
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,

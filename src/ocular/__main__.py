@@ -454,8 +454,8 @@ def _run(argv=None):
                 ocular._loops_code(ns.loop_events, ocular._format_for(out, ns.format))
             except ValueError as exc:
                 if "runs" in str(exc):
-                    parser.error(f"--loop-events runs: {out!r} is a .pftrace, which shows loops as iterations "
-                                 f"(or off); runs are drawn in JSON traces only")
+                    parser.error(f"--loop-events runs: {out!r} is written as Perfetto protobuf, which shows loops "
+                                 f"as iterations (or off); runs are drawn in JSON traces only")
     many = len(outputs) > 1
     if many:  # record once, render into each output at the end: each is checked now, before the program runs
         for out in outputs:

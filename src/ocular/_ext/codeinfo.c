@@ -118,22 +118,22 @@ uint32_t *oc_code_counters(oc_codeextra *ex, int which) {
     return *slot;
 }
 
-/* The location table's varints (6 bits a byte, bit 6: more follow); 0 past the end (*p > end then). */
-static uint32_t lt_varint(const uint8_t **p, const uint8_t *end) {
+/* The location table's varints (6 bits a byte, bit 6: more follow) at t[*i..n); past the end, *i > n. */
+static uint32_t lt_varint(const uint8_t *t, size_t n, size_t *i) {
     uint32_t v = 0;
-    for (unsigned shift = 0; *p < end && shift < 32; shift += 6) {
-        uint8_t b = *(*p)++;
+    for (unsigned shift = 0; *i < n && shift < 32; shift += 6) {
+        uint8_t b = t[(*i)++];
         v |= (uint32_t)(b & 63) << shift;
         if (!(b & 64))
             return v;
     }
-    *p = end + 1;
+    *i = n + 1;
     return 0;
 }
 
-static int32_t lt_svarint(const uint8_t **p, const uint8_t *end) {
-    uint32_t v = lt_varint(p, end);
-    return (v & 1) ? -(int32_t)(v >> 1) : (int32_t)(v >> 1);
+static int32_t lt_svarint(const uint8_t *t, size_t n, size_t *i) {
+    uint32_t v = lt_varint(t, n, i);
+    return (v & 1) ? -(int32_t)(v >> 1) : (int32_t)(v >> 1); /* (v >> 1 < 2^31) */
 }
 
 /* Line of every code unit read straight from co_linetable, the location table every CPython from 3.11
@@ -142,20 +142,21 @@ static int32_t lt_svarint(const uint8_t **p, const uint8_t *end) {
  * nunits units (another format): co_lines() is asked then.  A 3,000-line function's table is read in
  * ~60K instructions here, against ~6M through co_lines()'s tuples, which its first call paid. */
 static int lines_from_table(PyCodeObject *co, uint32_t nunits, int32_t *lines) {
-    PyObject *t = PyObject_GetAttrString((PyObject *)co, "co_linetable");
-    if (!t || !PyBytes_Check(t)) {
-        Py_XDECREF(t);
+    PyObject *tab = PyObject_GetAttrString((PyObject *)co, "co_linetable");
+    if (!tab || !PyBytes_Check(tab)) {
+        Py_XDECREF(tab);
         PyErr_Clear();
         return -1;
     }
-    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(t), *end = p + PyBytes_GET_SIZE(t);
+    const uint8_t *t = (const uint8_t *)PyBytes_AS_STRING(tab);
+    size_t n = (size_t)PyBytes_GET_SIZE(tab), i = 0;
     int32_t line = co->co_firstlineno;
     uint32_t u = 0;
     int ok = 1;
-    while (p < end && ok) {
-        uint8_t h = *p++;
+    while (i < n) {
+        uint8_t h = t[i++];
         unsigned code = (h >> 3) & 15, len = (h & 7) + 1u;
-        int32_t ln;
+        int32_t ln = line;
         if (!(h & 128)) {
             ok = 0;
             break;
@@ -163,30 +164,29 @@ static int lines_from_table(PyCodeObject *co, uint32_t nunits, int32_t *lines) {
         if (code == 15) { /* no location */
             ln = -1;
         } else if (code == 14) { /* long form: line delta, end line delta, column, end column */
-            line += lt_svarint(&p, end);
-            (void)lt_varint(&p, end);
-            (void)lt_varint(&p, end);
-            (void)lt_varint(&p, end);
+            line = (int32_t)((uint32_t)line + (uint32_t)lt_svarint(t, n, &i)); /* (no signed overflow) */
+            (void)lt_varint(t, n, &i);
+            (void)lt_varint(t, n, &i);
+            (void)lt_varint(t, n, &i);
             ln = line;
         } else if (code == 13) { /* no columns: line delta */
-            line += lt_svarint(&p, end);
+            line = (int32_t)((uint32_t)line + (uint32_t)lt_svarint(t, n, &i));
             ln = line;
         } else if (code >= 10) { /* one line: delta code - 10, two column bytes */
             line += (int32_t)code - 10;
-            p += 2;
+            i += 2;
             ln = line;
         } else { /* short form: same line, one column byte */
-            p += 1;
-            ln = line;
+            i += 1;
         }
-        if (p > end || u + len > nunits) {
+        if (i > n || u + len > nunits) {
             ok = 0;
             break;
         }
         for (unsigned k = 0; k < len; k++)
             lines[u++] = ln;
     }
-    Py_DECREF(t);
+    Py_DECREF(tab);
     return ok && u == nunits ? 0 : -1;
 }
 
