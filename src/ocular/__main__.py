@@ -138,14 +138,14 @@ def build_parser():
     return p
 
 
-def _split_argv(argv):
+def _split_argv(argv, parser):
     """Options before the program belong to us; everything from the program on belongs to it (as
     argparse reads them: a long option by a unique prefix, a short option's value attached)."""
     ours = []
     i = 0
     takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
                    "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report", "--loop-events"}
-    longs = [o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")]
+    longs = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     while i < len(argv):
         a = argv[i]
         if a in ("-m", "-c"):
@@ -429,9 +429,9 @@ def _run(argv=None):
         return convert_main(argv[1:])
     if argv and argv[0] == "attach":
         return attach_main(argv[1:])
-    ours, rest = _split_argv(argv)
-    cli_pid = os.getpid()
     parser = build_parser()
+    ours, rest = _split_argv(argv, parser)
+    cli_pid = os.getpid()
     ns = parser.parse_args(ours)
     outputs = ns.output or ["ocular_trace.json"]
     ns.output_given = ns.output is not None
@@ -451,11 +451,12 @@ def _run(argv=None):
     if ns.loop_events == "runs" and not ns.no_trace_file:
         for out in outputs:
             try:
-                ocular._loops_code(ns.loop_events, ocular._format_for(out, ns.format))
-            except ValueError as exc:
-                if "runs" in str(exc):
-                    parser.error(f"--loop-events runs: {out!r} is written as Perfetto protobuf, which shows loops "
-                                 f"as iterations (or off); runs are drawn in JSON traces only")
+                fmt = ocular._format_for(out, ns.format)
+            except (ValueError, TypeError):
+                continue  # (an output refused below, with its message)
+            if fmt == "perfetto":
+                parser.error(f"--loop-events runs: {out!r} is written as Perfetto protobuf, which shows loops "
+                             f"as iterations (or off); runs are drawn in JSON traces only")
     many = len(outputs) > 1
     if many:  # record once, render into each output at the end: each is checked now, before the program runs
         for out in outputs:

@@ -52,15 +52,11 @@ def _short_repr(value):
 
 
 def block(codes):
-    """The ADAPTIVE block (header, payload, padding) for [(code id, code object)], or None if none has a
-    loop.  The code objects' adaptive bytecode must be settled (no INSTRUMENTED_* left)."""
+    """The ADAPTIVE block (header, payload, padding) for [(code id, code object with a loop)], or None if
+    none can be written.  The code objects' adaptive bytecode must be settled (no INSTRUMENTED_* left)."""
     entries = {}
     for cid, co in codes:
-        if len(entries) >= MAX_CODES:
-            break
         try:
-            if not _has_loop(co):
-                continue
             entries[str(cid)] = dict(
                 adaptive=co._co_code_adaptive[::2].hex(), names=list(co.co_names), varnames=_varnames(co),
                 consts=[_short_repr(c) for c in co.co_consts])
@@ -78,7 +74,7 @@ def append(rec):
     try:
         from ._report import _settle
 
-        codes = [(cid, co) for cid, co in _ocular._live_codes() if _has_loop(co)]
+        codes = [(cid, co) for cid, co in _ocular._live_codes() if _has_loop(co)][:MAX_CODES]
         if not codes:
             return
         _settle([co for _, co in codes])  # (adaptive bytecode without our instrumentation)

@@ -642,12 +642,12 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         raise MergeError(f"cannot merge into {format} ({output!r}): {', '.join(map(repr, wrong))} "
                          f"{'is' if len(wrong) == 1 else 'are'} in the other format; inputs and output "
                          "must share one format")
-    from . import _check_name_length, _regular_output, _writing
+    from . import _check_name_length, _regular_output, _same_file, _writing
 
     if not output:
         raise MergeError("the output must not be empty")
     out_abs = _regular_output(output, os.path.abspath(output), hint=False)  # follows a symlink; refuses devices
-    if any(os.path.realpath(p["path"]) == out_abs for p in items):
+    if any(_same_file(p["path"], out_abs) for p in items):
         raise MergeError(f"the output {output!r} is also an input; write the merge to another file")
     directory = os.path.dirname(out_abs)
     if not os.path.isdir(directory):
