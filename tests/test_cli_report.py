@@ -480,12 +480,12 @@ def test_a_callers_self_time_names_its_deinstrumented_callees(tmp_path):
                 child()
         main()
     """))
-    p = cli(["--threshold", "100", "--report-json", "-o", "t.json", "m.py"], tmp_path)
+    p = cli(["--near-zero", "--threshold", "100", "--report-json", "-o", "t.json", "m.py"], tmp_path)
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
     f = {r["name"]: r for r in rep["functions"]}
     assert f["child"]["deinstrumented"] and f["main"]["untraced_callees"] == ["child"]
-    p = cli(["--threshold", "100", "-o", "t.json", "m.py"], tmp_path)
+    p = cli(["--near-zero", "--threshold", "100", "-o", "t.json", "m.py"], tmp_path)
     assert "main's self time also holds the unmeasured calls it made to child" in p.stderr
     p = cli(["--threshold", "0", "--report-json", "-o", "t.json", "m.py"], tmp_path)
     rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])

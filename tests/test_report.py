@@ -2,6 +2,7 @@
 another tool is survived, specialized opcodes show up, and with the deterministic test clock (one tick
 per clock read, no own-cost subtraction) the report's figures are exact."""
 
+import pytest
 import json
 import sys
 
@@ -125,19 +126,23 @@ def test_precise_mode_reports_per_instruction_cycles(trace_path):
     assert loops and all(e["args"]["instructions"] > 0 for e in loops)
 
 
-def test_disable_stops_events_at_the_threshold(trace_path):
+@pytest.mark.parametrize("near_zero", [False, True])
+def test_disable_stops_events_at_the_threshold(trace_path, near_zero):
+    """Near-zero mode: a function's start answers DISABLE after the threshold.  By default every call is
+    recorded whatever the threshold (only the loop's jump is de-instrumented)."""
     run_py(f"""
         import ocular
         def f(x):
             return x + 1
-        ocular.start_tracing(deinstrument_threshold=100, output={trace_path!r}, report=False)
+        ocular.start_tracing(deinstrument_threshold=100, output={trace_path!r}, report=False,
+                             near_zero={near_zero!r})
         for i in range(1000):
             f(i)
         ocular.stop_tracing()
     """)
     ev = load_trace(trace_path)["traceEvents"]
     check_balanced(ev)
-    assert sum(1 for e in ev if e["ph"] == "B" and e["name"] == "f") == 100
+    assert sum(1 for e in ev if e["ph"] == "B" and e["name"] == "f") == (100 if near_zero else 1000)
 
 
 def test_restart_events_by_another_tool_is_survived(trace_path):
@@ -146,7 +151,7 @@ def test_restart_events_by_another_tool_is_survived(trace_path):
         mon = sys.monitoring
         def f(x):
             return x + 1
-        ocular.start_tracing(deinstrument_threshold=50, output={trace_path!r}, report=False)
+        ocular.start_tracing(deinstrument_threshold=50, output={trace_path!r}, report=False, near_zero=True)
         for i in range(200):
             f(i)
         mon.use_tool_id(5, "other")
@@ -168,7 +173,7 @@ def test_deinstrumented_functions_are_marked_as_samples():
         import ocular
         def g():
             return 1
-        ocular.start_tracing(perfetto=False, deinstrument_threshold=20, report="json")
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=20, report="json", near_zero=True)
         for i in range(500):
             g()
         ocular.stop_tracing()
@@ -284,9 +289,9 @@ def test_calls_without_a_seen_end_are_said(tmp_path):
 
     (tmp_path / "prog.py").write_text("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n"
                                       "def main():\n    fib(20)\nmain()\n")
-    p = run_cli("--no-sampling", "-o", "t.json", "prog.py", cwd=tmp_path)
+    p = run_cli("--near-zero", "--no-sampling", "-o", "t.json", "prog.py", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    j = run_cli("--no-sampling", "--report-json", "-o", "t2.json", "prog.py", cwd=tmp_path)
+    j = run_cli("--near-zero", "--no-sampling", "--report-json", "-o", "t2.json", "prog.py", cwd=tmp_path)
     trunc = sum(f["truncated"] for f in json.loads(j.stderr[j.stderr.index("{"):j.stderr.rindex("}") + 1])["functions"])
     assert trunc > 0
     assert f"{trunc:,} calls not counted below: no end seen" in p.stderr, p.stderr
@@ -309,7 +314,7 @@ def test_a_function_whose_calls_all_lack_an_end_is_still_reported():
         sys.setrecursionlimit(20000)
         def r(n):
             return 0 if n == 0 else r(n - 1) + 1
-        ocular.start_tracing(perfetto=False, report=False, sampling=False)
+        ocular.start_tracing(perfetto=False, report=False, sampling=False, near_zero=True)
         r(6000)
         ocular.stop_tracing()
         rep = ocular.last_report()

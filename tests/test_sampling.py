@@ -78,7 +78,7 @@ RUN_OCULAR = """
 import json, sys
 import ocular
 sampling = eval(sys.argv[2])
-ocular.start_tracing(perfetto=False, report=False, sampling=sampling)
+ocular.start_tracing(perfetto=False, report=False, sampling=sampling, near_zero=True)
 g = {"__name__": "__main__"}
 exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), g)
 ocular.stop_tracing()
@@ -240,7 +240,7 @@ def test_a_recording_keeps_its_windows(tmp_path):
     prog.write_text(SLEEPER.replace("1200", "800"))
     e = _env()
     e["OCULAR_SAMPLING"] = "25,1"
-    p = subprocess.run([*python_cmd(), "-m", "ocular", "-o", "r.ocular", "p.py"], cwd=tmp_path, env=e,
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--near-zero", "-o", "r.ocular", "p.py"], cwd=tmp_path, env=e,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", "r.ocular", "-o", "t.json", "--report-json"],
@@ -256,7 +256,7 @@ def test_a_recording_keeps_its_windows(tmp_path):
 def test_a_short_program_says_no_window_ran(tmp_path):
     (tmp_path / "m.py").write_text(SHORT)
     e = _env()
-    p = subprocess.run([*python_cmd(), "-m", "ocular", "--threshold", "100", "-o", "t.json", "m.py"], cwd=tmp_path,
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--near-zero", "--threshold", "100", "-o", "t.json", "m.py"], cwd=tmp_path,
                        env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "main's self time also holds the unmeasured calls it made to child" in p.stderr

@@ -491,7 +491,10 @@ stop()
 # de-instrumentation
 
 
-def test_threshold_500_limits_slices(trace_path):
+@pytest.mark.parametrize("near_zero", [False, True])
+def test_threshold_500_limits_slices(trace_path, near_zero):
+    """Near-zero mode: a function's slices stop at the threshold.  By default every call is a slice; the
+    loop's back edge is de-instrumented either way."""
     code = """
 def small():
     return 1
@@ -504,14 +507,14 @@ def caller():
         small()
     other()
 
-start(deinstrument_threshold=500)
+start(deinstrument_threshold=500, near_zero=NEAR_ZERO)
 caller()
 stop()
-"""
+""".replace("NEAR_ZERO", repr(near_zero))
     _, events = trace_snippet(code, trace_path)
     check_balanced(events)
     count = collections.Counter(names(events))
-    assert 500 <= count["small"] <= 501
+    assert 500 <= count["small"] <= 501 if near_zero else count["small"] == 2000
     assert count["caller"] == 1 and count["other"] == 1
     # the loop's back edge is de-instrumented after 500 hits too: 500 recorded jumps, 499 instants
     assert len(loop_instants(events, "loop caller:")) == 499
@@ -533,7 +536,7 @@ def main():
     time.sleep(0.002)   # untraced C time between rec's return and marker's start
     marker()
 
-start(deinstrument_threshold=500)
+start(deinstrument_threshold=500, near_zero=True)
 main()
 stop()
 """
@@ -897,19 +900,22 @@ def test_another_threads_calls_do_not_end_a_recorded_call(tmp_path):
     real end (its return recorded, not inferred later): 3 calls, none truncated.  (With one record of
     open calls per code and depth for all threads, B's unrecorded return took A's, f's return sites were
     disabled, and A's end was inferred at its caller's next event.)"""
-    row, events = report_row(tmp_path, SHARED_CALLEE, "f", "--threshold", "3")
+    row, events = report_row(tmp_path, SHARED_CALLEE, "f", "--near-zero", "--threshold", "3")
     assert row["calls"] == 3 and row["truncated"] == 0, row
     check_balanced(events)
 
 
 def test_recorded_calls_deeper_than_64_frames_keep_their_ends(tmp_path):
-    """Recursion from 100 frames down at the default threshold (500): the recorded calls' returns stay
+    """Recursion from 100 frames down in near-zero mode at threshold 500: the recorded calls' returns stay
     armed while any of them is open, at any depth.  Expect every recorded fib call to end with its real
     return: 500 calls, none truncated.  (Open calls were kept as a bit per depth below 64: deeper ones
     were not seen, fib's return sites were disabled, and the outer calls' ends were inferred.)"""
-    row, events = report_row(tmp_path, DEEP_RECURSION, "fib")
+    row, events = report_row(tmp_path, DEEP_RECURSION, "fib", "--near-zero")
     assert row["calls"] == 500 and row["truncated"] == 0, row
     assert names(events).count("fib") == 500
+    row, events = report_row(tmp_path, DEEP_RECURSION, "fib")  # by default: every call, every end
+    assert row["calls"] == 1973 and row["truncated"] == 0, row
+    assert names(events).count("fib") == 1973
     check_balanced(events)
 
 

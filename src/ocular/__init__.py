@@ -546,18 +546,24 @@ def _parse_ring(ring):
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
-                  ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True):
+                  ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True, near_zero=False):
     """Start tracing every thread of this process.
 
-    mode: "adaptive" (function starts/returns and jumps; locations are de-instrumented after
-        ``deinstrument_threshold`` hits so the code runs at full speed again; a loop whose back edge
-        passes it gets a short instruction probe that splits its blocks' cycles among their
+    mode: "adaptive" (every function start and return, and jumps; a jump site is de-instrumented after
+        ``deinstrument_threshold`` hits so the loop runs at full speed again, and a loop whose back
+        edge passes it gets a short instruction probe that splits its blocks' cycles among their
         instructions) or "precise" (also every instruction; a code object's instructions stop being
-        recorded once one of them passes the threshold).
+        recorded once one of them passes the threshold).  Every function call is counted and timed in
+        either mode (unless ``near_zero``).
     perfetto: write the timeline (Chrome trace JSON, opens in ui.perfetto.dev); False records
         statistics only and writes no file.
-    deinstrument_threshold: hits per location before it answers DISABLE (an int >= 0); 0 traces
-        everything, chronologically, for the whole session.
+    deinstrument_threshold: hits of a jump site, an instruction site or a cheap C call site before it
+        answers DISABLE (an int >= 0); 0 traces everything, chronologically, for the whole session.
+        Function starts and returns are never de-instrumented (but with ``near_zero``).
+    near_zero: near-zero overhead: function starts and returns are de-instrumented after
+        ``deinstrument_threshold`` calls too, so a hot function's later calls are not recorded: its
+        calls and times past the threshold are samples (marked ``*``) or estimates from the sampling
+        windows (marked ``~``) in every output.  Default False: every call is counted and timed.
     exclude / include_only: list or tuple of file-name patterns; a pattern with ``*?[`` is matched with
         fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
         excluded.
@@ -577,9 +583,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         window start at its edge, marked as cut.  None (default): everything is recorded to disk.
     c_functions: record calls of C functions (builtins such as ``len`` or ``time.sleep``, methods of
         built-in types, extension functions) as their own slices and report rows, named as cProfile
-        names them, the way cProfile counts them; each call site is de-instrumented after
-        ``deinstrument_threshold`` calls like a jump, and a site that calls Python code is left alone at
-        once.  None (default): the OCULAR_C_FUNCTIONS setting, else on.
+        names them, the way cProfile counts them; a site that calls Python code is left alone at once,
+        and a C call site is judged after every ``deinstrument_threshold`` calls: it stays instrumented
+        while its calls average 1 us or more (or mostly run other recorded calls), else it is
+        de-instrumented (its later calls count in the caller's self time, estimated by the sampling
+        windows and marked ``~``).  None (default): the OCULAR_C_FUNCTIONS setting, else on.
     loops: what the trace shows of loops: "iterations" (an instant per iteration, with its instructions
         and cycles), "runs" (one slice per run of a loop, with its iterations and cycles; JSON only: a
         ValueError for Perfetto protobuf) or
@@ -612,6 +620,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(map(repr, MODES))}")
     if not isinstance(perfetto, bool):
         raise TypeError(f"perfetto must be True or False, not {type(perfetto).__name__}")
+    if not isinstance(near_zero, bool):
+        raise TypeError(f"near_zero must be True or False, not {type(near_zero).__name__}")
     if not isinstance(thread_roots, bool):
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
     if isinstance(deinstrument_threshold, bool) or not isinstance(deinstrument_threshold, int):
@@ -656,14 +666,14 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-                _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions,
+                _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions, near_zero,
             )
     except BaseException:
         _release_tool(tid, ())
         raise
     settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
                     threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
-                    loops=loops_code, thread_roots=bool(thread_roots))
+                    loops=loops_code, thread_roots=bool(thread_roots), near_zero=near_zero)
     try:
         _register(tid, mode, callbacks)
         if mode == "adaptive":

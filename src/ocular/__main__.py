@@ -71,8 +71,14 @@ def build_parser():
                         "loop then gets a short instruction probe); precise: also every instruction "
                         "(default: %(default)s)")
     p.add_argument("--threshold", type=int, default=500, metavar="N",
-                   help="hits per location before it stops being traced; 0 traces everything "
-                        "(default: %(default)s)")
+                   help="hits of a loop's jump, an instruction probe or a cheap C call site before it stops "
+                        "being traced (function calls are always traced, but with --near-zero); 0 traces "
+                        "everything (default: %(default)s)")
+    p.add_argument("--near-zero", action="store_true",
+                   help="near-zero overhead: after --threshold calls a function's start and return are "
+                        "de-instrumented too, so its later calls are estimated (marked ~ and *), not counted; by "
+                        "default every function call is counted and timed, and only loops, instruction probes "
+                        "and cheap C call sites are de-instrumented")
     p.add_argument("--include", action="append", default=None, metavar="PATTERN",
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
@@ -366,8 +372,14 @@ def build_attach_parser():
     p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
                    help="as for tracing a program (default: %(default)s)")
     p.add_argument("--threshold", type=int, default=500, metavar="N",
-                   help="hits per location before it stops being traced; 0 traces everything "
-                        "(default: %(default)s)")
+                   help="hits of a loop's jump, an instruction probe or a cheap C call site before it stops "
+                        "being traced (function calls are always traced, but with --near-zero); 0 traces "
+                        "everything (default: %(default)s)")
+    p.add_argument("--near-zero", action="store_true",
+                   help="near-zero overhead: after --threshold calls a function's start and return are "
+                        "de-instrumented too, so its later calls are estimated (marked ~ and *), not counted; by "
+                        "default every function call is counted and timed, and only loops, instruction probes "
+                        "and cheap C call sites are de-instrumented")
     p.add_argument("--include", action="append", default=None, metavar="PATTERN",
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
@@ -543,7 +555,7 @@ def _run(argv=None):
             ocular.start_tracing(mode=ns.mode, perfetto=not ns.no_trace_file, deinstrument_threshold=ns.threshold,
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
-                                 c_functions=ns.c_functions, sampling=ns.sampling,
+                                 c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
                                  report=False if ns.no_report else ("json" if ns.report_json else True))
 
     status = 0

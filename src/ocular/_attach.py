@@ -531,7 +531,8 @@ def _agent(cfg, fd):
                                   version=sys.version.split()[0], ocular=os.path.dirname(ocular.__file__))).encode()
         ocular.start_tracing(mode=opts["mode"], deinstrument_threshold=opts["threshold"],
                              exclude=opts["exclude"], include_only=opts["include"], output=cfg["output"],
-                             tool_id=opts["tool_id"], format=opts["format"], report=False)
+                             tool_id=opts["tool_id"], format=opts["format"], report=False,
+                             near_zero=opts.get("near_zero", False))
     except BaseException as exc:
         os.close(fd)
         msg = str(exc).removeprefix("ocular: ")
@@ -680,7 +681,7 @@ def run(ns):
         raise AttachError(f"output {ns.output!r} is a directory; give a file name such as {ns.output}/trace.json")
     if not os.path.isdir(os.path.dirname(output)):
         raise AttachError(f"the output directory {os.path.dirname(output)!r} does not exist")
-    options = dict(mode=ns.mode, threshold=ns.threshold, include=ns.include, exclude=ns.exclude,
+    options = dict(mode=ns.mode, threshold=ns.threshold, near_zero=ns.near_zero, include=ns.include, exclude=ns.exclude,
                    tool_id=ns.tool_id, format=ns.format,
                    report=False if ns.no_report else ("json" if ns.report_json else "text"))
 

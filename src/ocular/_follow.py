@@ -67,7 +67,8 @@ def boot():
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False, loops=cfg.get("loops"),
-                         c_functions=cfg.get("c_functions"), sampling=cfg.get("sampling", True))
+                         c_functions=cfg.get("c_functions"), sampling=cfg.get("sampling", True),
+                         near_zero=cfg.get("near_zero", False))
     # as in forked children: save before os._exit.  No signal handler: a process killed by a signal dies
     # as it would untraced and leaves its unfinished part (a .tmp), which the merge salvages.
     ocular._wrap_os_exit()
@@ -162,7 +163,7 @@ def run(ns, command, say, warn=None):
     report = False if ns.no_report else ("json" if ns.report_json else True)
     cfg = dict(dir=directory, suffix=suffix, format=fmt, mode=ns.mode, threshold=ns.threshold,
                include=ns.include, exclude=ns.exclude, tool_id=ns.tool_id, report=report, usdt=bool(ns.usdt),
-               loops=ns.loop_events, c_functions=ns.c_functions, sampling=ns.sampling,
+               loops=ns.loop_events, c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
                report_format=dict(ocular._report_format), report_tree=bool(ocular._report_tree),
                report_file=ocular._report_file)
     env = dict(os.environ)

@@ -203,6 +203,9 @@ class Report:
         self.mode = mode
         self.threshold = data.get("threshold", 0) if threshold is None else threshold
         self.clock = clock
+        # near-zero mode: function starts were de-instrumented after the threshold too (their later calls
+        # are samples and estimates); else every call is counted and timed
+        self.near_zero = bool(data.get("near_zero", False))
         self.ns_per_tick = data["ns_per_tick"] or 1.0
         self.overhead_cycles = data["overhead_ticks"]
         self.incomplete = data["stats_incomplete"]
@@ -487,6 +490,8 @@ class Report:
         return {
             "mode": self.mode,
             "threshold": self.threshold,
+            "near_zero": self.near_zero,
+            "exact_calls": not self.near_zero,
             "clock": self.clock,
             "ns_per_cycle": self.ns_per_tick,
             "overhead_cycles_per_event": self.overhead_cycles,
@@ -514,7 +519,8 @@ class Report:
         ns = self.ns_per_tick
         cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
         out = []
-        out.append(f"ocular report - {self.mode} mode, threshold {self.threshold}, clock {self.clock} "
+        out.append(f"ocular report - {self.mode} mode{', near-zero' if self.near_zero else ''}, threshold "
+                   f"{self.threshold}, clock {self.clock} "
                    f"({ns:.4f} ns/cycle), own cost {self.overhead_cycles} cycles/event subtracted")
         deinst = self.deinstrumented_total
         facts = []
@@ -523,13 +529,17 @@ class Report:
         if self.events is not None:
             facts.append(f"{self.events:,} events")
         facts.append(f"{self.dropped:,} dropped")
-        facts.append(f"{deinst} function{'s' if deinst != 1 else ''} de-instrumented after the threshold "
-                     "(* = figures are a sample of the first calls)" if deinst else "no function de-instrumented")
+        if self.near_zero:
+            facts.append(f"{deinst} function{'s' if deinst != 1 else ''} de-instrumented after the threshold "
+                         "(* = figures are a sample of the first calls)" if deinst else "no function de-instrumented")
+        else:
+            facts.append("every function call counted and timed")
         out.append(", ".join(facts))
         sw = self.sampling
         if sw.get("windows"):
             out.append(f"sampling: {sw['windows']} window{'s' if sw['windows'] != 1 else ''} "
-                       f"({_fmt_ns(sw['window_ns'])}) measured de-instrumented functions; "
+                       f"({_fmt_ns(sw['window_ns'])}) measured de-instrumented "
+                       f"{'functions' if self.near_zero else 'C call sites'}; "
                        "~ = estimated from them (calls and time after the threshold)")
         elif sw.get("skipped"):
             out.append(f"sampling: no window opened ({sw['skipped']} skipped: another sys.monitoring tool, "

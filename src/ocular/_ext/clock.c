@@ -132,3 +132,22 @@ void oc_clock_calibrate(void) {
     S.ns_per_tick = r;
     S.calibrated = 1;
 }
+
+/* The C call site rule's limit (monitor.c ccall_keep) in ticks, by the best rate known now: a site whose
+ * timed calls average OC_CCALL_KEEP_NS or more stays instrumented.  Rare (once per site per threshold
+ * calls); kept once the early calibration is done. */
+uint64_t oc_ccall_keep_ticks(void) {
+    if (S.ccall_keep_ticks)
+        return S.ccall_keep_ticks;
+    double npt = 1.0; /* (clock_gettime and the test clock: ticks are ns) */
+    if (oc_use_tsc && !oc_test_clock) {
+        uint64_t t;
+        npt = S.early_calibrated ? S.early_npt : rate_now(&t);
+        if (!(npt > 0.01 && npt < 100.0))
+            npt = 1.0;
+    }
+    uint64_t ticks = (uint64_t)(OC_CCALL_KEEP_NS / npt) + 1;
+    if (S.early_calibrated || !oc_use_tsc || oc_test_clock)
+        S.ccall_keep_ticks = ticks;
+    return ticks;
+}

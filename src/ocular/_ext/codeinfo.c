@@ -33,6 +33,7 @@ static void free_extra(void *p) {
     free(ex->edge_hits);
     free(ex->insn_hits);
     free(ex->call_hits);
+    free(ex->call_ticks);
     free(ex);
 }
 
@@ -113,6 +114,11 @@ static int is_excluded(const char *filename) {
 
 uint32_t *oc_code_counters(oc_codeextra *ex, int which) {
     uint32_t **slot = which == 2 ? &ex->call_hits : which ? &ex->insn_hits : &ex->edge_hits;
+    if (!*slot && which == 2) { /* a C call site's times come with its counts */
+        ex->call_ticks = calloc(2 * ((size_t)ex->nunits + 1), sizeof(uint64_t));
+        if (!ex->call_ticks)
+            return NULL;
+    }
     if (!*slot)
         *slot = calloc(ex->nunits + 1, sizeof(uint32_t));
     return *slot;
@@ -263,6 +269,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     free(ex->edge_hits);
     free(ex->insn_hits);
     free(ex->call_hits);
+    free(ex->call_ticks);
     memset(ex, 0, sizeof *ex);
     ex->gen = S.gen;
     ex->id = UINT32_MAX;

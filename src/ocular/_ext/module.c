@@ -106,11 +106,14 @@ static void reset_counters(void) {
 
 PyDoc_STRVAR(start_doc,
              "_start(precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
-             "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes)\n"
+             "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes\n"
+             "       [, loops, c_functions, near_zero])\n"
              "       -> dict of callbacks\n\n"
              "Start a session recording into `recording` (ring_bytes > 0: kept in memory, the newest\n"
              "ring_bytes only, written there at stop).  output/tmp_output/format (0 JSON, 1 Perfetto,\n"
-             "2 none) are what a fork child orphaned by its thread renders by itself.  Internal: use\n"
+             "2 none) are what a fork child orphaned by its thread renders by itself.  near_zero: function\n"
+             "starts are de-instrumented after `threshold` too (else only jump, instruction and C call\n"
+             "sites are).  Internal: use\n"
              "ocular.start_tracing(), which validates arguments and registers the callbacks.");
 
 static PyObject *py_start(PyObject *mod, PyObject *args) {
@@ -120,11 +123,11 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     unsigned long main_ident;
     int format = OC_FORMAT_JSON;
     unsigned long long ring = 0;
-    int loops = OC_LOOPS_ITERATIONS, c_functions = 0;
+    int loops = OC_LOOPS_ITERATIONS, c_functions = 0, near_zero = 0;
     PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|ip:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|ipp:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
                           &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format, &rec, &ring, &loops, &c_functions))
+                          &main_ident, &format, &rec, &ring, &loops, &c_functions, &near_zero))
         return NULL;
     if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
@@ -165,6 +168,8 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
+    S.fn_threshold = near_zero ? S.threshold : 0;
+    S.ccall_keep_ticks = 0;
     S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
     S.probe_after = 0;
     S.write_json = out != Py_None && format != 2;

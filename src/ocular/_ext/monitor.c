@@ -7,14 +7,18 @@
  * nothing raises: failures set a flag reported by stop_tracing(), and the slow paths keep any exception
  * in flight intact.
  *
- * De-instrumentation: after `threshold` enters a function's PY_START/PY_RESUME answer DISABLE; its
- * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
+ * What is exact: by default every function event is recorded (S.fn_threshold 0): every activation is
+ * counted and timed, in every thread.  The threshold de-instruments what is statistical by nature: jump
+ * sites, instruction probes, and C call sites whose calls are cheap (ccall_keep: a site whose calls
+ * average OC_CCALL_KEEP_NS or more stays armed).
+ * Near-zero mode (S.fn_threshold = threshold, opt-in): after `threshold` enters a function's
+ * PY_START/PY_RESUME answer DISABLE, and every C call site goes after `threshold` calls; its PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
  * its real end, then answer DISABLE -- for at most 4096 unrecorded ends (recursion, or other threads'
  * calls), after which the renderer infers the remaining ends.  Which activations are recorded and open:
  * each thread keeps a stack of them (code id and frame depth; oc_tbuf.open), so that a return ends one
  * only if it is that thread's innermost at that depth, at any depth; the code's count of them on every
- * thread (ex->open) says when its return sites may go.  (At threshold 0 nothing is de-instrumented and
- * none of this is kept.)  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
+ * thread (ex->open) says when its return sites may go.  (Outside near-zero mode no function is
+ * de-instrumented and none of this is kept.)  JUMP/BRANCH/INSTRUCTION sites have one counter per location.
  * INSTRUCTION (precise mode, or an adaptive-mode probe armed when a loop's back edge passes the
  * threshold, see arm_probe): once one instruction site of a code object passes the threshold, that
  * code's instruction recording ends (an end record), and its other sites answer DISABLE unrecorded.
@@ -241,7 +245,7 @@ static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint3
         RETURN_DISABLE;
     uint32_t depth = frame_depth();
     if (record_sampled(ex->id, OC_INFO(kind, depth), now))
-        open_push(oc_tls.buf, ex, depth); /* (threshold > 0: only then is anything de-instrumented) */
+        open_push(oc_tls.buf, ex, depth); /* (near-zero mode: only then are functions de-instrumented) */
     RETURN_NONE;
 }
 
@@ -261,7 +265,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
                 RETURN_DISABLE;
             return enter_sampled(ex, kind);
         }
-    } else if (S.threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.threshold)) {
+    } else if (S.fn_threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.fn_threshold)) {
         ex->flags |= CF_START_DISABLED;
         return enter_sampled(ex, kind);
     }
@@ -269,7 +273,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
-        if (S.threshold)
+        if (S.fn_threshold)
             open_push(oc_tls.buf, ex, depth);
     }
     RETURN_NONE;
@@ -285,7 +289,7 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         RETURN_DISABLE;
     }
     uint32_t depth = frame_depth();
-    oc_tbuf *b = S.threshold ? session_buf() : NULL;
+    oc_tbuf *b = S.fn_threshold ? session_buf() : NULL;
     int begun = b ? open_pop(b, ex, depth) : 0;
     if (UNLIKELY(ex->flags & CF_START_DISABLED)) {
         /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
@@ -327,11 +331,11 @@ static __attribute__((noinline)) PyObject *leave_full(PyObject *const *args, uin
 static inline __attribute__((always_inline)) PyObject *enter_fast(PyObject *const *args, uint32_t kind) {
     PyThreadState *ts = tstate();
     oc_codeextra *ex = lookup_fast(args[0]);
-    if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock && (!S.threshold || ex->enters < S.threshold))) {
+    if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock && (!S.fn_threshold || ex->enters < S.fn_threshold))) {
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
             uint32_t depth = depth_of(ts);
-            if (S.threshold) {
+            if (S.fn_threshold) {
                 ex->enters++;
                 open_push(b, ex, depth);
             }
@@ -352,7 +356,7 @@ static inline __attribute__((always_inline)) PyObject *leave_fast(PyObject *cons
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
             uint32_t depth = depth_of(ts);
-            if (S.threshold)
+            if (S.fn_threshold)
                 open_pop(b, ex, depth);
             put_rec(b->pos++, oc_fast_now(), ex->id, OC_INFO(kind, depth));
             RETURN_NONE;
@@ -505,14 +509,34 @@ static inline int is_cfunc(PyObject *callable) {
     return PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type);
 }
 
-/* one K_CCALL or K_CRETURN record of a C function */
-static inline void record_cfunc(PyObject *callable, uint32_t kind) {
+/* one K_CCALL or K_CRETURN record of a C function; its time stamp (0: not recorded) */
+static inline uint64_t record_cfunc(PyObject *callable, uint32_t kind) {
     uint32_t id = oc_cfunc_id(callable);
     if (UNLIKELY(id == UINT32_MAX))
-        return;
+        return 0;
     oc_rec *r = reserve();
-    if (LIKELY(r != NULL))
-        put_rec(r, oc_now(), id, OC_INFO(kind, frame_depth()));
+    if (UNLIKELY(r == NULL))
+        return 0;
+    uint64_t ts = oc_now();
+    put_rec(r, ts, id, OC_INFO(kind, frame_depth()));
+    return ts;
+}
+
+/* The C call site rule: a site that reached the threshold stays instrumented if its calls are expensive
+ * next to what recording one costs -- timed calls (a C_RETURN right after its CALL, nothing recorded
+ * between) averaging S.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
+ * a key function, a callback) -- and is judged again after as many calls; otherwise it answers DISABLE
+ * from now on (its later calls' time is its caller's self time, which the sampling windows estimate).
+ * 1: keep it. */
+static __attribute__((noinline)) int ccall_keep(oc_codeextra *ex, uint32_t unit) {
+    uint64_t *t = ex->call_ticks + 2 * (size_t)unit;
+    uint64_t calls = ex->call_hits[unit] - 1; /* (the hit that passed the threshold is not in t) */
+    int keep = t[1] * 2 < calls || t[0] >= t[1] * oc_ccall_keep_ticks();
+    if (keep) {
+        ex->call_hits[unit] = 1;
+        t[0] = t[1] = 0;
+    }
+    return keep;
 }
 
 /* a C call site past its threshold: recorded (marked as sampled) only inside a sampling window */
@@ -546,11 +570,21 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     uint32_t off = small_int(args[1]) >> 1;
     int verdict = site_verdict(ex, 2, off, S.threshold);
     if (UNLIKELY(verdict != SITE_RECORD)) {
-        if (verdict == SITE_DISABLE)
+        if (verdict == SITE_SKIP)
+            RETURN_NONE;
+        /* (near-zero mode: every site goes, as function starts do -- a kept site's calls would be
+         * recorded under unrecorded frames, which the sampling estimates cannot place) */
+        if (S.fn_threshold || ex->call_hits[off] != S.threshold + 1 || !ccall_keep(ex, off)) {
+            ex->sites_disabled = 1;
             return call_sampled(callable);
-        RETURN_NONE;
+        }
     }
-    record_cfunc(callable, K_CCALL);
+    uint64_t ts = record_cfunc(callable, K_CCALL);
+    if (S.threshold && ts) { /* (its C_RETURN times it) */
+        oc_tls.ccall_ex = ex;
+        oc_tls.ccall_unit = off;
+        oc_tls.ccall_ts = ts;
+    }
     RETURN_NONE;
 }
 
@@ -563,8 +597,17 @@ static PyObject *cb_creturn(PyObject *self, PyObject *const *args, size_t nargsf
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex || (ex->flags & CF_EXCLUDED)))
         RETURN_NONE;
-    if (is_cfunc(args[2]))
-        record_cfunc(args[2], K_CRETURN);
+    if (!is_cfunc(args[2]))
+        RETURN_NONE;
+    uint64_t ts = record_cfunc(args[2], K_CRETURN);
+    if (oc_tls.ccall_ex == ex) { /* the return of the last recorded C call, if at its site: timed */
+        uint32_t unit = small_int(args[1]) >> 1;
+        if (ts && unit == oc_tls.ccall_unit && unit < ex->nunits && ex->call_ticks) {
+            ex->call_ticks[2 * (size_t)unit] += ts - oc_tls.ccall_ts;
+            ex->call_ticks[2 * (size_t)unit + 1]++;
+        }
+    }
+    oc_tls.ccall_ex = NULL;
     RETURN_NONE;
 }
 

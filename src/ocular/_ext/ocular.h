@@ -121,6 +121,10 @@ typedef struct {
     oc_tbuf *buf;
     uint32_t gen;
     int muted;             /* this thread records nothing (the CLI's own frames, Ocular's own renders) */
+    /* the last recorded C call, until its C_RETURN times it (monitor.c, the C call site rule) */
+    void *ccall_ex;        /* its code's extra (NULL: none pending) */
+    uint32_t ccall_unit;   /* its call site */
+    uint64_t ccall_ts;     /* its start */
 } oc_tls_t;
 extern OC_TLS __thread oc_tls_t oc_tls;
 
@@ -152,6 +156,8 @@ typedef struct {
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
     uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
+    uint64_t *call_ticks;  /* per unit, 2 each: ticks of this site's timed C calls and how many, since its
+                              last verdict (allocated with call_hits) */
 } oc_codeextra;
 
 /* session table entry: everything the writer needs about a code object, immutable once published */
@@ -179,7 +185,10 @@ typedef struct {
     int active;
     uint32_t gen;
     int precise;
-    uint32_t threshold;
+    uint32_t threshold;    /* hits of a jump, instruction or C call site before it answers DISABLE (0: never) */
+    uint32_t fn_threshold; /* enters of a function before its start answers DISABLE: the threshold in
+                              near-zero mode, else 0 (function events are never disabled) */
+    uint64_t ccall_keep_ticks; /* a C call site whose timed calls average this long stays instrumented */
     int write_json;        /* a trace file is written (either format) */
     int format;            /* OC_FORMAT_JSON or OC_FORMAT_PERFETTO */
     PyObject *disable;     /* sys.monitoring.DISABLE */
@@ -266,6 +275,10 @@ extern uint64_t oc_test_ticks;
 void oc_clock_sample(uint64_t *ticks, uint64_t *mono_ns);
 void oc_clock_calibrate_early(void);     /* ~2 ms in: early_npt and knee_tsc (non-TSC clocks: final) */
 void oc_clock_calibrate(void);           /* from (tsc0, mono0) to now; sets ns_per_tick */
+/* A C call site that passed the threshold stays instrumented while its calls average this long or more:
+ * recording a C call costs about 30 ns (two events), so a kept site adds at most ~3% to its calls' time */
+#define OC_CCALL_KEEP_NS 1000.0
+uint64_t oc_ccall_keep_ticks(void);      /* OC_CCALL_KEEP_NS in ticks (monitor.c's C call site rule) */
 static inline uint64_t oc_now(void);
 
 /* codeinfo.c */
@@ -360,6 +373,7 @@ typedef struct {
     uint32_t ncodes;
     uint8_t cache_entries[256];
     int ring;                /* the recording is a flight-recorder window */
+    int near_zero;           /* function starts were de-instrumented after the threshold (OC_REC_F_NEAR_ZERO) */
     int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
     uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
     char *adaptive;          /* the ADAPTIVE block's payload (malloc'd), or NULL */

@@ -76,7 +76,8 @@ static void write_header(oc_out *o) {
     block(o, OC_BLK_HEADER, OC_HEADER_FIXED + nlen);
     oc_out_write(o, OC_REC_MAGIC, 8);
     put_u32(o, OC_REC_VERSION);
-    put_u32(o, (S.precise ? OC_REC_F_PRECISE : 0) | (S.ring_bytes ? OC_REC_F_RING : 0));
+    put_u32(o, (S.precise ? OC_REC_F_PRECISE : 0) | (S.ring_bytes ? OC_REC_F_RING : 0) |
+                   (S.fn_threshold ? OC_REC_F_NEAR_ZERO : 0));
     put_u32(o, S.threshold);
     put_u32(o, (uint32_t)S.pid);
     put_u64(o, S.tsc0);

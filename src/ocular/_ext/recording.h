@@ -52,7 +52,9 @@ enum oc_block {
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 
-enum { OC_REC_F_PRECISE = 1, OC_REC_F_RING = 2 };
+/* OC_REC_F_NEAR_ZERO: function starts were de-instrumented after the threshold too (near-zero mode):
+ * the function figures past it are samples and estimates */
+enum { OC_REC_F_PRECISE = 1, OC_REC_F_RING = 2, OC_REC_F_NEAR_ZERO = 4 };
 
 #define OC_BLK_HDR 8u
 #define OC_HEADER_FIXED (8 + 4 * 4 + 8 * 3 + 24 + 256 + 4 + 4)

@@ -999,6 +999,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             uint32_t flags = rd32(p + 12);
             R.precise = (flags & OC_REC_F_PRECISE) != 0;
             R.ring = (flags & OC_REC_F_RING) != 0;
+            R.near_zero = (flags & OC_REC_F_NEAR_ZERO) != 0;
             R.threshold = rd32(p + 16);
             R.pid = (long)rd32(p + 20);
             R.tsc0 = rd64(p + 24);

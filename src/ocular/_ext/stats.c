@@ -384,13 +384,13 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(d);
     }
     free(keep);
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:I,s:N,s:N}", "events",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N}", "events",
                          (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
                          "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
                          (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
-                         "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
+                         "near_zero", R.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
                          R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None));
 fail:
     free(keep);
