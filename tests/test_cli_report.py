@@ -96,7 +96,7 @@ def test_report_ranks_the_users_code_and_folds_the_rest(tmp_path, script):
     assert "Functions (by calls)" in rep and "folded" not in rep
     table = rep.split("Functions (by calls)")[1].split("\n\n")[0].splitlines()[2:]
     # (a row's notes, "^ ...", follow it when sampling windows moved time: not rows)
-    calls = [int(r.split()[0].rstrip("*")) for r in table if r.strip() and not r.strip().startswith(("...", "^"))]
+    calls = [int(r.split()[0].lstrip("~").rstrip("*")) for r in table if r.strip() and not r.strip().startswith(("...", "^", "("))]
     assert len(calls) == 3 and calls == sorted(calls, reverse=True)
     assert len(re.findall(r"^Hot loop ", rep, re.M)) <= 2
 
@@ -484,7 +484,7 @@ def test_a_callers_self_time_names_its_deinstrumented_callees(tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
     f = {r["name"]: r for r in rep["functions"]}
-    assert f["child"]["deinstrumented"] and f["main"]["untraced_callees"] == ["child"]
+    assert f["child"]["deinstrumented"] and [n for n in f["main"]["untraced_callees"] if not n.startswith("<")] == ["child"]
     p = cli(["--near-zero", "--threshold", "100", "-o", "t.json", "m.py"], tmp_path)
     assert "main's self time also holds the unmeasured calls it made to child" in p.stderr
     p = cli(["--threshold", "0", "--report-json", "-o", "t.json", "m.py"], tmp_path)

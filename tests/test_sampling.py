@@ -88,6 +88,11 @@ print(json.dumps({"functions": rep.functions, "sampling": rep.sampling, "text": 
 """
 
 
+def _python(names):
+    """Python functions among a row's callees (C functions, the programs' time.perf_counter, are named too)."""
+    return [n for n in names if not n.startswith("<")]
+
+
 def _env():
     e = dict(os.environ)
     e["PYTHONPATH"] = SRC + os.pathsep + e.get("PYTHONPATH", "")
@@ -197,7 +202,7 @@ def test_no_window_while_another_tool_is_registered(tmp_path, other):
     sw = rep["sampling"]
     assert sw["windows"] == 0 and sw["skipped"] >= 3 and sw["other_tool"] == other, sw
     f = {r["name"]: r for r in rep["functions"] if r["file"] == str(prog)}
-    assert not f["main"]["estimated"] and f["main"]["untraced_callees"] == ["child"]
+    assert not f["main"]["estimated"] and _python(f["main"]["untraced_callees"]) == ["child"]
     assert f["main"]["self_ns"] == f["main"]["measured"]["self_ns"]
     assert f"not estimated: another sys.monitoring tool, {other}, was registered" in rep["text"]
 
@@ -208,7 +213,7 @@ def test_sampling_off_and_threshold_zero(tmp_path):
     rep = ocular_report(prog, sampling="False")
     assert rep["sampling"]["status"] == "off" and rep["sampling"]["windows"] == 0
     f = {r["name"]: r for r in rep["functions"]}
-    assert not f["main"]["estimated"] and f["main"]["untraced_callees"] == ["child"]
+    assert not f["main"]["estimated"] and _python(f["main"]["untraced_callees"]) == ["child"]
     assert "not estimated: sampling windows were off" in rep["text"]
     code = RUN_OCULAR.replace("sampling=sampling", "sampling=sampling, deinstrument_threshold=0")
     p = subprocess.run([*python_cmd(), "-c", code, str(prog), "(25, 1)"], env=_env(), capture_output=True,

@@ -748,6 +748,14 @@ def _save_cut_recording(rec, out, fmt, s):
     return f"nothing was left under {out!r}", rec
 
 
+def _note_partial(fmt, out, rendered):
+    """A format with no place for a note of its own gets a line on stderr when a part of its figures is
+    partial (functions or C call sites de-instrumented: _formats.partial_note)."""
+    note = _formats.partial_note(rendered) if fmt in _formats.NOTE_ON_STDERR else None
+    if note:
+        _print_err(f"ocular: {out}: partial: {note}")
+
+
 def _kept_text(kept, out):
     return f"the recording is kept in {kept!r}: render it with python -m ocular convert {kept} -o {out}"
 
@@ -869,6 +877,7 @@ def _stop_locked():
                                   f"nothing was left under {out!r}" + (f"; {_kept_text(kept, out)}" if kept else ""),
                                   out)
                 _install(tmp, out)
+                _note_partial(fmt, out, rendered)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
             if _report_tree and s["report"] in (True, "text"):
@@ -1064,6 +1073,7 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
         raise OSError(rendered["write_errno"], f"ocular: writing the trace failed "
                       f"({_why_write_failed(rendered['write_errno'])}); nothing was left under {output!r}", path)
     _replace_file(tmp, path)
+    _note_partial(fmt, path, rendered)
     mode = "precise" if rendered["precise"] else "adaptive"
     s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)

@@ -524,6 +524,16 @@ uint32_t oc_cfunc_id(PyObject *callable) {
     return cfunc_register(callable, ml);
 }
 
+/* A call site of this C function was de-instrumented (monitor.c ccall_keep): its recorded calls are
+ * a part of its calls, which the recording's code states say (CF_START_DISABLED on its entry, as for a
+ * function whose start was de-instrumented: the renderer names it among its callers' unmeasured
+ * callees).  C functions' entries have no extra, so the snapshot at stop leaves the flag alone. */
+void oc_cfunc_mark_cut(PyObject *callable) {
+    uint32_t id = oc_cfunc_id(callable);
+    if (id != UINT32_MAX && id < S.ncodes)
+        oc_code_entry(id)->flags |= CF_START_DISABLED;
+}
+
 PyObject *oc_code_object(oc_codeent *e) {
     if (!e->code_obj)
         return NULL;

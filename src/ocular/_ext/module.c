@@ -296,13 +296,14 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s", res.error);
         return NULL;
     }
-    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O,s:k}", "events",
+    PyObject *d = Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:O,s:i,s:l,s:s,s:d,s:O,s:k,s:I,s:O}", "events",
                                 (unsigned long long)res.events, "live_events", (unsigned long long)res.live_events,
                                 "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
                                 "pauses", (unsigned long long)res.pauses, "complete",
                                 res.complete ? Py_True : Py_False, "write_errno", res.write_errno, "pid", R.pid,
                                 "clock", R.clock, "ns_per_tick", R.ns_per_tick, "precise",
-                                R.precise ? Py_True : Py_False, "python_hex", (unsigned long)R.python_hex);
+                                R.precise ? Py_True : Py_False, "python_hex", (unsigned long)R.python_hex,
+                                "partial", oc_render_partial(), "near_zero", R.near_zero ? Py_True : Py_False);
     if (!d)
         return NULL;
     /* the recorded process name (a recording of another tool's may hold any bytes: invalid UTF-8 replaced) */

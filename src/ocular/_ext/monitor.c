@@ -552,6 +552,16 @@ static __attribute__((noinline)) PyObject *call_sampled(PyObject *callable) {
     RETURN_NONE;
 }
 
+/* A C call site is de-instrumented (once): the C function's calls are partial from now on (its entry's
+ * flag), and an OC_MARK_CUT record tells the renderer which frame's self time holds its later calls. */
+static __attribute__((noinline)) void ccall_cut(PyObject *callable) {
+    oc_cfunc_mark_cut(callable);
+    uint32_t id = oc_cfunc_id(callable);
+    oc_rec *r = id != UINT32_MAX ? reserve() : NULL;
+    if (r)
+        put_rec(r, oc_now(), id, OC_INFO(K_MARK, OC_MARK_CUT));
+}
+
 /* CALL: (code, offset, callable, arg0).  Only C functions are recorded (a Python callee has its own
  * PY_START): a call site whose callable is anything else answers DISABLE at once, and a C call site
  * after `threshold` hits, like a jump. */
@@ -575,6 +585,8 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
         /* (near-zero mode: every site goes, as function starts do -- a kept site's calls would be
          * recorded under unrecorded frames, which the sampling estimates cannot place) */
         if (S.fn_threshold || ex->call_hits[off] != S.threshold + 1 || !ccall_keep(ex, off)) {
+            if (ex->call_hits[off] == S.threshold + 1)
+                ccall_cut(callable);
             ex->sites_disabled = 1;
             return call_sampled(callable);
         }

@@ -168,6 +168,15 @@ oc_codeent *oc_rcode(uint32_t id) {
     return &unknown_code;
 }
 
+/* Functions whose recorded calls are a part of their calls: their start (near-zero mode) or one of
+ * their C call sites was de-instrumented (CF_START_DISABLED in the recording's code states). */
+uint32_t oc_render_partial(void) {
+    uint32_t n = 0;
+    for (uint32_t id = 0; id < R.ncodes; id++)
+        n += R.codes[id].qualname && (R.codes[id].flags & CF_START_DISABLED);
+    return n;
+}
+
 /* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
  * conversion to uint64_t needs a test for the upper half) */
 static inline uint64_t to_ns(uint64_t ticks) {
@@ -692,6 +701,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     case K_MARK: /* not timed: it has the next record's time */
         t->mark = p == OC_MARK_SAMPLED;
+        if (p == OC_MARK_CUT && t->n > 0 && !nostats && !R.near_zero) /* (near-zero: that frame may not be the caller) */
+            oc_stats_cut(t->stack[t->n - 1].code_id, r->code_id);
         break;
     default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
         tick(t, r, steady, lean, nostats);

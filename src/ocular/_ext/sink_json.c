@@ -269,6 +269,20 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
     put_u64(o, R.threshold);
     LIT(o, ",\"dropped\":");
     put_u64(o, R.dropped);
+    /* what is exact: every function call unless near-zero mode; functions with a part of their calls */
+    uint32_t partial = oc_render_partial();
+    LIT(o, ",\"near_zero\":");
+    put_str(o, R.near_zero ? "true" : "false");
+    LIT(o, ",\"partial_functions\":");
+    put_u64(o, partial);
+    if (partial) {
+        LIT(o, ",\"note\":\"");
+        put_str(o, R.near_zero ? "near-zero mode: functions de-instrumented after the threshold have only their first "
+                                 "calls as slices"
+                               : "C call sites de-instrumented after the threshold: their later calls are not slices "
+                                 "(their time is in the caller's)");
+        LIT(o, "\"");
+    }
     LIT(o, "}}\n");
     free_tails();
 }

@@ -115,6 +115,12 @@ static void deinst_callee(uint32_t caller, uint32_t callee) {
     c->callees_deinst[c->ncallees++] = callee;
 }
 
+/* A call site of C function `callee` in `caller` was de-instrumented (an OC_MARK_CUT record). */
+void oc_stats_cut(uint32_t caller, uint32_t callee) {
+    if (caller < R.ncodes && callee < R.ncodes)
+        deinst_callee(caller, callee);
+}
+
 /* Rendering is over and the recording's final code states are known: a callee whose start was
  * de-instrumented has later calls that sit, unmeasured, in its callers' self time. */
 void oc_stats_finish(void) {

@@ -39,6 +39,24 @@ TIMELINE_CODES = {"json": 0, "perfetto": 1}  # _ocular._render's codes (2: stati
 RENDER_TREE = 3
 
 
+# formats with no place for a note of their own: a line on stderr says what in them is partial
+NOTE_ON_STDERR = ("pstats", "folded", "speedscope", "perfetto")
+
+
+def partial_note(rendered):
+    """What in a rendered output is partial, or None: every function call is in it unless near-zero mode
+    de-instrumented function starts, or cheap C call sites were de-instrumented after the threshold (their
+    later calls are their callers' self time).  rendered: _ocular._render's dict."""
+    n = (rendered or {}).get("partial") or 0
+    if not n:
+        return None
+    if rendered.get("near_zero"):
+        return (f"near-zero mode: {n} function{'s' if n != 1 else ''} de-instrumented after the threshold "
+                f"(only their first calls are in it; the report estimates the rest, marked ~)")
+    return (f"{n} C function{'s' if n != 1 else ''} with call sites de-instrumented after the threshold (their "
+            f"later calls are in their callers' self time; the report estimates them, marked ~)")
+
+
 def suffix_format(path):
     """The format a suffix names, or None."""
     low = str(path).lower()
@@ -70,6 +88,7 @@ class CallTree:
         self.self_ns = [n[4] for n in nodes]
         self.threads = [dict(tid=t[0], name=t[1], root=t[2], first_ns=t[3], last_ns=t[4]) for t in data["threads"]]
         self.codes = data["codes"]
+        self.note = None  # what in the tree is partial (partial_note), set before a format writes it
         self.children = [[] for _ in nodes]
         for i, p in enumerate(self.parent):
             if p >= 0:
@@ -95,6 +114,7 @@ class CallTree:
 
 
 def _write(fmt, tree, path, options):
+    tree.note = partial_note(options.get("rendered"))
     if fmt == "pstats":
         from ._pstats import write
     elif fmt == "folded":

@@ -113,7 +113,7 @@ def build(tree, pid=0, process_name="python"):
             "profilingStartTime": 0,
             "profilingEndTime": (end_ns - start_ns) / 1e6,
             "processType": 0,
-            "product": process_name,
+            "product": process_name + (f" (partial: {tree.note})" if getattr(tree, "note", None) else ""),
             "importedFrom": "Ocular",
             "symbolicated": True,
             "stackwalk": 0,

@@ -51,19 +51,29 @@ def _report(rendered, with_code):
     return Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), mode, None, rendered.get("clock", ""))
 
 
+def _marks(f, field):
+    """The marks of one figure of a report row: "~" estimated, "*" from a part of the calls only."""
+    return ("~" if field in f.get("estimated_fields", ()) else "") + ("*" if f["sample"] else "")
+
+
 def build(tree, rendered, title="Ocular profile", with_code=False):
     """The page.  with_code: the session's code objects are alive (at stop): the loops' disassembly
     shows specialized instructions and arguments, not only the recorded bytecode's base names."""
     threads, names = _tree_json(tree)
     rep = _report(rendered, with_code)
-    funcs = [[f["name"], f["file"], f["line"], f["calls"], f["self_ns"], f["total_ns"], f["mean_ns"], f["max_ns"]]
-             for f in rep.functions]
+    # marks as in the text report: ~ estimated (sampling windows), * a part of the calls (de-instrumented)
+    funcs = [[f["name"], f["file"], f["line"], f["calls"], f["self_ns"], f["total_ns"], f["mean_ns"], f["max_ns"],
+              _marks(f, "calls"), _marks(f, "self"), _marks(f, "total")] for f in rep.functions]
     loops = [{"function": lp["function"], "file": lp["file"], "line": lp["line"], "iterations": lp["iterations"],
               "ns": lp["ns_per_iteration"], "insns": lp["instructions_per_iteration"], "note": lp["note"],
               "rows": [[r["offset"], r["line"], r["base"], r["specialized"], r["arg"], r["cycles"], r["ns"]]
                        for r in lp["rows"] or []]} for lp in rep.hot_loops()]
     data = {"threads": threads, "names": {str(k): v for k, v in names.items()}, "functions": funcs, "loops": loops,
-            "mode": rep.mode, "clock": rep.clock, "overhead": rep.overhead_cycles}
+            "mode": rep.mode + (", near-zero" if rep.near_zero else ""), "clock": rep.clock,
+            "overhead": rep.overhead_cycles, "threshold": rep.threshold,
+            "exact": "every function call counted and timed" if not rep.near_zero else
+                     "function starts de-instrumented after the threshold: figures past it are samples or estimates",
+            "note": tree.note}
     # inside <script>: no "<" at all (a name holding "<!--" then "<script" would put the HTML parser in a
     # state where the page's own </script> no longer ends the data, and the page would stay blank)
     blob = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
@@ -118,8 +128,10 @@ function ms(ns){return (ns/1e6).toFixed(3);}
 function us(ns){return (ns/1e3).toFixed(1);}
 function color(name){var h=0;for(var i=0;i<name.length;i++)h=(h*31+name.charCodeAt(i))>>>0;
   return "hsl("+(20+h%40)+","+(60+h%30)+"%,"+(55+h%20)+"%)";}
-document.getElementById("summary").textContent="mode "+D.mode+", clock "+D.clock+", "+D.threads.length+
-  " thread(s), "+D.functions.length+" function(s)";
+document.getElementById("summary").textContent="mode "+D.mode+", threshold "+D.threshold+" ("+D.exact+
+  "), clock "+D.clock+", "+D.threads.length+" thread(s), "+D.functions.length+" function(s). Marks: ~ estimated "+
+  "from sampling windows, * from a part of the calls (de-instrumented after the threshold)"+
+  (D.note?". Partial: "+D.note:"");
 function drawThread(box,th,zoom){
   box.textContent="";
   var kids={},depth={},x0={};
@@ -155,8 +167,9 @@ function drawTable(){
   tbody.textContent="";
   rows.forEach(function(f){var tr=el("tr",{"class":"fn"});
     tr.appendChild(el("td",{"class":"l name"},f[0]));tr.appendChild(el("td",{"class":"l"},f[1]+":"+f[2]));
-    tr.appendChild(el("td",{"class":"calls"},String(f[3])));tr.appendChild(el("td",{"class":"self"},ms(f[4])));
-    tr.appendChild(el("td",{"class":"total"},ms(f[5])));tr.appendChild(el("td",{},us(f[6])));
+    tr.appendChild(el("td",{"class":"calls"},f[8]+String(f[3])));
+    tr.appendChild(el("td",{"class":"self"},f[9]+ms(f[4])));
+    tr.appendChild(el("td",{"class":"total"},f[10]+ms(f[5])));tr.appendChild(el("td",{},us(f[6])));
     tr.appendChild(el("td",{},us(f[7])));tbody.appendChild(tr);});
 }
 document.querySelectorAll("#functions th").forEach(function(th){th.onclick=function(){

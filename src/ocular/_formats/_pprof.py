@@ -110,6 +110,8 @@ def parts(tree):
     yield _msg(11, _int(1, st("wall")) + _int(2, st("nanoseconds")))  # period_type
     yield _int(12, 1)                            # period
     yield _int(14, st("wall"))                   # default_sample_type
+    if tree.note:
+        yield _int(13, st("ocular: partial: " + tree.note))  # comment
     yield b"".join(_msg(6, s.encode("utf-8", "replace")) for s in st.table)  # every string is in
 
 
