@@ -663,6 +663,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         with _rendering(), _writing(output, path or "\0"):
             _codes_held_for = None  # (the session's code table replaces a held one)
             _exiting = False
+            owncost = _owncost_funcs()
+            _ocular._owncost_baseline(*owncost)  # (untraced: before the callbacks are registered)
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
@@ -676,6 +678,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                     loops=loops_code, thread_roots=bool(thread_roots), near_zero=near_zero)
     try:
         _register(tid, mode, callbacks)
+        # what one event costs, by kind, for the renderer to take off (before probes and windows exist)
+        settings["own_cost"] = _ocular._owncost_measure(*owncost)
         if mode == "adaptive":
             _ocular._probes(tid, _mon.set_local_events, _mon.events.INSTRUCTION)
         if sampling_us:
@@ -692,6 +696,22 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             _snapshot_on_sigusr2()
         finally:
             _ocular._mute_thread(muted)
+
+
+_OWNCOST_FILE = "<ocular own-cost calibration>"
+_owncost = None
+
+
+def _owncost_funcs():
+    """The functions owncost.c times untraced, then traced, at each start: (calls, ccalls, loop, x)."""
+    global _owncost
+    if _owncost is None:
+        src = ("def f():\n    pass\n" + "def calls():\n" + "    f()\n" * 16 + "def ccalls(x):\n" + "    len(x)\n" * 16
+               + "def loop():\n    for _ in range(16):\n        pass\n")
+        ns = {"__builtins__": __builtins__}
+        exec(compile(src, _OWNCOST_FILE, "exec"), ns)
+        _owncost = (ns["calls"], ns["ccalls"], ns["loop"], "abc")
+    return _owncost
 
 
 def _keep_recording(rec, out):

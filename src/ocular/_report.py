@@ -208,6 +208,9 @@ class Report:
         self.near_zero = bool(data.get("near_zero", False))
         self.ns_per_tick = data["ns_per_tick"] or 1.0
         self.overhead_cycles = data["overhead_ticks"]
+        # Ocular's own cost per event taken off each gap, by the kind of event after it, as measured at start
+        # (owncost.c): {"enter", "leave", "jump", "ccall", "creturn"} in cycles; None: the smallest gap seen
+        self.own_cost = data.get("own_cost")
         self.incomplete = data["stats_incomplete"]
         self.functions_total = data.get("functions_total", len(data["functions"]))
         self.python_hex = data.get("python_hex", sys.hexversion)
@@ -495,6 +498,7 @@ class Report:
             "clock": self.clock,
             "ns_per_cycle": self.ns_per_tick,
             "overhead_cycles_per_event": self.overhead_cycles,
+            "own_cost_cycles": self.own_cost,
             "events": self.events,
             "dropped": self.dropped,
             "wall_ns": self.wall_ns,
@@ -520,8 +524,13 @@ class Report:
         cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
         out = []
         out.append(f"ocular report - {self.mode} mode{', near-zero' if self.near_zero else ''}, threshold "
-                   f"{self.threshold}, clock {self.clock} "
-                   f"({ns:.4f} ns/cycle), own cost {self.overhead_cycles} cycles/event subtracted")
+                   f"{self.threshold}, clock {self.clock} ({ns:.4f} ns/cycle)")
+        oc = self.own_cost
+        if oc:
+            out.append(f"own cost subtracted per event, measured at start: call {oc['enter']}+{oc['leave']}, "
+                       f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']} cycles")
+        else:
+            out.append(f"own cost subtracted: {self.overhead_cycles} cycles/event (the smallest gap seen)")
         deinst = self.deinstrumented_total
         facts = []
         if self.wall_ns is not None:

@@ -169,6 +169,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
     S.fn_threshold = near_zero ? S.threshold : 0;
+    atomic_store(&S.own_cost_set, 0);
     S.ccall_keep_ticks = 0;
     S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
     S.probe_after = 0;
@@ -751,7 +752,7 @@ PyMODINIT_FUNC PyInit__ocular(void) {
     }
     if (oc_monitor_init(m) < 0)
         goto fail;
-    if (oc_sampling_init(m) < 0)
+    if (oc_sampling_init(m) < 0 || oc_owncost_init(m) < 0)
         goto fail;
     if (oc_usdt_init(m) < 0) /* usdt.c */
         goto fail;

@@ -192,6 +192,9 @@ typedef struct {
     uint32_t fn_threshold; /* enters of a function before its start answers DISABLE: the threshold in
                               near-zero mode, else 0 (function events are never disabled) */
     uint64_t ccall_keep_ticks; /* a C call site whose timed calls average this long stays instrumented */
+    int calibrating;       /* owncost.c runs its functions: the filters let them in */
+    uint64_t own_cost[16]; /* owncost.c: ticks one event costs, by the kind of the record after it */
+    atomic_int own_cost_set; /* own_cost is measured (the recorder writes it once: OC_BLK_OWNCOST) */
     int write_json;        /* a trace file is written (either format) */
     int format;            /* OC_FORMAT_JSON or OC_FORMAT_PERFETTO */
     PyObject *disable;     /* sys.monitoring.DISABLE */
@@ -388,12 +391,15 @@ typedef struct {
 } oc_rmeta;
 extern oc_rmeta R;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
-/* what oc_stats_net takes off each gap: the smallest gap so far, 0 before the first or with the test
- * clock (oc_stats_gap keeps it current, so that the per-event path tests nothing) */
-extern uint64_t oc_stats_net_off;
+/* what oc_stats_net takes off each gap, by the kind of the record that ends it: the recording's measured
+ * own cost (OWNCOST block, owncost.c), else the smallest gap so far for every kind, 0 before the first or
+ * with the test clock (oc_stats_gap keeps it current, so that the per-event path tests nothing) */
+extern uint64_t oc_stats_net_off[16];
+extern int oc_stats_own_measured;  /* the table is the recording's OWNCOST */
+void oc_stats_own_cost(const uint64_t *ticks, uint32_t n); /* an OWNCOST block */
 /* ticks of a gap after taking off one event's cost */
-static inline uint64_t oc_stats_net(uint64_t delta) {
-    uint64_t o = oc_stats_net_off;
+static inline uint64_t oc_stats_net(uint64_t delta, uint32_t kind) {
+    uint64_t o = oc_stats_net_off[kind & 15];
     return delta > o ? delta - o : 0;
 }
 uint32_t oc_render_partial(void);   /* functions with only part of their calls recorded (de-instrumented) */
@@ -485,7 +491,9 @@ static inline void oc_stats_gap(uint64_t delta) {
         oc_stats_gaps_seen++;
         if (delta < oc_stats_min_gap) {
             oc_stats_min_gap = delta;
-            oc_stats_net_off = R.test_clock ? 0 : delta;
+            if (!oc_stats_own_measured && !R.test_clock)
+                for (int k = 0; k < 16; k++)
+                    oc_stats_net_off[k] = delta;
         }
     }
 }
@@ -502,6 +510,7 @@ void oc_stats_finish(void); /* after rendering: callers of de-instrumented calle
  * callbacks record de-instrumented functions' enters and leaves instead of answering DISABLE. */
 extern uint64_t oc_win_end;              /* ticks; 0: no window was ever opened */
 static inline int oc_in_window(uint64_t now) { return UNLIKELY(now < oc_win_end); }
+int oc_owncost_init(PyObject *module);   /* owncost.c: adds _owncost_baseline, _owncost_measure */
 int oc_sampling_init(PyObject *module);  /* adds _sampling_start */
 void oc_sampling_stop(void);             /* GIL held: ends the timer thread; windows close */
 void oc_sampling_reset(void);            /* a new session: forget the last one's windows */

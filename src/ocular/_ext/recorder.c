@@ -42,6 +42,7 @@ static struct {
     oc_chunk *ring_head, *ring_tail; /* ring mode: kept chunks, oldest first (guarded by S.lock) */
     size_t ring_kept;
     int told;                 /* the program was told that a write failed (once a session) */
+    int owncost_written;      /* the OWNCOST block is written (once a session) */
 } RC;
 
 /* After writes: the first failure of the session is told to the program. */
@@ -102,6 +103,15 @@ static void write_calib(oc_out *o) {
     oc_out_write(o, (const char *)&npt, 8);
     oc_out_write(o, (const char *)&early, 8);
     put_u64(o, S.knee_tsc);
+}
+
+/* OWNCOST: what one event costs, by kind (owncost.c), once it is measured */
+static void write_owncost(oc_out *o) {
+    block(o, OC_BLK_OWNCOST, 8 + 16 * 8);
+    put_u32(o, 16);
+    put_u32(o, 0);
+    for (int k = 0; k < 16; k++)
+        put_u64(o, S.own_cost[k]);
 }
 
 static void write_code(oc_out *o, uint32_t id) {
@@ -274,6 +284,8 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     }
     write_header(&o);
     write_calib(&o);
+    if (atomic_load(&S.own_cost_set))
+        write_owncost(&o);
     for (uint32_t id = 0; id < S.ncodes; id++)
         write_code(&o, id);
     for (uint32_t i = 0; i < S.nthreads; i++)
@@ -459,6 +471,10 @@ static void *recorder_main(void *arg) {
                     write_calib(&RC.out);
             }
         }
+        if (!RC.owncost_written && !S.ring_bytes && atomic_load(&S.own_cost_set)) {
+            write_owncost(&RC.out);
+            RC.owncost_written = 1;
+        }
         oc_chunk *c = S.q_head;
         if (!c) {
             if (S.stopping)
@@ -523,6 +539,7 @@ static void *recorder_main(void *arg) {
 int oc_recorder_start(void) {
     RC.events = 0;
     RC.told = 0;
+    RC.owncost_written = 0;
     RC.codes_written = 0;
     free(RC.thread_written);
     RC.thread_written = NULL;

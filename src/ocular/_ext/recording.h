@@ -49,6 +49,10 @@ enum oc_block {
      * (_adaptive.py): the specialized bytecode and argument names of the live code objects with loops,
      * for reports rendered in another process */
     OC_BLK_ADAPTIVE = 10,
+    /* u32 n (16), u32 0, then n x u64: ticks one recorded event costs the program, by the kind of the
+     * record that ends the gap (owncost.c, measured at start); the renderer takes it off each gap.  Written
+     * once, early; without it the renderer takes off the smallest gap it sees */
+    OC_BLK_OWNCOST = 11,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 

@@ -548,7 +548,7 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
             oc_stats_gap(delta);
         if (LIKELY(t->n > 0)) {
             frame *top = &t->stack[t->n - 1];
-            uint64_t net = oc_stats_net(delta);
+            uint64_t net = oc_stats_net(delta, OC_KIND(r->info));
             top->self += net;
             if (!lean && UNLIKELY(oc_attr_on))
                 oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
@@ -1111,6 +1111,15 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             W.total += n;
             break;
         }
+        case OC_BLK_OWNCOST:
+            if (len >= 8) {
+                uint32_t n = rd32(p);
+                uint64_t t[16] = {0};
+                for (uint32_t k = 0; k < n && k < 16 && 8 + 8 * (k + 1) <= len; k++)
+                    t[k] = rd64(p + 8 + 8 * k);
+                oc_stats_own_cost(t, n < 16 ? n : 16);
+            }
+            break;
         case OC_BLK_CALIB:
             if (len >= 24) {
                 W.calib_final = read_calib(p, len);

@@ -20,7 +20,8 @@ oc_code_stat *oc_cs;
 uint32_t oc_ncs;
 uint64_t oc_stats_gaps_seen;
 uint64_t oc_stats_min_gap = UINT64_MAX;
-uint64_t oc_stats_net_off;
+uint64_t oc_stats_net_off[16];
+int oc_stats_own_measured;
 static int failed;
 
 
@@ -38,7 +39,8 @@ void oc_stats_reset(void) {
     oc_ncs = 0;
     oc_stats_gaps_seen = 0;
     oc_stats_min_gap = UINT64_MAX;
-    oc_stats_net_off = 0;
+    memset(oc_stats_net_off, 0, sizeof oc_stats_net_off);
+    oc_stats_own_measured = 0;
     failed = 0;
     oc_attr_reset();
 }
@@ -67,7 +69,22 @@ static inline oc_code_stat *get(uint32_t id) {
     return &oc_cs[id];
 }
 
-uint64_t oc_stats_overhead(void) { return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap; }
+uint64_t oc_stats_overhead(void) {
+    if (oc_stats_own_measured) /* (a call's two events: what a call costs the program, per event) */
+        return (oc_stats_net_off[K_START] + oc_stats_net_off[K_RETURN]) / 2;
+    return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
+}
+
+/* The recording's measured own cost (OWNCOST block): the table from now on (not with the test clock,
+ * whose ticks count clock reads) */
+void oc_stats_own_cost(const uint64_t *ticks, uint32_t n) {
+    if (R.test_clock)
+        return;
+    for (uint32_t k = 0; k < 16; k++)
+        oc_stats_net_off[k] = k < n ? ticks[k] : 0;
+    oc_stats_net_off[K_PAUSE] = oc_stats_net_off[K_PAUSE_END] = 0; /* (a pause is the recorder's, measured) */
+    oc_stats_own_measured = 1;
+}
 
 /* stats.h's oc_stats_slice when the table must grow first, for a truncated slice, or for a caller not
  * yet in the code's list */
@@ -389,15 +406,25 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         }
         Py_DECREF(d);
     }
+    PyObject *own = oc_stats_own_measured
+                        ? Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "enter", (unsigned long long)oc_stats_net_off[K_START],
+                                        "leave", (unsigned long long)oc_stats_net_off[K_RETURN], "jump",
+                                        (unsigned long long)oc_stats_net_off[K_JUMP], "ccall",
+                                        (unsigned long long)oc_stats_net_off[K_CCALL], "creturn",
+                                        (unsigned long long)oc_stats_net_off[K_CRETURN])
+                        : Py_NewRef(Py_None);
+    if (!own)
+        goto fail;
     free(keep);
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N}", "events",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N}", "events",
                          (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
                          "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
                          (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
                          (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "near_zero", R.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
-                         R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None));
+                         R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None),
+                         "own_cost", own);
 fail:
     free(keep);
     Py_DECREF(funcs);
