@@ -516,7 +516,7 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
         f->head = f->hidden && up && up->hidden ? up->head
                   : up && depth > up->depth + 2 ? OC_NO_CODE : code_id;
         f->win_mark = t->attr.win_total;
-        if (f->hidden)
+        if (f->hidden && is_call) /* (calls are activations: a generator's resumes are not calls) */
             oc_attr_call(&t->attr, f->anchor, code_id, ts);
     }
     return f;
