@@ -148,3 +148,39 @@ def test_no_own_cost_with_the_test_clock():
         print(repr(ocular.last_report().own_cost))
     """)
     assert p.stdout.split()[-1] == "None"
+
+
+FIB_THEN_LOOP = """
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+def main():
+    fib(20)
+    t = 0
+    for i in range(200000):
+        t += i
+    return t
+main()
+"""
+
+
+def test_recursion_then_the_callers_loop_leaves_no_time_in_no_row(tmp_path):
+    """fib(20) (21,891 calls) then a loop in main.  By default every call is counted; in near-zero mode fib's
+    return sites go after 4,096 unrecorded ends, and main's jumps end the recorded fib frames left open
+    (they charged the loop's time to a stale fib frame, and main had no row).  Either way the rows' self
+    times add up to the module's total."""
+    (tmp_path / "prog.py").write_text(FIB_THEN_LOOP)
+    import os
+
+    e = dict(os.environ, PYTHONPATH=SRC)
+    for mode in ((), ("--near-zero",)):
+        p = subprocess.run([*python_cmd(), "-m", "ocular", *mode, "--no-sampling", "--report-json", "--no-trace-file",
+                            "prog.py"], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        rows = {r["name"]: r for r in report_json(p)["functions"] if r["file"].endswith("prog.py")}
+        assert rows["main"]["calls"] == 1, (mode, rows)
+        fib = rows["fib"]
+        assert fib["calls"] + fib["truncated"] == (21891 if not mode else 500) and (mode or not fib["truncated"]), fib
+        total = rows["<module>"]["total_ns"]
+        selfs = sum(r["self_ns"] for r in rows.values())
+        assert 0.97 * total <= selfs <= 1.001 * total, (mode, selfs, total)
+        assert rows["main"]["self_ns"] > 0.2 * total, (mode, rows["main"])  # the loop is main's

@@ -285,6 +285,18 @@ static void pop_to(rthread *t, uint32_t keep, uint64_t ts, int matched) {
         pop_frame(t, ts, matched && t->n == keep + 1);
 }
 
+/* A jump of a code below the top of the stack: the frames above its nearest activation ended unseen (near-
+ * zero mode: their return sites were disabled after LATE_ENDS_MAX unrecorded ends, monitor.c) -- they are
+ * ended at the thread's last record, so the time from there on is the jumping frame's, not a stale
+ * frame's.  A code with no activation on the stack (it began before tracing did) changes nothing. */
+static __attribute__((noinline)) void unstale(rthread *t, uint32_t code_id) {
+    uint32_t k = t->n;
+    while (k > 0 && t->stack[k - 1].code_id != code_id)
+        k--;
+    if (k > 0 && t->have_prev)
+        pop_to(t, k, t->prev_ts, 0);
+}
+
 /* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
  * bit 7 of the recorded cache table) starting before each unit; NULL without bytecode or memory. */
 static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
@@ -620,8 +632,11 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     }
     case K_JUMP:
     case K_EXT: {
-        if (kind == K_JUMP)
+        if (kind == K_JUMP) {
+            if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].code_id != r->code_id))
+                unstale(t, r->code_id);
             tick(t, r, steady, lean, nostats);
+        }
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         uint32_t src, dest;
@@ -650,6 +665,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     }
     case K_FARJUMP:
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].code_id != r->code_id))
+            unstale(t, r->code_id);
         tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
