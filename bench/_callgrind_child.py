@@ -6,6 +6,12 @@ usage:
         _ocular_floor.measured_call (the boundary of callgrind's
         --dump-before/--dump-after), then the tracer stopped and its output
         written into OUTDIR.
+    python -m bench._callgrind_child compare CONFIG WORKLOAD OUTDIR RESULT
+        WORKLOAD (fib:N, loop_ccalls:N, or pyperf:NAME, see
+        bench/callgrind_compare.py) under CONFIG (COMPARE_CONFIGS below), the
+        workload called through _ocular_floor.measured_call, then the tracer
+        stopped, its output written into OUTDIR and its report printed (for
+        cProfile: print_stats(), what `python -m cProfile SCRIPT` prints).
     python -m bench._callgrind_child record SHAPE N OUTPUT RESULT
         SHAPE(N) (SHAPES below) traced at threshold 0 into the recording
         OUTPUT (.ocular); nothing is rendered.
@@ -87,6 +93,104 @@ THREAD_CONFIGS = {
 }
 
 
+# -- configurations of the defaults comparison (bench/callgrind_compare.py) ----
+# name -> (kind, floor event set or start_tracing keywords)
+COMPARE_CONFIGS = {
+    "untraced": ("untraced", None),
+    "floor-calls": ("floor", "calls"),
+    "floor-jumps": ("floor", "adaptive"),
+    "cProfile": ("cprofile", None),
+    "ocular-near-zero": ("ocular", {"near_zero": True, "deinstrument_threshold": 500}),
+    "ocular-default": ("ocular", {"deinstrument_threshold": 500}),
+    "ocular-default-report": ("ocular", {"deinstrument_threshold": 500, "perfetto": False}),
+    "ocular-t0": ("ocular", {"deinstrument_threshold": 0}),
+}
+
+
+# pyperformance benchmark -> (loops, script arguments) for bench/callgrind_compare.py; small, so that
+# one callgrind run of the heaviest configuration stays under ~2 minutes on the 2-core reference machine
+PYPERF = {
+    "richards": (1, []),
+    "deltablue": (2, []),
+    "raytrace": (1, ["--width", "20", "--height", "20"]),
+    "go": (1, []),
+}
+
+
+def pyperf_argv(name, result):
+    """sys.argv for running pyperformance's bm_NAME/run_benchmark.py as one pyperf worker."""
+    import importlib.util
+
+    # the package's directory without importing it (~300 M instructions)
+    spec = importlib.util.find_spec("pyperformance")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pyperformance is not installed (bench/requirements.txt)")
+    script = os.path.join(list(spec.submodule_search_locations)[0], "data-files", "benchmarks",
+                          "bm_" + name, "run_benchmark.py")
+    loops, args = PYPERF[name]
+    return [script] + list(args) + ["--worker", "--loops", str(loops), "--warmups", "0", "--values", "1",
+                                    "--output", result]
+
+
+def _workload(spec, outdir):
+    """(callable of one argument, its argument) for a WORKLOAD spec."""
+    kind, _, arg = spec.partition(":")
+    if kind == "fib":
+        return fib, int(arg)
+    if kind == "loop_ccalls":
+        from bench.workloads import loop_ccalls
+
+        return loop_ccalls, int(arg)
+    if kind == "pyperf":
+        # the benchmark's own run_benchmark.py, unmodified, as one pyperf worker (bench/pyperf_suite.py)
+        import functools
+        import runpy
+
+        argv = pyperf_argv(arg, os.path.join(outdir, "pyperf.json"))
+        sys.argv[:] = argv
+        sys.path.insert(0, os.path.dirname(argv[0]))
+        return functools.partial(runpy.run_path, run_name="__main__"), argv[0]
+    raise SystemExit("unknown workload " + spec)
+
+
+def compare(cfg, spec, outdir, result):
+    import _ocular_floor
+
+    kind, params = COMPARE_CONFIGS[cfg]
+    func, arg = _workload(spec, outdir)
+    out = {}
+    if kind == "floor":
+        from bench._child import _floor_start
+
+        stop, _ = _floor_start(params)
+        _ocular_floor.measured_call(func, arg)
+        stop()
+    elif kind == "cprofile":
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        _ocular_floor.measured_call(func, arg)
+        prof.disable()
+        prof.print_stats()  # what `python -m cProfile SCRIPT` prints at exit (sorted by name)
+    elif kind == "ocular":
+        import ocular
+
+        # the defaults but the keywords: JSON trace file, text report on stderr; the sampling windows'
+        # timing from OCULAR_BENCH_SAMPLING ("P,W" ms, or "0": off; unset: the default, 100 ms / 1 ms)
+        kw = dict(params)
+        sampling = os.environ.get("OCULAR_BENCH_SAMPLING")
+        if sampling:
+            kw["sampling"] = False if sampling == "0" else tuple(int(x) for x in sampling.split(","))
+        ocular.start_tracing(output=os.path.join(outdir, "ocular_trace.json"), **kw)
+        _ocular_floor.measured_call(func, arg)
+        res = ocular.stop_tracing()
+        out = {"events": res.get("events"), "pauses": res.get("pauses"), "dropped": res.get("dropped")}
+    else:
+        _ocular_floor.measured_call(func, arg)
+    _write(result, out)
+
+
 def _write(path, obj):
     with open(path, "w") as f:
         f.write(repr(obj))
@@ -154,6 +258,8 @@ def main(argv):
     cmd = argv[0]
     if cmd == "run" and len(argv) == 5:
         run(argv[1], int(argv[2]), argv[3], argv[4])
+    elif cmd == "compare" and len(argv) == 5:
+        compare(argv[1], argv[2], argv[3], argv[4])
     elif cmd == "record" and len(argv) == 5:
         record(argv[1], int(argv[2]), argv[3], argv[4])
     elif cmd == "convert" and (len(argv) == 4 or len(argv) == 5 and argv[3] == "trace"):

@@ -53,6 +53,22 @@ def loop(size):
 
 
 # --------------------------------------------------------------------------
+# loop_ccalls: the loop with two C calls per iteration (a builtin function and
+# a method of a built-in type): JUMP/BRANCH plus two cheap C call sites.
+
+
+def loop_ccalls(size):
+    """``for i in range(size): total += abs(i - half) + word.count("a")``: two C calls per iteration
+    (``abs``, ``str.count``), cheap enough for a tracer to de-instrument their sites."""
+    total = 0
+    half = size // 2
+    word = "banana"
+    for i in range(size):
+        total += abs(i - half) + word.count("a")
+    return total
+
+
+# --------------------------------------------------------------------------
 # generators: PY_START/PY_YIELD/PY_RESUME/PY_RETURN heavy.
 
 
@@ -294,6 +310,8 @@ WORKLOADS = {
     for w in (
         Workload("fib", fib, 26, 20, "recursive fib(n), call heavy"),
         Workload("loop", loop, 3_000_000, 300_000, "tight arithmetic loop, branches only"),
+        Workload("loop_ccalls", loop_ccalls, 1_000_000, 100_000,
+                 "loop with two C calls per iteration (abs, str.count)"),
         Workload("generators", generators, 80_000, 8_000, "chained generators, yield from"),
         Workload("exceptions", exceptions, 25_000, 2_500, "raise/catch across frames, gen.throw"),
         Workload("strings_dicts", strings_dicts, 12_000, 1_200, "str formatting/splitting, dict counting"),

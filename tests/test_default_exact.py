@@ -26,12 +26,11 @@ main()
 """
 
 
-def cli(tmp_path, *args):
+def cli(tmp_path, *args, env=None):
     (tmp_path / "prog.py").write_text(PROG)
-    env = {"PYTHONPATH": SRC}
     import os
 
-    e = dict(os.environ, **env)
+    e = dict(os.environ, PYTHONPATH=SRC, **(env or {}))
     return subprocess.run([*python_cmd(), "-m", "ocular", *args, "prog.py"], cwd=tmp_path, env=e,
                           capture_output=True, text=True, timeout=300)
 
@@ -184,3 +183,12 @@ def test_recursion_then_the_callers_loop_leaves_no_time_in_no_row(tmp_path):
         selfs = sum(r["self_ns"] for r in rows.values())
         assert 0.97 * total <= selfs <= 1.001 * total, (mode, selfs, total)
         assert rows["main"]["self_ns"] > 0.2 * total, (mode, rows["main"])  # the loop is main's
+
+
+def test_the_c_call_site_limit_is_an_environment_variable(tmp_path):
+    p = cli(tmp_path, "--report-json", "--no-sampling", "-o", "t.json", env={"OCULAR_CCALL_KEEP_NS": "0"})
+    assert p.returncode == 0, p.stderr
+    f = {r["name"]: r for r in report_json(p)["functions"]}
+    assert f["<built-in method builtins.len>"]["calls"] == 1200 and not f["<built-in method builtins.len>"]["sample"]
+    p = cli(tmp_path, "-o", "t.json", env={"OCULAR_CCALL_KEEP_NS": "1us"})
+    assert p.returncode == 2 and "OCULAR_CCALL_KEEP_NS='1us' is not valid" in p.stderr, p.stderr

@@ -14,6 +14,7 @@ CLOCK = "OCULAR_CLOCK"                      # clock.c: "monotonic" = clock_getti
 PERFETTO_DEFLATE = "OCULAR_PERFETTO_DEFLATE"  # sink_perfetto.c: "0" = plain packets, "1" = deflated (default)
 LIVE_RENDER = "OCULAR_LIVE_RENDER"          # render.c: "0" = never render while recording, "1" = even on one CPU
 RENDER_PIPE = "OCULAR_RENDER_PIPE"          # render.c: "0" = render on one thread, "1" = encode on a second always
+CCALL_KEEP_NS = "OCULAR_CCALL_KEEP_NS"      # clock.c: the C call site rule's limit in ns (default 1000)
 
 
 def shown(value, limit=60):
@@ -39,6 +40,11 @@ def check(perfetto_file):
                                          "counter), or leave it unset for the default")
     _check_choice(LIVE_RENDER, ("0", "1"), "use 0 (render only at stop) or 1 (render while recording, even with "
                                            "one CPU), or leave it unset (render while recording with two CPUs)")
+    raw = os.environ.get(CCALL_KEEP_NS)
+    if raw and raw.strip() and not (raw.strip().isdigit() and int(raw) <= 10**12):
+        raise ValueError(f"environment variable {CCALL_KEEP_NS}={shown(raw)} is not valid: use a whole number of "
+                         "nanoseconds (a C call site stays instrumented while its calls average that long or more; "
+                         "default 1000), or leave it unset")
     check_render(perfetto_file)
 
 

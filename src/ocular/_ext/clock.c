@@ -12,6 +12,7 @@
  * by exactly one tick per read (deterministic reports in tests).
  */
 #include "ocular.h"
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #if defined(__x86_64__)
@@ -134,7 +135,8 @@ void oc_clock_calibrate(void) {
 }
 
 /* The C call site rule's limit (monitor.c ccall_keep) in ticks, by the best rate known now: a site whose
- * timed calls average OC_CCALL_KEEP_NS or more stays instrumented.  Rare (once per site per threshold
+ * timed calls average OC_CCALL_KEEP_NS (or OCULAR_CCALL_KEEP_NS: benchmarks under valgrind, whose clock
+ * runs ~100x slow against the program) or more stays instrumented.  Rare (once per site per threshold
  * calls); kept once the early calibration is done. */
 uint64_t oc_ccall_keep_ticks(void) {
     if (S.ccall_keep_ticks)
@@ -146,7 +148,9 @@ uint64_t oc_ccall_keep_ticks(void) {
         if (!(npt > 0.01 && npt < 100.0))
             npt = 1.0;
     }
-    uint64_t ticks = (uint64_t)(OC_CCALL_KEEP_NS / npt) + 1;
+    const char *env = getenv("OCULAR_CCALL_KEEP_NS"); /* (checked by start_tracing: digits, or blank) */
+    double keep_ns = env && *env && strspn(env, " ") != strlen(env) ? strtod(env, NULL) : OC_CCALL_KEEP_NS;
+    uint64_t ticks = (uint64_t)(keep_ns / npt) + 1;
     if (S.early_calibrated || !oc_use_tsc || oc_test_clock)
         S.ccall_keep_ticks = ticks;
     return ticks;
