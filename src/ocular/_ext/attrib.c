@@ -6,7 +6,9 @@
  * each after a K_MARK record: such a frame is *hidden* (outside windows it would not be there).  For
  * every gap between two records the renderer charges to the top frame, the part inside windows is
  * found with a per-thread cursor over the sorted windows, and:
- *   - top frame visible (code C): outside-window ticks go to A[C], inside-window ticks to B[C];
+ *   - top frame visible (code C): outside-window ticks go to A[C] (oc_attr_outside; the usual gap, which
+ *     ends before the thread's next window begins, goes there inline: oc_attr_gap_fast), inside-window
+ *     ticks to B[C];
  *   - top frame hidden: its inside-window ticks go to the pair (C, X) where C is the nearest visible
  *     frame below (the one whose self time holds it outside windows) and X the top frame's code (self
  *     time); its ticks after a window closed are measured time of a recorded call, in neither.  Each
@@ -40,6 +42,9 @@
 #include <string.h>
 
 int oc_attr_on;
+uint32_t oc_attr_wgen;
+uint64_t *oc_attr_outside;
+uint32_t oc_attr_noutside;
 
 typedef struct {
     uint32_t code;
@@ -51,7 +56,7 @@ typedef struct {
 } pair;
 
 typedef struct {
-    uint64_t a, b;          /* visible self ticks outside / inside windows */
+    uint64_t b;             /* visible self ticks inside windows (outside: oc_attr_outside) */
     pair *pairs;            /* hidden callees seen inside windows under this code */
     uint32_t npairs, cap;
 } anchor_stat;
@@ -81,6 +86,10 @@ void oc_attr_reset(void) {
     free(AT.est);
     memset(&AT, 0, sizeof AT);
     oc_attr_on = 0;
+    free(oc_attr_outside);
+    oc_attr_outside = NULL;
+    oc_attr_noutside = 0;
+    oc_attr_wgen++;
 }
 
 /* fork child: forget the parent's tables without freeing them (its render thread may have been
@@ -88,6 +97,9 @@ void oc_attr_reset(void) {
 void oc_attr_abandon(void) {
     memset(&AT, 0, sizeof AT);
     oc_attr_on = 0;
+    oc_attr_outside = NULL;
+    oc_attr_noutside = 0;
+    oc_attr_wgen++;
 }
 
 static inline uint64_t rd64(const uint8_t *p) {
@@ -125,7 +137,24 @@ void oc_attr_block(const uint8_t *p, uint32_t len) {
         AT.nwin++;
         AT.win_ticks += e > b ? e - b : 0;
     }
+    oc_attr_wgen++; /* (threads' cached next window begins are stale) */
     oc_attr_on = AT.nwin > 0;
+}
+
+/* oc_attr_outside holds code `id` (grown by 256 entries past it); 0: no memory (reported as incomplete) */
+static int outside_grow(uint32_t id) {
+    if (id < oc_attr_noutside)
+        return 1;
+    uint32_t n = id + 256;
+    uint64_t *o = realloc(oc_attr_outside, (size_t)n * sizeof *o);
+    if (!o) {
+        AT.failed = 1;
+        return 0;
+    }
+    memset(o + oc_attr_noutside, 0, (size_t)(n - oc_attr_noutside) * sizeof *o);
+    oc_attr_outside = o;
+    oc_attr_noutside = n;
+    return 1;
 }
 
 static anchor_stat *stat_of(uint32_t id) {
@@ -186,12 +215,14 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
     uint64_t span = t1 > t0 ? t1 - t0 : 0;
     uint64_t in = span ? inside(a, t0, t1) : 0;
     uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
+    a->next_begin = a->wcur < AT.nwin ? AT.win[a->wcur][0] : UINT64_MAX; /* (oc_attr_gap_fast's test) */
+    a->wgen = oc_attr_wgen;
     a->last_in = 0;
     a->win_total += in_net;
     if (!hidden) {
         anchor_stat *s = stat_of(top);
-        if (s) {
-            s->a += net - in_net;
+        if (s && outside_grow(top)) {
+            oc_attr_outside[top] += net - in_net;
             s->b += in_net;
             a->last_code = top;
             a->last_in = in_net;
@@ -245,6 +276,12 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct
     a->last_in = 0;
 }
 
+/* an anchor's visible self ticks outside windows */
+static uint64_t outside_of(const anchor_stat *s) {
+    uint32_t id = (uint32_t)(s - AT.st);
+    return id < oc_attr_noutside ? oc_attr_outside[id] : 0;
+}
+
 /* a pair's inclusive window ticks, tails spread like self time (a tail is in some frames' inclusive
  * time, not known which) */
 static double est_incl(const pair *q, double fself) { return (double)(q->incl - q->tail) * fself; }
@@ -268,7 +305,7 @@ static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself)
         h += s->pairs[i].self;
         tails += s->pairs[i].tail;
     }
-    *scale = h + tails ? (double)s->a / (double)(s->b + h + tails) : 0.0;
+    *scale = h + tails ? (double)outside_of(s) / (double)(s->b + h + tails) : 0.0;
     *fself = h ? (double)(h + tails) / (double)h : 1.0;
     return h + tails;
 }
@@ -341,7 +378,7 @@ int oc_attr_export(PyObject *func, uint32_t id) {
     }
     PyObject *e = Py_BuildValue("{s:d,s:d,s:d,s:d,s:N,s:K,s:K}", "calls", AT.est[id].calls, "self", AT.est[id].self,
                                 "incl", AT.est[id].incl, "removed", AT.est[id].removed, "callees", callees,
-                                "window_self", (unsigned long long)s->b, "outside_self", (unsigned long long)s->a);
+                                "window_self", (unsigned long long)s->b, "outside_self", (unsigned long long)outside_of(s));
     if (!e)
         return -1;
     int rc = PyDict_SetItemString(func, "estimate", e);

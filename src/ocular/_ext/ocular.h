@@ -527,11 +527,25 @@ typedef struct {
     uint32_t last_code;     /* the visible frame whose window time the last gap added to (tails) */
     uint64_t last_in;       /* that window time, ticks */
     uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
+    uint64_t next_begin;    /* the begin of window wcur (UINT64_MAX: none), as of windows generation wgen */
+    uint32_t wgen;
 } oc_attr_thread;
 void oc_attr_reset(void);
 void oc_attr_abandon(void);                         /* fork child: forget without freeing */
 void oc_attr_block(const uint8_t *p, uint32_t len); /* a SAMPLING block: its windows are appended */
 extern int oc_attr_on;                               /* the recording has sampling windows */
+extern uint32_t oc_attr_wgen;                        /* bumped when windows are appended */
+extern uint64_t *oc_attr_outside;                    /* by code: visible self ticks outside windows */
+extern uint32_t oc_attr_noutside;
+/* the usual gap (render.c tick): a visible top frame, no window begun before its end -- its ticks are
+ * that code's own outside windows; 0: oc_attr_gap must take it */
+static inline int oc_attr_gap_fast(oc_attr_thread *a, uint64_t t1, uint64_t net, uint32_t top, int hidden) {
+    if (hidden || t1 > a->next_begin || a->wgen != oc_attr_wgen || top >= oc_attr_noutside)
+        return 0;
+    oc_attr_outside[top] += net;
+    a->last_in = 0;
+    return 1;
+}
 /* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was
  * recorded only because of a window, `anchor`: the nearest visible frame's code */
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,

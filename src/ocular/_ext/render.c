@@ -563,7 +563,8 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
             uint64_t net = oc_stats_net(delta, OC_KIND(r->info));
             top->self += net;
             if (!lean && UNLIKELY(oc_attr_on))
-                oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
+                if (!oc_attr_gap_fast(&t->attr, ts, net, top->code_id, top->hidden))
+                    oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
         }
     }
     t->prev_ts = ts;
