@@ -267,7 +267,6 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
         }
     } else if (S.fn_threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.fn_threshold)) {
         ex->flags |= CF_START_DISABLED;
-        __atomic_store_n(&oc_cut_seen, 1, __ATOMIC_RELAXED);
         return enter_sampled(ex, kind);
     }
     uint32_t depth = frame_depth();
@@ -556,7 +555,6 @@ static __attribute__((noinline)) PyObject *call_sampled(PyObject *callable) {
 /* A C call site is de-instrumented (once): the C function's calls are partial from now on (its entry's
  * flag), and an OC_MARK_CUT record tells the renderer which frame's self time holds its later calls. */
 static __attribute__((noinline)) void ccall_cut(PyObject *callable) {
-    __atomic_store_n(&oc_cut_seen, 1, __ATOMIC_RELAXED);
     oc_cfunc_mark_cut(callable);
     uint32_t id = oc_cfunc_id(callable);
     oc_rec *r = id != UINT32_MAX ? reserve() : NULL;

@@ -509,7 +509,6 @@ void oc_stats_finish(void); /* after rendering: callers of de-instrumented calle
 /* sampling.c: sampling windows in adaptive mode.  While a window is open (oc_now() < oc_win_end), the
  * callbacks record de-instrumented functions' enters and leaves instead of answering DISABLE. */
 extern uint64_t oc_win_end;              /* ticks; 0: no window was ever opened */
-extern int oc_cut_seen;                  /* a function start or C call site was de-instrumented: windows begin */
 static inline int oc_in_window(uint64_t now) { return UNLIKELY(now < oc_win_end); }
 int oc_owncost_init(PyObject *module);   /* owncost.c: adds _owncost_baseline, _owncost_measure */
 int oc_sampling_init(PyObject *module);  /* adds _sampling_start */

@@ -1,9 +1,9 @@
 /* sampling.c -- sampling windows: keeps de-instrumented functions measured in adaptive mode.
  *
- * After the threshold a cheap C call site (or, in near-zero mode, a function's PY_START) answers DISABLE,
- * and its later calls land in its caller's self time.  So, from the first such site on (oc_cut_seen:
- * a short program gets its windows too), after 2, 4, 8 ... window lengths and then about every `period`
- * (each wait jittered by +-50%: no aliasing with a periodic program) a timer thread
+ * After the threshold a cheap C call site (and, in near-zero mode, a function's PY_START) answers DISABLE,
+ * and its later calls land in its caller's self time.  So about every `period` from the start (jittered:
+ * no aliasing with a periodic program; evenly over the whole run, since the ratio a window measures is
+ * applied to all of a caller's self time) a timer thread
  * asks for a window: on 3.13+ with Py_AddPendingCall (run by the main thread at its next eval-breaker
  * check, at once while it runs Python code), and, if no window opened within 2 ms (the main thread
  * sleeps, waits or is blocked in C), by taking the GIL itself (PyGILState_Ensure; it runs no bytecode,
@@ -28,7 +28,6 @@
 #include <time.h>
 
 uint64_t oc_win_end;
-int oc_cut_seen;
 
 typedef struct {
     uint64_t begin, end;
@@ -173,20 +172,8 @@ static int wait_ns(uint64_t ns) {
 static void *timer_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&SW.lock);
-    uint64_t gap = 0, idle = 0; /* gap: the next wait (0: nothing de-instrumented yet) */
     while (!SW.stop) {
-        if (!gap) { /* nothing to sample until something is de-instrumented: look every 2 ms, later 10 ms */
-            if (!__atomic_load_n(&oc_cut_seen, __ATOMIC_RELAXED)) {
-                if (wait_ns(idle < 100 ? 2000000 : 10000000))
-                    break;
-                idle++;
-                continue;
-            }
-            gap = 2 * SW.window_ns;
-        } else {
-            gap = 2 * gap < SW.period_ns ? 2 * gap : SW.period_ns;
-        }
-        if (wait_ns(gap / 2 + rnd() % (gap ? gap : 1))) /* gap +- 50% */
+        if (wait_ns(SW.period_ns / 2 + rnd() % (SW.period_ns ? SW.period_ns : 1))) /* period +- 50% */
             break;
         uint32_t seq = atomic_load(&SW.seq) + 1;
         atomic_store(&SW.seq, seq);
@@ -222,7 +209,6 @@ static void *timer_main(void *arg) {
 
 void oc_sampling_reset(void) {
     oc_win_end = 0;
-    oc_cut_seen = 0;
     pthread_mutex_lock(&SW.wlock);
     SW.n = SW.written = SW.skipped = 0;
     pthread_mutex_unlock(&SW.wlock);
