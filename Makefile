@@ -47,7 +47,7 @@ build: check-python $(foreach v,$(VERSIONS),.venv-$(v)/.ready)
 	done
 
 example: build
-	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.json examples/primes.py
+	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.pftrace examples/primes.py
 
 # PYTEST_JOBS: test processes at a time (pytest-xdist; default one per CPU, 1: no workers).  Each test runs
 # its traced programs in interpreters of their own, so two at a time share nothing but the CPUs.

@@ -1,9 +1,9 @@
 """Ocular: a low-overhead tracer and profiler for CPython 3.12+ built on sys.monitoring (PEP 669).
 
     import ocular
-    ocular.start_tracing()            # adaptive mode, writes ocular_trace.json at stop
+    ocular.start_tracing()            # adaptive mode, writes ocular_trace.pftrace at stop
     ...                               # your program
-    ocular.stop_tracing()             # open the file in ui.perfetto.dev or chrome://tracing
+    ocular.stop_tracing()             # open the file in ui.perfetto.dev (output="t.json": Chrome JSON)
 
 or ``with ocular.tracing(): ...``, or from the shell ``python -m ocular script.py``.
 
@@ -545,7 +545,7 @@ def _parse_ring(ring):
 
 
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
-                  include_only=None, output="ocular_trace.json", tool_id=None, format=None, report=True,
+                  include_only=None, output="ocular_trace.pftrace", tool_id=None, format=None, report=True,
                   ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True, near_zero=False):
     """Start tracing every thread of this process.
 
@@ -569,7 +569,9 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         excluded.
     output: path of the trace file (its directory must exist and be writable); a symbolic link is
         followed (the file it points to is replaced, the link stays); a device, FIFO or socket is
-        refused with ValueError.
+        refused with ValueError.  Default ``ocular_trace.pftrace``: compressed Perfetto protobuf, 30-40x
+        smaller than Chrome JSON for the same full trace (docs/exactness.md); ``"t.json"`` writes Chrome
+        trace JSON.
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
@@ -1182,7 +1184,7 @@ def _snapshot(output):
     if s is None or not s.get("ring"):
         raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
     if output is None:
-        base = s["output"] or os.path.abspath("ocular_trace.json")
+        base = s["output"] or os.path.abspath("ocular_trace.pftrace")
         root, ext = _formats.split_suffix(base)
         _snapshots += 1
         output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"

@@ -19,7 +19,7 @@ from . import _ocular
 _RUNNER_PATH0 = sys.path[0] if sys.path else None
 
 EPILOG = """examples:
-  python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.json
+  python -m ocular script.py arg1 arg2        trace script.py, write ocular_trace.pftrace
   python -m ocular -o fib.json -m mypkg.tool  run a module, write fib.json
   python -m ocular --mode precise --threshold 0 -c "sum(range(10))"
   python -m ocular --follow -o all.json pool.py   also trace subprocesses and multiprocessing
@@ -67,26 +67,15 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
-                   help="adaptive: function and jump events, de-instrumented after --threshold hits (each hot "
-                        "loop then gets a short instruction probe); precise: also every instruction "
+                   help="adaptive: function and jump events, jumps de-instrumented after --threshold hits (each "
+                        "hot loop then gets a short instruction probe); precise: also every instruction "
                         "(default: %(default)s)")
-    p.add_argument("--threshold", type=int, default=500, metavar="N",
-                   help="hits of a loop's jump, an instruction probe or a cheap C call site before it stops "
-                        "being traced (function calls are always traced, but with --near-zero); 0 traces "
-                        "everything (default: %(default)s)")
-    p.add_argument("--near-zero", action="store_true",
-                   help="near-zero overhead: after --threshold calls a function's start and return are "
-                        "de-instrumented too, so its later calls are estimated (marked ~ and *), not counted; by "
-                        "default every function call is counted and timed, and only loops, instruction probes "
-                        "and cheap C call sites are de-instrumented")
-    p.add_argument("--include", action="append", default=None, metavar="PATTERN",
-                   help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
-    p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
-                   help="do not trace files matching PATTERN; repeatable")
+    _add_recording_args(p)
     p.add_argument("-o", "--output", action="append", default=None, metavar="PATH",
                    help="output file, its format from its suffix (see below); repeatable: the program is "
                         "recorded once and rendered into each; a regular file or a new name (a symlink is "
-                        "followed; a device, FIFO or socket is refused) (default: ocular_trace.json)")
+                        "followed; a device, FIFO or socket is refused) (default: ocular_trace.pftrace, compressed Perfetto "
+                        "protobuf; -o t.json for Chrome trace JSON)")
     p.add_argument("--thread-roots", action="store_true",
                    help="folded stacks (.folded, .collapsed) start with their thread's name (default: threads summed)")
     p.add_argument("--no-trace-file", action="store_true", help="record, but write no trace file (not with -o)")
@@ -337,7 +326,7 @@ disabled in the process (PYTHON_DISABLE_REMOTE_DEBUG, -X disable-remote-debug), 
 (same user, or root; see /proc/sys/kernel/yama/ptrace_scope) and Ocular importable in it.  A refusal is
 one 'ocular: ...' line and exit status 2.  One attach per process at a time (a second one is refused).
 examples:
-  python -m ocular attach 1234                       trace until ^C, write ocular_trace.json here
+  python -m ocular attach 1234                       trace until ^C, write ocular_trace.pftrace here
   python -m ocular attach 1234 --duration 5 -o /tmp/app.pftrace --threshold 0"""
 
 
@@ -359,18 +348,8 @@ _seconds.__name__ = "number of seconds"  # argparse names the type in its error 
 _pid.__name__ = "process id"
 
 
-def build_attach_parser():
-    p = argparse.ArgumentParser(
-        prog="python -m ocular attach",
-        description="Trace a running Python process (CPython 3.14+) for a while, then write its trace.",
-        epilog=ATTACH_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("pid", type=_pid, metavar="PID", help="the process to trace")
-    p.add_argument("--duration", type=_seconds, default=None, metavar="SECONDS",
-                   help="stop tracing after this many seconds (default: at ^C or when the process exits)")
-    p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
-                   help="as for tracing a program (default: %(default)s)")
+def _add_recording_args(p):
+    """What is traced, for a program and for attach alike: --threshold, --near-zero, --include, --exclude."""
     p.add_argument("--threshold", type=int, default=500, metavar="N",
                    help="hits of a loop's jump, an instruction probe or a cheap C call site before it stops "
                         "being traced (function calls are always traced, but with --near-zero); 0 traces "
@@ -384,7 +363,22 @@ def build_attach_parser():
                    help="trace only files matching PATTERN (substring, or fnmatch with *?[); repeatable")
     p.add_argument("--exclude", action="append", default=None, metavar="PATTERN",
                    help="do not trace files matching PATTERN; repeatable")
-    p.add_argument("-o", "--output", default="ocular_trace.json", metavar="PATH",
+
+
+def build_attach_parser():
+    p = argparse.ArgumentParser(
+        prog="python -m ocular attach",
+        description="Trace a running Python process (CPython 3.14+) for a while, then write its trace.",
+        epilog=ATTACH_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("pid", type=_pid, metavar="PID", help="the process to trace")
+    p.add_argument("--duration", type=_seconds, default=None, metavar="SECONDS",
+                   help="stop tracing after this many seconds (default: at ^C or when the process exits)")
+    p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
+                   help="as for tracing a program (default: %(default)s)")
+    _add_recording_args(p)
+    p.add_argument("-o", "--output", default="ocular_trace.pftrace", metavar="PATH",
                    help="trace file, relative to this command's directory (default: %(default)s)")
     p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
                    help="trace format (default: from the output's suffix, as for tracing a program: "
@@ -445,7 +439,7 @@ def _run(argv=None):
     ours, rest = _split_argv(argv, parser)
     cli_pid = os.getpid()
     ns = parser.parse_args(ours)
-    outputs = ns.output or ["ocular_trace.json"]
+    outputs = ns.output or ["ocular_trace.pftrace"]
     ns.output_given = ns.output is not None
     ns.output = outputs[0]
     if ns.follow:
