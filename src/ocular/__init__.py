@@ -596,8 +596,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         "off".  None (default): "runs" for JSON (a loop-heavy script's trace stays small), "iterations"
         for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
         same either way.
-    sampling: in adaptive mode with a threshold, keep measuring de-instrumented functions in short
-        sampling windows (about 1 ms every 100 ms: every disabled function start and C call site is
+    sampling: in adaptive mode with a threshold, keep measuring de-instrumented C call sites (and, with
+        ``near_zero``, functions) in short sampling windows (about 1 ms every 100 ms: every disabled site is
         re-armed by ``sys.monitoring.restart_events()`` and recorded while the window is open), so the
         report estimates, labelled with ``~``, the calls and time of de-instrumented callees that would
         otherwise count as their callers' self time.  Windows are opened only while no other

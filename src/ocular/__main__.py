@@ -108,8 +108,9 @@ def build_parser():
                    help="do not record calls of C functions (builtins, methods of built-in types, extension "
                         "functions); by default each is its own slice and report row, as in cProfile")
     p.add_argument("--no-sampling", action="store_false", dest="sampling", default=True,
-                   help="no sampling windows: after --threshold a function's later calls count in its caller's "
-                        "self time, unmeasured (the report names them); by default short windows (1 ms every "
+                   help="no sampling windows: the later calls of a de-instrumented C call site (or, with "
+                        "--near-zero, function) count in its caller's self time, unmeasured (the report names "
+                        "them); by default short windows (1 ms every "
                         "100 ms; OCULAR_SAMPLING=PERIOD_MS,WINDOW_MS changes it) keep measuring them and the "
                         "report shows the estimated split, marked ~")
     p.add_argument("--ring", default=None, metavar="SIZE",
