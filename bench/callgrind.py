@@ -50,7 +50,6 @@ import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from bench.common import (
     BENCH_DIR,
@@ -63,6 +62,7 @@ from bench.common import (
     log,
     machine_info,
     md_table,
+    print_and_write,
     resolve_python,
     run_timed,
     tail,
@@ -404,11 +404,7 @@ def main(argv=None) -> int:
                   setup=not args.no_setup, probe=probe["probe"])
     sec = run(ctx, args.n, configs, shapes=not args.no_shapes)
     report = "# {}\n\n- machine: {}\n\n{}\n".format(sec.title, machine_info(), sec.markdown)
-    print(report)
-    if args.output != "-":
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(report)
-        log("callgrind: wrote " + args.output)
+    print_and_write(report, args.output, "callgrind")
     return 1 if sec.failed else 0
 
 

@@ -63,6 +63,7 @@ from bench.common import (
     log,
     machine_info,
     md_table,
+    print_and_write,
     resolve_python,
 )
 
@@ -373,11 +374,7 @@ def main(argv=None) -> int:
                                  "off": "off (sampling=False)"}.get(
             args.sampling, "period {} ms, window {} ms (the default 100/1 stretched like the run under "
                            "callgrind)".format(*args.sampling.split(","))), body)
-    print(report)
-    if args.output != "-":
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(report)
-        log("callgrind_compare: wrote " + args.output)
+    print_and_write(report, args.output, "callgrind_compare")
     return 1 if failures else 0
 
 

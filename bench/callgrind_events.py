@@ -29,7 +29,6 @@ import re
 import shutil
 import sys
 import tempfile
-from pathlib import Path
 
 from bench.configs import CONFIGS, EVENT_SETS
 from bench.workloads import WORKLOADS, fib_calls
@@ -42,6 +41,7 @@ from bench.common import (
     log,
     machine_info,
     md_table,
+    print_and_write,
     resolve_python,
 )
 from bench.micro import run_child
@@ -173,11 +173,7 @@ def main(argv=None) -> int:
     for c, err in failures.items():
         lines.append("\n- failed **{}**: {}".format(c, err))
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.output != "-":
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(report)
-        log("callgrind: wrote " + args.output)
+    print_and_write(report, args.output, "callgrind")
     return 1 if failures else 0
 
 

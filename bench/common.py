@@ -30,6 +30,15 @@ def log(msg: str = "") -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def print_and_write(report: str, output: str, tool: str) -> None:
+    """Print a markdown report and write it to `output` ('-': nowhere), its directory made if needed."""
+    print(report)
+    if output != "-":
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(report)
+        log("{}: wrote {}".format(tool, output))
+
+
 class ChildError(RuntimeError):
     """A child process failed, timed out or wrote no result."""
 
