@@ -192,3 +192,20 @@ def test_the_c_call_site_limit_is_an_environment_variable(tmp_path):
     assert f["<built-in method builtins.len>"]["calls"] == 1200 and not f["<built-in method builtins.len>"]["sample"]
     p = cli(tmp_path, "-o", "t.json", env={"OCULAR_CCALL_KEEP_NS": "1us"})
     assert p.returncode == 2 and "OCULAR_CCALL_KEEP_NS='1us' is not valid" in p.stderr, p.stderr
+
+
+def test_a_call_site_of_several_c_functions_stays(tmp_path):
+    """One call site calling len and str.upper by turns (a dispatch, as importlib's
+    _call_with_frames_removed calls compile, exec, ...): cut, it would lose the calls of the function not at
+    hand unmarked; it stays instrumented, both counted in full."""
+    (tmp_path / "prog.py").write_text(
+        "def main():\n    fs = [len, str.upper]\n    for i in range(2000):\n        fs[i % 2]('abc')\nmain()\n")
+    import os
+
+    e = dict(os.environ, PYTHONPATH=SRC)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--no-sampling", "--report-json", "--no-trace-file", "prog.py"],
+                       cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    f = {r["name"]: r for r in report_json(p)["functions"]}
+    for name in ("<built-in method builtins.len>", "<method 'upper' of 'str' objects>"):
+        assert f[name]["calls"] == 1000 and not f[name]["sample"], f[name]

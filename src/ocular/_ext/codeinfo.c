@@ -117,7 +117,7 @@ static int is_excluded(const char *filename) {
 uint32_t *oc_code_counters(oc_codeextra *ex, int which) {
     uint32_t **slot = which == 2 ? &ex->call_hits : which ? &ex->insn_hits : &ex->edge_hits;
     if (!*slot && which == 2) { /* a C call site's times come with its counts */
-        ex->call_ticks = calloc(2 * ((size_t)ex->nunits + 1), sizeof(uint64_t));
+        ex->call_ticks = calloc(3 * ((size_t)ex->nunits + 1), sizeof(uint64_t));
         if (!ex->call_ticks)
             return NULL;
     }

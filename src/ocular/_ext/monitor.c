@@ -509,9 +509,8 @@ static inline int is_cfunc(PyObject *callable) {
     return PyCFunction_Check(callable) || Py_IS_TYPE(callable, &PyMethodDescr_Type);
 }
 
-/* one K_CCALL or K_CRETURN record of a C function; its time stamp (0: not recorded) */
-static inline uint64_t record_cfunc(PyObject *callable, uint32_t kind) {
-    uint32_t id = oc_cfunc_id(callable);
+/* one K_CCALL or K_CRETURN record of C function `id`; its time stamp (0: not recorded) */
+static inline uint64_t record_cfunc_id(uint32_t id, uint32_t kind) {
     if (UNLIKELY(id == UINT32_MAX))
         return 0;
     oc_rec *r = reserve();
@@ -525,13 +524,14 @@ static inline uint64_t record_cfunc(PyObject *callable, uint32_t kind) {
 /* The C call site rule: a site that reached the threshold stays instrumented if its calls are expensive
  * next to what recording one costs -- timed calls (a C_RETURN right after its CALL, nothing recorded
  * between) averaging S.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
- * a key function, a callback) -- and is judged again after as many calls; otherwise it answers DISABLE
- * from now on (its later calls' time is its caller's self time, which the sampling windows estimate).
- * 1: keep it. */
+ * a key function, a callback), or calls of several C functions (a dispatch: de-instrumented, the others'
+ * calls would be lost unmarked, only the one at hand is known) -- and is judged again after as many
+ * calls; otherwise it answers DISABLE from now on (its later calls' time is its caller's self time,
+ * which the sampling windows estimate).  1: keep it. */
 static __attribute__((noinline)) int ccall_keep(oc_codeextra *ex, uint32_t unit) {
-    uint64_t *t = ex->call_ticks + 2 * (size_t)unit;
+    uint64_t *t = ex->call_ticks + 3 * (size_t)unit;
     uint64_t calls = ex->call_hits[unit] - 1; /* (the hit that passed the threshold is not in t) */
-    int keep = t[1] * 2 < calls || t[0] >= t[1] * oc_ccall_keep_ticks();
+    int keep = t[2] == UINT64_MAX || t[1] * 2 < calls || t[0] >= t[1] * oc_ccall_keep_ticks();
     if (keep) {
         ex->call_hits[unit] = 1;
         t[0] = t[1] = 0;
@@ -591,11 +591,15 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
             return call_sampled(callable);
         }
     }
-    uint64_t ts = record_cfunc(callable, K_CCALL);
-    if (S.threshold && ts) { /* (its C_RETURN times it) */
+    uint32_t id = oc_cfunc_id(callable);
+    uint64_t ts = record_cfunc_id(id, K_CCALL);
+    if (S.threshold && ts && off < ex->nunits && ex->call_ticks) { /* (its C_RETURN times it) */
         oc_tls.ccall_ex = ex;
         oc_tls.ccall_unit = off;
         oc_tls.ccall_ts = ts;
+        uint64_t *who = &ex->call_ticks[3 * (size_t)off + 2];
+        if (UNLIKELY(*who != (uint64_t)id + 1))
+            *who = *who ? UINT64_MAX : (uint64_t)id + 1;
     }
     RETURN_NONE;
 }
@@ -611,12 +615,12 @@ static PyObject *cb_creturn(PyObject *self, PyObject *const *args, size_t nargsf
         RETURN_NONE;
     if (!is_cfunc(args[2]))
         RETURN_NONE;
-    uint64_t ts = record_cfunc(args[2], K_CRETURN);
+    uint64_t ts = record_cfunc_id(oc_cfunc_id(args[2]), K_CRETURN);
     if (oc_tls.ccall_ex == ex) { /* the return of the last recorded C call, if at its site: timed */
         uint32_t unit = small_int(args[1]) >> 1;
         if (ts && unit == oc_tls.ccall_unit && unit < ex->nunits && ex->call_ticks) {
-            ex->call_ticks[2 * (size_t)unit] += ts - oc_tls.ccall_ts;
-            ex->call_ticks[2 * (size_t)unit + 1]++;
+            ex->call_ticks[3 * (size_t)unit] += ts - oc_tls.ccall_ts;
+            ex->call_ticks[3 * (size_t)unit + 1]++;
         }
     }
     oc_tls.ccall_ex = NULL;

@@ -159,8 +159,9 @@ typedef struct {
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
     uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
-    uint64_t *call_ticks;  /* per unit, 2 each: ticks of this site's timed C calls and how many, since its
-                              last verdict (allocated with call_hits) */
+    uint64_t *call_ticks;  /* per unit, 3 each: ticks of this site's timed C calls and how many, since its
+                              last verdict, and the C function it calls (its id + 1; UINT64_MAX: several)
+                              (allocated with call_hits) */
 } oc_codeextra;
 
 /* session table entry: everything the writer needs about a code object, immutable once published */
