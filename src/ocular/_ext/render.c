@@ -297,6 +297,20 @@ static __attribute__((noinline)) void unstale(rthread *t, uint32_t code_id) {
         pop_to(t, k, t->prev_ts, 0);
 }
 
+/* An enter at `depth` with frames at that depth or deeper (at: 1), or a leave at `depth` with deeper
+ * frames (at: 0): their ends were not seen (near-zero mode: return sites disabled after LATE_ENDS_MAX
+ * unrecorded ends; a lost record).  They end at the thread's last record, as unstale's do, so the gap
+ * before this record is the frame below's (which made the call or returns), not a frame already gone.
+ * Before the first record of the thread (no last record) the caller ends them at this one's time. */
+static __attribute__((noinline)) void pop_stale(rthread *t, uint32_t depth, int at) {
+    if (!t->have_prev)
+        return;
+    uint32_t keep = t->n;
+    while (keep > 0 && t->stack[keep - 1].depth + (uint32_t)at > depth)
+        keep--;
+    pop_to(t, keep, t->prev_ts, 0);
+}
+
 /* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
  * bit 7 of the recorded cache table) starting before each unit; NULL without bytecode or memory. */
 static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
@@ -586,6 +600,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_THROW:
     case K_CCALL: {
         t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= rdepth(kind, p)) && valid_code(r->code_id))
+            pop_stale(t, rdepth(kind, p), 1);
         tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
@@ -609,6 +625,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
+        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth > rdepth(kind, p)) && valid_code(r->code_id))
+            pop_stale(t, rdepth(kind, p), 0);
         tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;

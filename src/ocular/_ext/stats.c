@@ -106,9 +106,9 @@ void oc_stats_caller(oc_code_stat *c, uint32_t caller) {
     if (caller == UINT32_MAX)
         return;
     uint32_t k = 0;
-    while (k < 4 && c->callers[k] && c->callers[k] != caller + 1)
+    while (k < OC_CALLERS && c->callers[k] && c->callers[k] != caller + 1)
         k++;
-    if (k < 4 && !c->callers[k])
+    if (k < OC_CALLERS && !c->callers[k])
         c->callers[k] = caller + 1;
 }
 
@@ -144,7 +144,7 @@ void oc_stats_finish(void) {
     uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes;
     for (uint32_t id = 0; id < n; id++)
         if (R.codes[id].flags & CF_START_DISABLED)
-            for (uint32_t k = 0; k < 4 && oc_cs[id].callers[k]; k++)
+            for (uint32_t k = 0; k < OC_CALLERS && oc_cs[id].callers[k]; k++)
                 deinst_callee(oc_cs[id].callers[k] - 1, id);
 }
 

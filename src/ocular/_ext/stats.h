@@ -8,6 +8,11 @@
 
 #include "ocular.h"
 
+/* callers kept per code: their self times name it when its start is de-instrumented (near-zero mode).  A
+ * library's helper has more than 4 (importlib's _call_with_frames_removed: find_spec, exec_module,
+ * source_to_code, ...); the search runs only for a call from neither of the first two. */
+#define OC_CALLERS 16
+
 typedef struct {
     uint32_t src, dest;
     uint64_t iterations, cycles, self_cycles, insns;
@@ -31,7 +36,7 @@ typedef struct {
     uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
                                    this function's self time, unmeasured */
     uint32_t ncallees, capcallees;
-    uint32_t callers[4];        /* 1 + the code ids of the first functions that called this one, 0: free */
+    uint32_t callers[OC_CALLERS]; /* 1 + the code ids of the first functions that called this one, 0: free */
 } oc_code_stat;
 
 extern oc_code_stat *oc_cs; /* by code id */
@@ -56,7 +61,7 @@ static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uin
 
 /* One closed slice (a segment) of code `id`: its inclusive and self ticks, and what it adds to the
  * code's total (recursion counted once); a truncated one (its end inferred) is only counted.  caller:
- * the calling frame's code id (UINT32_MAX: none), kept among the code's first four callers. */
+ * the calling frame's code id (UINT32_MAX: none), kept among the code's first OC_CALLERS callers. */
 static inline void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add,
                                   int truncated, uint32_t caller) {
     if (UNLIKELY(id >= oc_ncs || truncated)) {
