@@ -12,7 +12,8 @@
  * sites, instruction probes, and C call sites whose calls are cheap (ccall_keep: a site whose calls
  * average OC_CCALL_KEEP_NS or more stays armed).
  * Near-zero mode (S.fn_threshold = threshold, opt-in): after `threshold` enters a function's
- * PY_START/PY_RESUME answer DISABLE, and every C call site goes after `threshold` calls; its PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
+ * PY_START/PY_RESUME answer DISABLE, and every C call site goes after `threshold` calls; its
+ * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
  * its real end, then answer DISABLE -- for at most 4096 unrecorded ends (recursion, or other threads'
  * calls), after which the renderer infers the remaining ends.  Which activations are recorded and open:
  * each thread keeps a stack of them (code id and frame depth; oc_tbuf.open), so that a return ends one
