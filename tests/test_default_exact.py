@@ -7,7 +7,10 @@ mode is flagged in the recording and in what is rendered from it later.
 No timing thresholds: which sites stay is decided by calls of 20 us against calls of 50 ns, far either side of
 the rule's 1 us."""
 
+import gzip
 import json
+import os
+import pstats
 import subprocess
 
 from conftest import SRC, check_balanced, load_trace, python_cmd, run_py
@@ -28,8 +31,6 @@ main()
 
 def cli(tmp_path, *args, env=None):
     (tmp_path / "prog.py").write_text(PROG)
-    import os
-
     e = dict(os.environ, PYTHONPATH=SRC, **(env or {}))
     return subprocess.run([*python_cmd(), "-m", "ocular", *args, "prog.py"], cwd=tmp_path, env=e,
                           capture_output=True, text=True, timeout=300)
@@ -73,8 +74,6 @@ def test_formats_without_a_note_of_their_own_say_it_on_stderr(tmp_path):
     p = cli(tmp_path, "-q", "--no-report", "-o", "t.pstats")
     assert p.returncode == 0, p.stderr
     assert "t.pstats: partial: 1 C function with call sites de-instrumented" in p.stderr, p.stderr
-    import pstats
-
     st = pstats.Stats(str(tmp_path / "t.pstats")).stats
     calls = {name: v[1] for (fn, ln, name), v in st.items()}
     assert calls["main"] == 1 and calls["<built-in method builtins.sorted>"] == 1200
@@ -83,8 +82,6 @@ def test_formats_without_a_note_of_their_own_say_it_on_stderr(tmp_path):
     assert "partial: 1 C function" in json.loads((tmp_path / "t.gecko.json").read_text())["meta"]["product"]
     p = cli(tmp_path, "-q", "--no-report", "-o", "t.pb.gz")
     assert p.returncode == 0, p.stderr
-    import gzip
-
     assert b"ocular: partial: 1 C function" in gzip.decompress((tmp_path / "t.pb.gz").read_bytes())
     p = cli(tmp_path, "-q", "--no-report", "-o", "t.html")
     assert p.returncode == 0, p.stderr
@@ -96,8 +93,6 @@ def test_formats_without_a_note_of_their_own_say_it_on_stderr(tmp_path):
 
 def test_near_zero_is_in_the_recording_and_what_is_rendered_from_it(tmp_path):
     (tmp_path / "prog.py").write_text("def f():\n    return 1\nfor i in range(2000):\n    f()\n")
-    import os
-
     e = dict(os.environ, PYTHONPATH=SRC)
     p = subprocess.run([*python_cmd(), "-m", "ocular", "-q", "--near-zero", "--no-sampling", "-o", "r.ocular",
                         "prog.py"], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
@@ -168,8 +163,6 @@ def test_recursion_then_the_callers_loop_leaves_no_time_in_no_row(tmp_path):
     (they charged the loop's time to a stale fib frame, and main had no row).  Either way the rows' self
     times add up to the module's total."""
     (tmp_path / "prog.py").write_text(FIB_THEN_LOOP)
-    import os
-
     e = dict(os.environ, PYTHONPATH=SRC)
     for mode in ((), ("--near-zero",)):
         p = subprocess.run([*python_cmd(), "-m", "ocular", *mode, "--no-sampling", "--report-json", "--no-trace-file",
@@ -200,8 +193,6 @@ def test_a_call_site_of_several_c_functions_stays(tmp_path):
     hand unmarked; it stays instrumented, both counted in full."""
     (tmp_path / "prog.py").write_text(
         "def main():\n    fs = [len, str.upper]\n    for i in range(2000):\n        fs[i % 2]('abc')\nmain()\n")
-    import os
-
     e = dict(os.environ, PYTHONPATH=SRC)
     p = subprocess.run([*python_cmd(), "-m", "ocular", "--no-sampling", "--report-json", "--no-trace-file", "prog.py"],
                        cwd=tmp_path, env=e, capture_output=True, text=True, timeout=300)
