@@ -69,7 +69,8 @@ test: build
 # (build/installed-X.Y/venv), and the tests run against it: OCULAR_TEST_INSTALLED=1 puts nothing from src/ on
 # any path, and tests/test_wheel.py fails if the wheel lacks a file of src/ocular.  The whole suite on the
 # versions in INSTALLED_FULL (default: all), INSTALLED_SMOKE (the package's files, API, command line and formats)
-# on the others: their code is what `make test` ran; what can differ is what the wheel holds.
+# on the others: their code is what `make test` ran; what can differ is what the wheel holds.  The tests marked
+# `quiet` (timings compared within a run: what the code does, not what the wheel holds) run in `make test` only.
 INSTALLED_FULL ?= $(VERSIONS)
 INSTALLED_SMOKE ?= tests/test_wheel.py tests/test_api.py tests/test_cli_report.py tests/test_formats.py
 test-installed: check-python
@@ -83,7 +84,7 @@ test-installed: check-python
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
 	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
 	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl); \
-	    $(call suite,$$d/venv/bin/python -m pytest -q -p no:cacheprovider,$$t); } || exit 1; \
+	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) -m "not quiet" $$t; } || exit 1; \
 	done
 
 # ---- reliability: sanitizers, valgrind, CPython's own test suite ----------------------------------
