@@ -1,11 +1,11 @@
-/* codeinfo.c -- per-code metadata: the struct hung on each code object (co_extra) with the filter
+/* codeinfo.c -- per-code metadata: the struct kept for each code object (in the code map, codemap.c) with the filter
  * verdict, the session id and the hit counters, and the session's code table that the recorder thread
  * writes into the recording without the GIL (names, a copy of the bytecode, the line table).
  *
- * Tracing never keeps a code object alive: the table holds a weak reference (for the report's
- * disassembly at stop) and, when a code object dies, its extra's state is copied into the table entry
- * (the free function runs with the GIL) before the extra goes.  Excluded code objects are remembered
- * the same way, to re-arm them at stop.  An entry's names, bytecode and line table are freed once the
+ * Tracing never keeps a code object alive: the table holds a borrowed pointer (for the report's
+ * disassembly at stop) that the code watcher clears when the code object dies, after copying its extra's
+ * state into the table entry (the watcher runs with the GIL) and before the extra goes.  Excluded code
+ * objects stay in the code map, to re-arm them at stop.  An entry's names, bytecode and line table are freed once the
  * recorder has written them (but for the flight recorder, which writes them again at every dump); the
  * renderer reads them back from the recording.
  *
@@ -28,6 +28,7 @@ static void free_extra(void *p) {
             e->flags = ex->flags;
             e->enters = ex->enters;
             e->extra = NULL;
+            e->code_obj = NULL;
         }
     }
     free(ex->edge_hits);
@@ -38,12 +39,7 @@ static void free_extra(void *p) {
 }
 
 int oc_codeinfo_init(void) {
-    S.extra_index = (int)PyUnstable_Eval_RequestCodeExtraIndex(free_extra);
-    if (S.extra_index < 0) {
-        PyErr_SetString(PyExc_RuntimeError, "ocular: no co_extra slot available for per-code data");
-        return -1;
-    }
-    return 0;
+    return oc_codemap_init(&S.codes, free_extra);
 }
 
 char *oc_json_escape(const char *s, Py_ssize_t n) {
@@ -246,13 +242,7 @@ void oc_internal_error(const char *msg) {
 }
 
 oc_codeextra *oc_code_register(PyCodeObject *co) {
-    void *p = NULL;
-    if (PyUnstable_Code_GetExtra((PyObject *)co, S.extra_index, &p) < 0) {
-        PyErr_Clear();
-        oc_internal_error("could not read per-code data (co_extra)");
-        return NULL;
-    }
-    oc_codeextra *ex = p;
+    oc_codeextra *ex = oc_codemap_get(&S.codes, (PyObject *)co);
     if (ex && ex->gen == S.gen)
         return ex;
     if (!ex) {
@@ -261,10 +251,9 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
             oc_internal_error("out of memory registering a code object");
             return NULL;
         }
-        if (PyUnstable_Code_SetExtra((PyObject *)co, S.extra_index, ex) < 0) {
-            PyErr_Clear();
+        if (oc_codemap_put(&S.codes, (PyObject *)co, ex) < 0) {
             free(ex);
-            oc_internal_error("could not attach per-code data (co_extra)");
+            oc_internal_error("out of memory registering a code object");
             return NULL;
         }
     }
@@ -293,11 +282,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         PyErr_Clear();
     const char *match_name = mname ? PyBytes_AS_STRING(mname) : PyBytes_AS_STRING(fname);
     if (is_excluded(match_name)) {
-        ex->flags = CF_EXCLUDED;
-        PyObject *ref = S.excluded_codes ? PyWeakref_NewRef((PyObject *)co, NULL) : NULL;
-        if (!ref || PyList_Append(S.excluded_codes, ref) < 0)
-            PyErr_Clear();
-        Py_XDECREF(ref);
+        ex->flags = CF_EXCLUDED; /* found at stop in the code map, to re-arm it */
         Py_XDECREF(mname);
         Py_DECREF(fname);
         return ex;
@@ -354,9 +339,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         oc_internal_error("out of memory registering a code object");
         return ex;
     }
-    e->code_obj = PyWeakref_NewRef((PyObject *)co, NULL);
-    if (!e->code_obj)
-        PyErr_Clear(); /* only the report's disassembly of this code is lost */
+    e->code_obj = (PyObject *)co;
     e->extra = ex;
     ex->nunits = e->nunits;
     ex->id = id;
@@ -537,17 +520,7 @@ void oc_cfunc_mark_cut(PyObject *callable) {
 }
 
 PyObject *oc_code_object(oc_codeent *e) {
-    if (!e->code_obj)
-        return NULL;
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *o = NULL;
-    if (PyWeakref_GetRef(e->code_obj, &o) < 0)
-        PyErr_Clear();
-    return o;
-#else
-    PyObject *o = PyWeakref_GetObject(e->code_obj);
-    return o && o != Py_None ? Py_NewRef(o) : NULL;
-#endif
+    return e->code_obj ? Py_NewRef(e->code_obj) : NULL;
 }
 
 void oc_codetable_snapshot(void) {
@@ -560,7 +533,7 @@ void oc_codetable_snapshot(void) {
     }
 }
 
-/* After the recorder has finished: free the table and drop the weak references (GIL held). */
+/* After the recorder has finished: free the table (GIL held). */
 void oc_codetable_clear(void) {
     for (uint32_t pg = 0; pg < OC_MAX_PAGES; pg++) {
         oc_codeent *page = S.pages[pg];
@@ -574,7 +547,6 @@ void oc_codetable_clear(void) {
             free(e->filename_raw);
             free(e->code);
             free(e->lines);
-            Py_XDECREF(e->code_obj);
             if (e->extra && e->extra->gen == S.gen)
                 e->extra->id = UINT32_MAX; /* its entry is gone */
         }

@@ -146,9 +146,6 @@ static PyObject *py_start(PyObject *mod, PyObject *args) {
         return NULL;
     }
     oc_codetable_clear();
-    Py_XSETREF(S.excluded_codes, PyList_New(0));
-    if (!S.excluded_codes)
-        return NULL;
     free_session_strings();
     reset_counters();
     oc_sampling_reset();
@@ -399,16 +396,13 @@ static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    Py_ssize_t nx = S.excluded_codes ? PyList_GET_SIZE(S.excluded_codes) : 0;
-    for (Py_ssize_t i = 0; i < nx; i++) {
-        oc_codeent tmp = {.code_obj = PyList_GET_ITEM(S.excluded_codes, i)};
-        PyObject *co = oc_code_object(&tmp);
-        if (co && PyList_Append(out, co) < 0) {
-            Py_DECREF(co);
+    for (size_t i = 0; i <= S.codes.mask; i++) { /* the excluded ones: in the code map only */
+        const oc_cmslot *s = &S.codes.slots[i];
+        const oc_codeextra *ex = s->val;
+        if (s->key && ex && ex->gen == S.gen && (ex->flags & CF_EXCLUDED) && PyList_Append(out, s->key) < 0) {
             Py_DECREF(out);
             return NULL;
         }
-        Py_XDECREF(co);
     }
     return append_codes(out, disabled_here);
 }
@@ -479,7 +473,6 @@ static PyObject *py_release(PyObject *mod, PyObject *args) {
         return NULL;
     if (!S.active && !keep_codes) {
         oc_codetable_clear();
-        Py_CLEAR(S.excluded_codes);
     }
     oc_render_release();
     oc_tree_release();
@@ -551,9 +544,6 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     /* the parent's code table: its entries' names were freed once the parent recorded them; every code
      * object registers again here (a new generation), into this child's own recording */
     oc_codetable_clear();
-    Py_XSETREF(S.excluded_codes, PyList_New(0));
-    if (!S.excluded_codes)
-        return NULL;
     S.gen++;
     S.pid = (long)getpid();
     S.main_ident = ident;

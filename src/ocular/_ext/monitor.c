@@ -42,8 +42,6 @@
 #include <emmintrin.h> /* _mm_stream_si64 */
 #endif
 
-static int fast_extra_ok = 0;
-
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vc;
@@ -74,17 +72,10 @@ static __attribute__((noinline)) oc_codeextra *lookup_slow(PyObject *code) {
     return ex;
 }
 
-/* the code object's extra when it is this session's, read straight from co_extra; else NULL */
+/* the code object's extra when it is this session's (from the code map); else NULL */
 static inline oc_codeextra *lookup_fast(PyObject *code) {
-    void *ce = ((PyCodeObject *)code)->co_extra;
-    if (LIKELY(ce != NULL && fast_extra_ok)) {
-        if (LIKELY(S.extra_index < *(Py_ssize_t *)ce)) {
-            oc_codeextra *ex = ((oc_codeextra **)((char *)ce + sizeof(Py_ssize_t)))[S.extra_index];
-            if (LIKELY(ex != NULL && ex->gen == S.gen))
-                return ex;
-        }
-    }
-    return NULL;
+    oc_codeextra *ex = oc_codemap_get(&S.codes, code);
+    return LIKELY(ex != NULL && ex->gen == S.gen) ? ex : NULL;
 }
 
 static inline oc_codeextra *lookup(PyObject *code) {
@@ -697,38 +688,10 @@ PyObject *oc_make_callbacks(int c_functions) {
     return d;
 }
 
-/* Check that our direct read of co_extra agrees with the official API on this CPython build. */
-static int probe_fast_extra(void) {
-    PyObject *co = Py_CompileString("0", "<ocular-probe>", Py_eval_input);
-    if (!co)
-        return -1;
-    oc_codeextra *ex = calloc(1, sizeof *ex);
-    if (!ex) {
-        Py_DECREF(co);
-        PyErr_NoMemory();
-        return -1;
-    }
-    ex->gen = 0xfeedbeef;
-    if (PyUnstable_Code_SetExtra(co, S.extra_index, ex) < 0) {
-        free(ex);
-        Py_DECREF(co);
-        return -1;
-    }
-    void *ce = ((PyCodeObject *)co)->co_extra;
-    fast_extra_ok = 0;
-    if (ce && S.extra_index < *(Py_ssize_t *)ce &&
-        ((oc_codeextra **)((char *)ce + sizeof(Py_ssize_t)))[S.extra_index] == ex)
-        fast_extra_ok = 1;
-    Py_DECREF(co); /* frees ex through the extra's free function */
-    return 0;
-}
-
 int oc_monitor_init(PyObject *module) {
     if (PyType_Ready(&CallbackType) < 0)
         return -1;
     if (PyModule_AddObjectRef(module, "Callback", (PyObject *)&CallbackType) < 0)
         return -1;
-    if (probe_fast_extra() < 0)
-        return -1;
-    return PyModule_AddIntConstant(module, "fast_code_extra", fast_extra_ok);
+    return 0;
 }

@@ -14,6 +14,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "codemap.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -174,7 +175,8 @@ typedef struct {
     uint32_t nunits;
     uint8_t *code;         /* de-instrumented bytecode copy, 2*nunits bytes */
     int32_t *lines;        /* line number per code unit (-1: none) */
-    PyObject *code_obj;    /* a weak reference to the code object (the report's disassembly at stop) */
+    PyObject *code_obj;    /* the code object (borrowed; NULL once the code watcher saw it die): the
+                              report's disassembly at stop */
     oc_codeextra *extra;   /* its per-code data; NULL once the code object is gone */
     uint32_t flags;        /* renderer side: CF_* at stop (from the recording) */
     uint32_t enters;       /* renderer side: PY_START/PY_RESUME hits at stop */
@@ -199,8 +201,7 @@ typedef struct {
     int write_json;        /* a trace file is written (either format) */
     int format;            /* OC_FORMAT_JSON or OC_FORMAT_PERFETTO */
     PyObject *disable;     /* sys.monitoring.DISABLE */
-    int extra_index;
-    PyObject *excluded_codes; /* list of code objects disabled by the filters (settled at stop) */
+    oc_codemap codes;      /* code object -> its oc_codeextra (codemap.c); excluded ones included */
 
     /* filters: NULL-terminated arrays of UTF-8 strings */
     char **include_only;

@@ -24,8 +24,8 @@
  * so they never fail); line is the first line for py_start and the line of `offset` otherwise;
  * offset is the bytecode offset in bytes (-1 if unknown); tid is the kernel thread id (gettid).
  *
- * The probe path never allocates after the first event of a code object (the encoded names hang on
- * the code object through a co_extra index of our own), never calls repr() and never runs Python code.
+ * The probe path never allocates after the first event of a code object (the encoded names are kept in
+ * a code map of our own, codemap.c), never calls repr() and never runs Python code.
  * The probe sites and their ELF notes come from Ocular's own macros (usdt_sdt.h) on x86-64 and aarch64
  * Linux, so every build there has the probes, with or without systemtap-sdt-dev; -DOCULAR_USDT_SYS_SDT
  * uses <sys/sdt.h> instead, and other Linux architectures use it when it is installed.  Without either
@@ -124,8 +124,9 @@ static struct {
     PyObject *monitoring;      /* (GIL) sys.monitoring */
     long ev_bit[N_PROBES][2];  /* the sys.monitoring event bits each probe needs (probe_events) */
     PyObject *callbacks;       /* (GIL) {event name: callback} */
-    int extra_index;           /* co_extra index of the per-code name cache; -1 until requested */
-} U = {.tool_id = -1, .extra_index = -1};
+    int have_codes;            /* (GIL) `codes` is set up */
+    oc_codemap codes;          /* (GIL) code object -> its name cache (us_code) */
+} U = {.tool_id = -1};
 
 #ifdef OC_USDT
 /* sys.monitoring events a probe needs (names; the bits are looked up at enable time) */
@@ -147,7 +148,7 @@ typedef struct {
 
 static const us_code unknown_code = {"?", "?", 0};
 
-static void free_code_extra(void *p) { free(p); }
+static void free_code_info(void *p) { free(p); }
 
 /* UTF-8 of a str with backslashreplace (never fails on lone surrogates); NULs become '?'. */
 static PyObject *encode(PyObject *s) {
@@ -163,7 +164,7 @@ static PyObject *encode(PyObject *s) {
 }
 
 static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
-    if (U.extra_index < 0 || !PyCode_Check(code))
+    if (!U.have_codes || !PyCode_Check(code))
         return &unknown_code;
     PyObject *exc = PyErr_GetRaisedException();
     const us_code *res = &unknown_code;
@@ -179,7 +180,7 @@ static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
             memcpy(c->buf + nq + 1, PyBytes_AS_STRING(f), nf + 1);
             c->name = c->buf;
             c->filename = c->buf + nq + 1;
-            if (PyUnstable_Code_SetExtra(code, U.extra_index, c) < 0)
+            if (oc_codemap_put(&U.codes, code, c) < 0)
                 free(c);
             else
                 res = c;
@@ -193,9 +194,8 @@ static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
 }
 
 static inline const us_code *code_info(PyObject *code) {
-    void *p = NULL;
-    if (LIKELY(PyCode_Check(code)) && LIKELY(PyUnstable_Code_GetExtra(code, U.extra_index, &p) == 0) &&
-        LIKELY(p != NULL))
+    void *p = U.have_codes ? oc_codemap_get(&U.codes, code) : NULL;
+    if (LIKELY(p != NULL))
         return p;
     return code_info_slow(code);
 }
@@ -662,12 +662,10 @@ static int setup_once(void) {
         return 0;
     if (PyType_Ready(&UsdtCallbackType) < 0)
         return -1;
-    if (U.extra_index < 0) {
-        U.extra_index = (int)PyUnstable_Eval_RequestCodeExtraIndex(free_code_extra);
-        if (U.extra_index < 0) {
-            PyErr_SetString(PyExc_RuntimeError, "ocular.usdt: no co_extra slot left for the name cache");
+    if (!U.have_codes) {
+        if (oc_codemap_init(&U.codes, free_code_info) < 0)
             return -1;
-        }
+        U.have_codes = 1;
     }
     PyObject *sys = PyImport_ImportModule("sys");
     PyObject *mon = sys ? PyObject_GetAttrString(sys, "monitoring") : NULL;
