@@ -26,7 +26,6 @@ renders and ``merge`` salvages.
 
 import atexit
 import contextlib
-import dis
 import errno
 import opcode
 import os
@@ -150,10 +149,10 @@ def _cache_entries():
     by_name = hasattr(ice, "keys")
     for op in range(256):
         if by_name:
-            table[op] = ice.get(dis.opname[op], 0) if op < len(dis.opname) else 0
+            table[op] = ice.get(opcode.opname[op], 0) if op < len(opcode.opname) else 0
         elif op < len(ice):
             table[op] = ice[op]
-    for op in set(dis.hasjrel) | set(getattr(dis, "hasjabs", ())) | set(getattr(dis, "hasjump", ())):
+    for op in set(opcode.hasjrel) | set(getattr(opcode, "hasjabs", ())) | set(getattr(opcode, "hasjump", ())):
         if op < 256:
             table[op] |= 0x80
     return bytes(table)

@@ -64,7 +64,7 @@ def build_parser():
         prog="python -m ocular",
         description="Trace a Python program with Ocular (sys.monitoring, PEP 669) and write a timeline.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     p.add_argument("--mode", choices=("adaptive", "precise"), default="adaptive",
                    help="adaptive: function and jump events, jumps de-instrumented after --threshold hits (each "
@@ -174,7 +174,7 @@ def build_merge_parser():
         prog="python -m ocular merge",
         description="Merge trace files (of several processes) into one trace, one track group per process.",
         epilog=MERGE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     p.add_argument("inputs", nargs="+", metavar="TRACE", help="trace files to merge")
     p.add_argument("-o", "--output", required=True, metavar="PATH",
@@ -233,7 +233,7 @@ def build_convert_parser():
         prog="python -m ocular convert",
         description="Render an Ocular recording (-o NAME.ocular, or one left by a killed process) into traces.",
         epilog=CONVERT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     p.add_argument("recording", metavar="RECORDING", help="the recording to render")
     p.add_argument("-o", "--output", action="append", required=True, metavar="PATH",
@@ -371,7 +371,7 @@ def build_attach_parser():
         prog="python -m ocular attach",
         description="Trace a running Python process (CPython 3.14+) for a while, then write its trace.",
         epilog=ATTACH_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     p.add_argument("pid", type=_pid, metavar="PID", help="the process to trace")
     p.add_argument("--duration", type=_seconds, default=None, metavar="SECONDS",
@@ -897,6 +897,37 @@ def _find_in(full, path):
     return None
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help layout at the terminal's width, found without importing shutil (argparse's own
+    lookup; its add_argument makes a formatter for every option, so shutil, bz2 and lzma would be imported
+    into every traced program's start-up)."""
+
+    def __init__(self, prog, **kw):
+        if kw.get("width") is None:
+            try:
+                kw["width"] = int(os.environ["COLUMNS"]) - 2
+            except (KeyError, ValueError):
+                try:
+                    kw["width"] = os.get_terminal_size(sys.__stdout__.fileno()).columns - 2
+                except (AttributeError, ValueError, OSError):
+                    kw["width"] = 78
+        super().__init__(prog, **kw)
+
+
+def _path_importer(path):
+    """Whether an import hook takes PATH as a sys.path entry (a directory, a zip file), as `python PATH` asks
+    (pkgutil.get_importer's question, without importing pkgutil and typing at start-up)."""
+    if sys.path_importer_cache.get(path) is not None:
+        return True
+    for hook in sys.path_hooks:
+        try:
+            hook(path)
+            return True
+        except ImportError:
+            pass
+    return False
+
+
 def _main_of_path(path):
     """The program of a directory or zip file (its __main__ module) as `python PATH` runs it, or None for a
     script.  As CPython does: PATH is a sys.path entry if an importer takes it; it becomes sys.path[0]
@@ -904,10 +935,9 @@ def _main_of_path(path):
     there (here, before tracing starts: the lookup's frames are not the program's); sys.argv[0] stays PATH
     as given."""
     import builtins
-    import pkgutil
     import runpy
 
-    if pkgutil.get_importer(path) is None:
+    if not _path_importer(path):
         return None
     path0 = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     program = _Program(None, None, path0, argv0=path, module="__main__", path0_safe=True)

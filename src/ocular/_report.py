@@ -33,7 +33,6 @@ import functools
 import os
 import re
 import sys
-import sysconfig
 
 __all__ = ["Report"]
 
@@ -154,7 +153,9 @@ def _base_names(code):
 
 
 _OCULAR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_STDLIB_DIRS = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+# the standard library's directory (sysconfig's stdlib and platstdlib are that one on every CPython here;
+# sysconfig itself costs ~2.5 M instructions to import, a tenth of what a run on an empty script adds)
+_STDLIB_DIRS = (os.path.join(getattr(sys, "_stdlib_dir", None) or os.path.dirname(os.__file__), ""),)
 _STDLIB_RE = re.compile(r"[/\\]lib[/\\]python3\.\d+t?[/\\]")  # another machine's standard library
 
 
@@ -218,9 +219,12 @@ class Report:
         # interpreter's opcode names only where they are the recording's (bytecode_note says why not)
         self.cache_entries = data.get("cache_entries")
         self.same_python = _same_bytecode(self.python_hex, sys.hexversion)
-        from ._adaptive import parse
+        if data.get("adaptive"):
+            from ._adaptive import parse
 
-        self._adaptive = parse(data.get("adaptive"))  # {code id: the specialized bytecode kept at stop}
+            self._adaptive = parse(data["adaptive"])
+        else:
+            self._adaptive = {}  # {code id: the specialized bytecode kept at stop}
         self.bytecode_note = None if self.same_python else (
             f"recorded on Python {_version(self.python_hex)}, read by {_version(sys.hexversion)}, whose opcodes "
             f"differ: no instruction names, no block split (convert with Python {_version(self.python_hex)} for them)")
