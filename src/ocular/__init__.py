@@ -944,6 +944,7 @@ def _release_render(used_held=False):
 
 
 _report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
+_user_files = set()  # file names the report counts as the user's own code whatever they look like ("<string>": -c)
 _report_file = None  # where the CLI's --report FILE puts it instead of stderr
 _report_tree = False  # the CLI's --tree: the call tree after the report
 
@@ -959,7 +960,13 @@ def _make_report(s, clock, with_code):
         return None
     if s["report"] in (True, "text", "json"):
         try:
-            text = report.format(**_report_format) if s["report"] != "json" else report.to_json()
+            fmt = dict(_report_format)
+            if "width" not in fmt and not _report_file:  # a terminal's width; a file or pipe gets whole lines
+                try:
+                    fmt["width"] = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
+                except (AttributeError, ValueError, OSError):
+                    fmt["width"] = None
+            text = report.format(**fmt) if s["report"] != "json" else report.to_json()
         except Exception as exc:
             text = f"ocular: could not format the report: {exc!r}"
         _report_out(text)

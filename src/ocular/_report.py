@@ -38,10 +38,13 @@ __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
 TOP_LOOPS = 3
+FIRST_SCREEN = 40  # lines of the report's first screen with the default rows
+JSON_LOOPS = 10  # loops in the JSON report (each with its instructions)
 LOOP_ROWS = 16  # a longer loop is cut to its hottest rows
 SORT_KEYS = {"self": "self_cycles", "total": "total_cycles", "calls": "calls", "mean": "mean_ns", "name": "name"}
 USER = "your code"
-FOLDED = ("standard library", "frozen importlib", "site-packages", "ocular")
+GENERATED = "generated code"
+FOLDED = ("site-packages", "standard library", GENERATED, "frozen importlib", "ocular")
 KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
 
@@ -162,14 +165,18 @@ _STDLIB_RE = re.compile(r"[/\\]lib[/\\]python3\.\d+t?[/\\]")  # another machine'
 C_FUNCTIONS = "C functions"
 
 
-def category(path):
+def category(path, user_files=()):
     """Where a file belongs: "your code", "C functions" (file "~", as cProfile names them), "standard
     library", "frozen importlib", "site-packages" or "ocular" (by its path: the report ranks the user's own
     code, then the C functions, and folds the others into one line each)."""
     if path == "~":
         return C_FUNCTIONS
+    if path in user_files or path == "<stdin>":
+        return USER
     if path.startswith("<frozen "):
         return "frozen importlib"
+    if path.startswith("<") and path.endswith(">"):  # exec/eval/compile of a string: dataclass, namedtuple and
+        return GENERATED                             # attrs methods, templates (not the user's own lines)
     if path.startswith(_OCULAR_DIR):
         return "ocular"
     if "site-packages" in path or "dist-packages" in path:
@@ -192,9 +199,84 @@ def _fmt_ns(ns):
 
 
 def _short(path, width):
-    if len(path) <= width:
+    """The path's last whole components that fit in `width` (``.../pkg/mod.py``), never cut inside a name."""
+    if width is None or len(path) <= width:
         return path
-    return "..." + path[-(width - 3):]
+    parts = path.replace("\\", "/").split("/")
+    if len(parts) == 1:  # one name: whole or not at all
+        return path
+    for i in range(1, len(parts)):
+        tail = ".../" + "/".join(parts[i:])
+        if len(tail) <= width:
+            return tail
+    return ".../" + parts[-1]
+
+
+def package(path):
+    """The package a file belongs to, as a user names it: the top directory under site-packages, the
+    standard library's module (``re``, ``json``), or the file's own directory name."""
+    p = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in p:
+            top = p.split(marker, 1)[1].split("/", 1)[0]
+            return top[:-3] if top.endswith(".py") else top
+    for d in _STDLIB_DIRS:
+        d = d.replace("\\", "/")
+        if p.startswith(d):
+            top = p[len(d):].split("/", 1)[0]
+            return top[:-3] if top.endswith(".py") else top
+    m = _STDLIB_RE.search(p)
+    if m:
+        top = p[m.end():].split("/", 1)[0]
+        return top[:-3] if top.endswith(".py") else top
+    if p.startswith("<frozen "):
+        return p[len("<frozen "):-1].split(".", 1)[0]
+    return os.path.basename(os.path.dirname(p)) or p
+
+
+def short_path(path):
+    """A file as a user reads it: under site-packages or the standard library, the part after it
+    (``docutils/nodes.py``); under the working directory, relative to it; else as recorded."""
+    p = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in p:
+            return p.split(marker, 1)[1]
+    for d in _STDLIB_DIRS:
+        d = d.replace("\\", "/")
+        if p.startswith(d):
+            return p[len(d):]
+    try:
+        cwd = os.getcwd().replace("\\", "/").rstrip("/") + "/"
+    except OSError:
+        cwd = None
+    if cwd and p.startswith(cwd):
+        return p[len(cwd):]
+    return path
+
+
+_C_OWNER = re.compile(r"of '([^']+)' objects>$|^<built-in method ([\w.]+?)\.\w+>$")
+
+
+def c_owner(name):
+    """The type or module a C function belongs to, from its name as cProfile writes it:
+    ``<method 'search' of 're.Pattern' objects>`` -> re.Pattern; ``<built-in method _imp.exec_dynamic>``
+    -> _imp."""
+    m = _C_OWNER.search(name)
+    return (m.group(1) or m.group(2)) if m else "builtins"
+
+
+def _fit(text, width, indent=0):
+    """A line of prose at `width` (None: as it is): wrapped at spaces, the continuation indented."""
+    if width is None or len(text) <= width:
+        return [text]
+    import textwrap
+
+    return textwrap.wrap(text, width, subsequent_indent=" " * (indent + 2), break_long_words=False,
+                         break_on_hyphens=False) or [text]
+
+
+def _pct(part, whole):
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
 
 class Report:
@@ -241,17 +323,18 @@ class Report:
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
         self._rowless = sum(1 for f in data["functions"] if not f["segments"] and f.get("truncated"))
+        self._user_files = frozenset(getattr(sys.modules.get("ocular"), "_user_files", ()))
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
         for f in data["functions"]:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
-        self._loops.sort(key=lambda r: r["cycles"], reverse=True)
+        self._loops.sort(key=lambda r: r["self_cycles_per_iteration"] * r["timed_iterations"], reverse=True)
 
     @property
     def loops(self):
-        """Every loop seen, hottest (by cycles) first, each with its rows."""
+        """Every loop seen, hottest (by its own time) first, each with its rows."""
         self._fill(self._loops)
         return self._loops
 
@@ -308,7 +391,7 @@ class Report:
                             "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
                            for c in sorted(est["callees"], key=lambda c: -c["incl"])]
             self.functions.append({
-                "category": category(f["file"]),
+                "category": category(f["file"], self._user_files),
                 "name": f["name"],
                 "file": f["file"],
                 "line": f["firstlineno"],
@@ -354,7 +437,7 @@ class Report:
         shares = {}  # adaptive: block start -> {offset: cycles per execution}
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
         for ins in instrs:
-            cyc = None
+            cyc, blk = None, False
             if precise:
                 v = units.get(ins.offset)
                 if v and v[0]:
@@ -368,6 +451,7 @@ class Report:
                         i0, i1 = bisect.bisect_left(offsets, start), bisect.bisect_right(offsets, end)
                         shares[start] = _block_shares(units, offsets[i0:i1], calls, cycles / count)
                     cyc = shares[start].get(ins.offset)
+                    blk = cyc is not None and None in shares[start]
             line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
             b = base.get(ins.offset, ins.opname)
             arg = _arg(ins)
@@ -381,6 +465,7 @@ class Report:
                 "arg": arg,
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
+                "block_total": blk,  # cycles: the whole block's (it calls a function: not split)
             })
         return rows
 
@@ -431,7 +516,7 @@ class Report:
         rows = []
         for u in offsets:
             off = u * 2
-            cyc = None
+            cyc, blk = None, False
             if precise:
                 v = units.get(off)
                 if v and v[0]:
@@ -444,11 +529,12 @@ class Report:
                         shares[start] = _block_shares(units, [x * 2 for x in offsets if start <= x * 2 <= end],
                                                       calls, cycles / count)
                     cyc = shares[start].get(off)
+                    blk = cyc is not None and None in shares[start]
             op = bc[2 * u]
             name = dis.opname[op] if same_python and op < len(dis.opname) else ""  # (no other version's name)
             rows.append({"offset": off, "line": lines[u] if lines[u] >= 0 else None, "base": name,
                          "specialized": name, "arg": str(bc[2 * u + 1]) if same_python else "",
-                         "cycles": cyc, "ns": cyc * ns if cyc is not None else None})
+                         "cycles": cyc, "ns": cyc * ns if cyc is not None else None, "block_total": blk})
         return rows
 
     def _loop(self, code, f, lp):
@@ -457,7 +543,7 @@ class Report:
         it = lp["iterations"] or 1
         timed = lp.get("timed_iterations", lp["iterations"]) or 1  # (iterations an instruction probe slowed: untimed)
         return {
-            "category": category(f["file"]),
+            "category": category(f["file"], self._user_files),
             "function": f["name"],
             "file": f["file"],
             "line": None,  # the first line of its rows, once built
@@ -469,7 +555,13 @@ class Report:
             "self_cycles_per_iteration": lp["self_cycles"] / timed,
             "ns_per_iteration": lp["cycles"] / timed * ns,
             "instructions_per_iteration": lp["instructions"] / it,
-            "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold > 0,
+            "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold - 2 > 0,
+            # the figures are its first iterations': its back edge was de-instrumented at the threshold (the
+            # threshold's own hit answers DISABLE unrecorded, and the first back edge starts the first measured
+            # iteration: threshold - 2 measured), or its function's start was (near-zero)
+            "sample": bool(f["deinstrumented"] or lp["iterations"] >= self.threshold - 2 > 0),
+            "timed_iterations": lp.get("timed_iterations", lp["iterations"]),
+            "self_ns_per_iteration": lp["self_cycles"] / timed * ns,
             "split": None,  # once its rows are built: "instructions", "probe" or "even"
             "rows": None,
             "note": None,   # once its rows are built: why they have no instruction names, if they have none
@@ -477,19 +569,14 @@ class Report:
 
     # -- views --------------------------------------------------------------------------------
     def hot_loops(self, n=TOP_LOOPS, all_code=True):
-        """The hottest loops: the top n by cycles and the top n by iterations (all_code=False: of the
-        user's own code only, unless it has none)."""
-        pool = self._loops
-        if not all_code:
-            pool = [lp for lp in self._loops if lp["category"] == USER] or pool
-        by_cycles = sorted(pool, key=lambda r: r["cycles"], reverse=True)[:n]
-        by_hits = sorted(pool, key=lambda r: r["iterations"], reverse=True)[:n]
-        out = list(by_cycles)
-        for lp in by_hits:
-            if len(out) >= 2 * n:
-                break
-            if not any(lp is o for o in out):
-                out.append(lp)
+        """The hottest loops by their own time (the loop's own instructions, callees excluded), the top n
+        (all_code=False: the user's own code's first, then the others')."""
+        def own(r):
+            return r["self_cycles_per_iteration"] * r["timed_iterations"]
+        ranked = sorted(self._loops, key=own, reverse=True)
+        if not all_code:  # the user's own loops first, then the others' (a thin driver's are few)
+            ranked = [lp for lp in ranked if lp["category"] == USER] + [lp for lp in ranked if lp["category"] != USER]
+        out = ranked[:n]
         self._fill(out)
         return out
 
@@ -507,10 +594,11 @@ class Report:
             "dropped": self.dropped,
             "wall_ns": self.wall_ns,
             "sampling": self.sampling,
-            "functions": self.functions,
+            "functions": [dict(f, marks=self.marks(f)) for f in self.functions],
+            "notation": self.notation(),
             "functions_total": self.functions_total,
             "unended": self.unended,
-            "loops": self.hot_loops(),
+            "loops": self.hot_loops(JSON_LOOPS, all_code=False),
         }
 
     def to_json(self, **kw):
@@ -518,157 +606,329 @@ class Report:
 
         return json.dumps(self.to_dict(), **kw)
 
-    def format(self, width=120, top=TOP_FUNCTIONS, sort="self", all_code=False, loops=TOP_LOOPS):
-        """The report as text.  top: function rows; sort: self, total, calls, mean or name; all_code:
-        rank every function and loop (by default the standard library, frozen importlib, site-packages
-        and Ocular are folded into one line each); loops: how many hot loops to show."""
+    # -- the text report ------------------------------------------------------------------------
+    def marks(self, f):
+        """{"calls"|"self"|"total": "measured" | "estimated" | "lower_bound"} of a function row: estimated
+        from sampling windows (~), or a lower bound (>): near-zero mode counted and timed its first calls
+        only and no window saw the rest."""
+        est = f.get("estimated_fields", ())
+        out = {}
+        for k in ("calls", "self", "total"):
+            out[k] = "estimated" if k in est else "lower_bound" if f.get("sample") else "measured"
+        return out
+
+    def notation(self, functions=None, loops=None):
+        """The marks the figures carry (of the given rows; default: all of them), each explained once
+        ({mark: meaning})."""
+        used = {}
+        sw = self.sampling
+        for f in self.functions if functions is None else functions:
+            for m in self.marks(f).values():
+                used[m] = True
+        out = {}
+        if used.get("estimated"):
+            out["~"] = (f"estimated from {sw.get('windows', 0)} sampling window{'s' if sw.get('windows', 0) != 1 else ''}"
+                        f" ({_fmt_ns(sw.get('window_ns', 0))} in all): with the calls made after a call site"
+                        f"{'' if not self.near_zero else ' or function'} was de-instrumented")
+        if used.get("lower_bound"):
+            out[">"] = ("at least: counted until its call sites (near-zero: the function) were de-instrumented; "
+                        "no sampling window saw the rest")
+        if any(lp["sample"] for lp in (self._loops if loops is None else loops)):
+            out["(first)"] = ("a loop's figures are its first iterations', counted until its jumps were "
+                              "de-instrumented")
+        return out
+
+    def _cells(self, f):
+        m = self.marks(f)
+        sign = {"measured": "", "estimated": "~", "lower_bound": ">"}
+        return (f"{sign[m['calls']]}{f['calls']:,}", sign[m["self"]] + _fmt_ns(f["self_ns"]),
+                sign[m["total"]] + _fmt_ns(f["total_ns"]))
+
+    def _table(self, rows, width, total_self, where):
+        """Function rows: calls, self, share of all self time, total, mean, then the name and where it lives
+        (shortened by whole path components to fit `width`).  Narrower than a row: without the mean column,
+        then the name on a line of its own; nothing is cut inside a name."""
+        cells = []
+        for f in rows:
+            calls, self_s, total = self._cells(f)
+            cells.append((calls, self_s, _pct(f["self_ns"], total_self), total, _fmt_ns(f["mean_ns"]), *where(f)))
+        with_mean = width is None or all(len(c[5]) + 57 <= width for c in cells)
+
+        def head(c):
+            return (f"{c[0]:>10} {c[1]:>9} {c[2]:>6} {c[3]:>9}" + (f" {c[4]:>9}" if with_mean else "") + "  ")
+
+        out = [head(("calls", "self", "self%", "total", "mean")) + "function"]
+        for c in cells:
+            h, name, loc = head(c), c[5], c[6]
+            if width is not None and len(h) + len(name) > width:
+                out.append(h.rstrip())
+                h = " " * 4
+            line = h + name
+            if loc:
+                room = None if width is None else width - len(line) - 2
+                loc = loc if room is None else _short(loc, room)
+                if room is None or len(loc) <= room:
+                    line += "  " + loc
+            out.append(line)
+        return out
+
+    def _where_user(self, f):
+        return f["name"], f"{short_path(f['file'])}:{f['line']}"
+
+    def _where_elsewhere(self, f):
+        if f["category"] == C_FUNCTIONS:
+            return f["name"], "[C]"
+        if f["category"] == GENERATED:
+            return f["name"], f"[generated: {f['file']}]"
+        return f["name"], f"{short_path(f['file'])}:{f['line']}"
+
+    def format(self, width=None, top=TOP_FUNCTIONS, sort="self", all_code=False, loops=TOP_LOOPS):
+        """The report as text: a first screen (the header, where the time goes by kind of code and package,
+        your code's functions, the hottest functions elsewhere, the hot loops by their own time; at most
+        FIRST_SCREEN lines with the default rows), then notes on some rows' self time and each hot loop's
+        instructions.  width: the column to fit prose and rows in (None: no limit; nothing is ever cut
+        inside a word); top: function rows per table; sort: self, total, calls, mean or name; all_code: one
+        table of every function instead of your code and the hottest elsewhere; loops: how many hot loops
+        to show."""
+        cut = 0
+        while True:
+            lines, screen = self._format(width, top, sort, all_code, loops, cut)
+            if screen <= FIRST_SCREEN or top != TOP_FUNCTIONS or all_code or cut >= 12:
+                return "\n".join(lines)
+            cut += screen - FIRST_SCREEN  # fewer rows in the longer table (wrapped lines at a narrow width)
+
+    def _format(self, width, top, sort, all_code, loops, cut):
         if sort not in SORT_KEYS:
             raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)}, not {sort!r}")
         ns = self.ns_per_tick
-        cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
         out = []
-        out.append(f"ocular report - {self.mode} mode{', near-zero' if self.near_zero else ''}, threshold "
-                   f"{self.threshold}, clock {self.clock} ({ns:.4f} ns/cycle)")
-        oc = self.own_cost
-        if oc:
-            out.append(f"own cost subtracted per event, measured at start: call {oc['enter']}+{oc['leave']}, "
-                       f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']} cycles")
-        else:
-            out.append(f"own cost subtracted: {self.overhead_cycles} cycles/event (the smallest gap seen)")
-        deinst = self.deinstrumented_total
+
+        def prose(text, indent=0):
+            out.extend(_fit(" " * indent + text, width, indent))
+
         facts = []
         if self.wall_ns is not None:
-            facts.append(f"traced for {_fmt_ns(self.wall_ns)}")
+            facts.append(f"traced {_fmt_ns(self.wall_ns)}")
         if self.events is not None:
-            facts.append(f"{self.events:,} events")
-        facts.append(f"{self.dropped:,} dropped")
-        if self.near_zero:
-            facts.append(f"{deinst} function{'s' if deinst != 1 else ''} de-instrumented after the threshold "
-                         "(* = figures are a sample of the first calls)" if deinst else "no function de-instrumented")
+            facts.append(f"{self.events:,} events ({self.dropped:,} dropped)")
+        mode = f"{self.mode}{', near-zero' if self.near_zero else ''}, threshold {self.threshold}"
+        deinst = self.deinstrumented_total
+        exact = (f"near-zero: {deinst:,} function{'s' if deinst != 1 else ''} de-instrumented after the threshold"
+                 if self.near_zero else "every Python call counted and timed")
+        prose(f"ocular report - {', '.join(facts + [mode])}; {exact}")
+        oc = self.own_cost
+        if oc:
+            prose(f"own cost per event, subtracted (cycles, measured at start): call {oc['enter']}+{oc['leave']}, "
+                  f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']}; {self.clock} clock, {ns:.4f} ns/cycle")
         else:
-            facts.append("every function call counted and timed")
-        out.append(", ".join(facts))
+            prose(f"own cost subtracted: {self.overhead_cycles} cycles/event (the smallest gap seen); clock "
+                  f"{self.clock}, {ns:.4f} ns/cycle")
+        legend_at = len(out)  # the marks the rows shown carry, explained once (filled in at the end)
+        shown = []
         sw = self.sampling
-        if sw.get("windows"):
-            out.append(f"sampling: {sw['windows']} window{'s' if sw['windows'] != 1 else ''} "
-                       f"({_fmt_ns(sw['window_ns'])}) measured de-instrumented "
-                       f"{'functions' if self.near_zero else 'C call sites'}; "
-                       "~ = estimated from them (calls and time after the threshold)")
-        elif sw.get("skipped"):
-            out.append(f"sampling: no window opened ({sw['skipped']} skipped: another sys.monitoring tool, "
-                       f"{sw.get('other_tool') or '?'}, was registered)")
+        if sw.get("skipped") and not sw.get("windows"):
+            prose(f"sampling: no window opened ({sw['skipped']} skipped: another sys.monitoring tool, "
+                  f"{sw.get('other_tool') or '?'}, was registered)")
         if self.incomplete:
-            out.append("warning: statistics are incomplete (out of memory in the renderer)")
+            prose("warning: statistics are incomplete (out of memory in the renderer)")
         trunc = sum(u["calls"] for u in self.unended)
         if trunc:
-            out.append(f"{trunc:,} call{'s' if trunc != 1 else ''} not counted below: no end seen (tracing stopped "
-                       f"inside, or the return was no longer"[:width])
-            out.append("  reported after de-instrumentation); the trace ends them at the caller's next event or at "
-                       "the stop"[:width])
-            most = ", ".join(f"{u['name']} ({_short(u['file'], 30)}:{u['line']}) {u['calls']:,}"
-                             for u in self.unended[:3])
-            out.append(f"  most: {most}{', ...' if len(self.unended) > 3 else ''}"[:width])
+            most = ", ".join(f"{u['name']} {u['calls']:,}" for u in self.unended[:3])
+            prose(f"{trunc:,} call{'s' if trunc != 1 else ''} had no end seen (tracing stopped inside, or the return "
+                  f"was no longer reported): not in the rows' calls; the trace ends them at the caller's next event "
+                  f"or at the stop ({most}{', ...' if len(self.unended) > 3 else ''})")
         if self.functions_total - self._rowless > len(self.functions):
-            out.append(f"({self.functions_total} functions ran; the report keeps the {len(self.functions)} with the "
-                       "most self time)")
-        out.append("")
+            prose(f"({self.functions_total:,} functions ran; the report keeps the {len(self.functions):,} with the "
+                  "most self time)")
+        total_self = sum(f["self_ns"] for f in self.functions)
         key = SORT_KEYS[sort]
         rows = sorted(self.functions, key=lambda r: r[key], reverse=key != "name")
-        mine = rows if all_code else [f for f in rows if f["category"] == USER]
-        out.append(("Functions" if all_code else "Your code") + f" (by {sort}{' time' if sort in ('self', 'total') else ''})")
-        out.append(f"{'calls':>9} {'self':>9} {'total':>9} {'mean':>9} {'stddev':>9}  function")
-        for f in mine[:top]:
-            out.append(self._row(f, f"{f['name']}  ({_short(f['file'], 40)}:{f['line']})")[:width])
-        shares = [f for f in mine[:top] if f["untraced_callees"] or f.get("estimated_callees")]
-        for f in shares[:5]:
+
+        # where the time goes: by kind of code, the biggest packages named
+        out.append("")
+        out.append("Where the time goes (self time)")
+        kinds = {}
+        for f in self.functions:
+            kinds.setdefault(f["category"], []).append(f)
+        for cat, fs in sorted(kinds.items(), key=lambda kv: -sum(f["self_ns"] for f in kv[1])):
+            t = sum(f["self_ns"] for f in fs)
+            detail = ""
+            if cat in ("site-packages", "standard library", GENERATED, C_FUNCTIONS):
+                by = {}
+                for f in fs:
+                    k = (c_owner(f["name"]) if cat == C_FUNCTIONS else package(f["file"]) if cat != GENERATED
+                         else f["file"])
+                    by[k] = by.get(k, 0) + f["self_ns"]
+                big = sorted(by.items(), key=lambda kv: -kv[1])[:3]
+                detail = ", ".join(f"{k} {_fmt_ns(v)}" for k, v in big if v > 0)
+            n = len(fs)
+            line = (f"{_fmt_ns(t):>10} {_pct(t, total_self):>6}  {cat} ({n:,} function{'s' if n != 1 else ''})"
+                    + (f": {detail}" if detail else ""))
+            out.extend(_fit(line, width, 18))
+
+        if all_code:
+            out.append("")
+            out.append(f"Functions (by {sort}{' time' if sort in ('self', 'total') else ''})")
+            shown += rows[:top]
+            out.extend(self._table(rows[:top], width, total_self,
+                                   lambda f: self._where_user(f) if f["category"] == USER else self._where_elsewhere(f)))
+            if len(rows) > top:
+                out.append(f"{'':>10} ... {len(rows) - top:,} more (--top N shows more)")
+            noted = rows[:top]
+        else:
+            mine = [f for f in rows if f["category"] == USER]
+            others = [f for f in rows if f["category"] != USER]
+            noted = []
+            mine_self = sum(f["self_ns"] for f in mine)
+            thin = total_self > 0 and mine_self < total_self / 2  # the user's code mostly drives others'
+            n_mine = min(top, 5) if thin else max(min(top, 3), top - cut)
+            n_other = max(min(top, 3), min(top, 12) - cut) if thin else min(top, 5)
+            out.append("")
+            out.append(f"Your code (by {sort}{' time' if sort in ('self', 'total') else ''})")
+            if mine:
+                shown += mine[:n_mine]
+                out.extend(self._table(mine[:n_mine], width, total_self, self._where_user))
+                if len(mine) > n_mine:
+                    out.append(f"{'':>10} ... {len(mine) - n_mine:,} more (--top N shows more)")
+                noted = mine[:n_mine]
+            else:
+                out.append(f"{'':>10} (no function of your own code was recorded)")
+            if others:
+                out.append("")
+                out.append(f"Hottest elsewhere: libraries, standard library, C functions (by {sort}"
+                           f"{' time' if sort in ('self', 'total') else ''})")
+                shown += others[:n_other]
+                out.extend(self._table(others[:n_other], width, total_self, self._where_elsewhere))
+                if len(others) > n_other:
+                    out.append(f"{'':>10} ... {len(others) - n_other:,} more (--all ranks every function)")
+                noted = noted + others[:n_other]
+
+        hot = self.hot_loops(loops, all_code=all_code) if loops else []
+        out.append("")
+        if not hot:
+            out.append("Hot loops: none recorded")
+        else:
+            out.append("Hot loops (by their own time: the loop's instructions, callees excluded)")
+            out.append(f"{'own':>10} {'iterations':>12} {'per iter':>9}  loop")
+            for lp in hot:
+                own = lp["self_cycles_per_iteration"] * lp["timed_iterations"] * ns
+                it = f"{lp['iterations']:,}" + (" (first)" if lp["sample"] else "")
+                line = (f"{('>' if lp['sample'] else '') + _fmt_ns(own):>10} {it:>12} "
+                        f"{_fmt_ns(lp['self_cycles_per_iteration'] * ns):>9}  {lp['function']}")
+                loc = f"{short_path(lp['file'])}:{lp['line']}"
+                room = None if width is None else width - len(line) - 2
+                loc = loc if room is None else _short(loc, room)
+                if room is None or len(loc) <= room:
+                    line += "  " + loc
+                out.append(line)
+        screen = len(out)
+        notes = []
+        self._notes(notes, noted, width)
+        if notes:  # (after the first screen: what some rows' self time holds)
+            out.append("")
+            out.extend(notes)
+        for lp in hot:
+            self._loop_text(out, lp, width)
+        if self.mode == "precise" and self.threshold == 0 and hot:
+            out.append("")
+            prose("note: precise mode with threshold 0 keeps every instruction instrumented, and CPython does not "
+                  "specialize instrumented instructions; use a threshold to see the specialized forms")
+        if self.mode != "precise" and hot:
+            out.append("")
+            prose("cyc/exec(blk): cycles of each basic block per execution, split over its instructions in proportion "
+                  "to an instruction-level probe after the loop's threshold (evenly where none ran)")
+        legend = []
+        for mark, meaning in self.notation(shown, hot).items():
+            legend.extend(_fit(f"{mark} = {meaning}", width, 0))
+        out[legend_at:legend_at] = legend
+        return out, screen + len(legend)
+
+    def _notes(self, out, shown, width):
+        """The ^ notes under a table: what a row's self time holds that is not its own."""
+        shares = [f for f in shown if f["untraced_callees"] or f.get("estimated_callees")]
+        for f in shares[:4]:
             est = f.get("estimated_callees") or []
             if est:
                 names = ", ".join(f"{c['name']} (~{c['calls']:,} calls)" for c in est[:3])
                 more = ", ..." if len(est) > 3 else ""
                 moved = f['measured']['self_ns'] - f['self_ns']
                 if moved >= 0:
-                    out.append(f"        ^ {f['name']}'s self time excludes ~{_fmt_ns(moved)}"
-                               f" estimated as de-instrumented calls to {names}{more}"[:width])
+                    text = (f"^ {f['name']}'s self time excludes ~{_fmt_ns(moved)} estimated as de-instrumented "
+                            f"calls to {names}{more}")
                 else:  # it was de-instrumented itself: its own unmeasured calls add more than its callees take
-                    out.append(f"        ^ {f['name']}'s self time adds ~{_fmt_ns(-moved)} estimated for its own calls "
-                               f"after it was de-instrumented, net of its calls to {names}{more}"[:width])
-                continue
-            names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
-            out.append(f"        ^ {f['name']}'s self time also holds the unmeasured calls it made to {names} "
-                       f"after {'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented"[:width])
-            out.append(f"          ({self._why_not_estimated()})"[:width])
-        if not mine:
-            out.append("        (no function of your own code was recorded)")
-        elif len(mine) > top:
-            out.append(f"        ... {len(mine) - top} more (--top N shows more)")
-        if not all_code:
-            cfuncs = [f for f in rows if f["category"] == C_FUNCTIONS]
-            for f in cfuncs[:max(top // 3, 5)]:
-                out.append(self._row(f, f"{f['name']}  [C function]")[:width])
-            if len(cfuncs) > max(top // 3, 5):
-                out.append(f"        ... {len(cfuncs) - max(top // 3, 5)} more C functions (--all shows them)")
-            for cat in FOLDED:
-                fs = [f for f in rows if f["category"] == cat]
-                if fs:
-                    calls = sum(f["calls"] for f in fs)
-                    self_ns = sum(f["self_ns"] for f in fs)
-                    out.append(f"{calls:>9} {_fmt_ns(self_ns):>9} {'':>9} {'':>9} {'':>9}  "
-                               f"[{cat}: {len(fs)} function{'s' if len(fs) != 1 else ''}, folded; --all shows them]"[:width])
-        hot = self.hot_loops(loops, all_code=all_code) if loops else []
-        out.append("")
-        if not hot:
-            out.append("Hot loops: none recorded")
-        for lp in hot:
-            out.append("")
-            head = (f"Hot loop {lp['function']} at {_short(lp['file'], 50)}:{lp['line']} - "
-                    f"{lp['iterations']} iterations{' (sample)' if lp['deinstrumented'] else ''}, "
-                    f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration, "
-                    f"{lp['instructions_per_iteration']:.1f} instructions")
-            out.append(head[:width])
-            if lp["note"]:
-                out.append(f"  note: {lp['note']}")
-            out.append(f"  {'offset':>6} {'line':>5}  {'instruction (base -> specialized)':<52} "
-                       f"{'argument':<24} {cyc_label:>13} {'ns':>7}")
-            shown = lp["rows"]
-            if len(shown) > LOOP_ROWS:  # a long loop: its hottest rows, in order
-                hottest = sorted(range(len(shown)), key=lambda i: shown[i]["cycles"] or 0, reverse=True)
-                keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
-                shown = [r if i in keep else None for i, r in enumerate(shown)]
-            gap = 0
-            timed = any(r["cycles"] for r in lp["rows"])  # (else the rows kept are the first ones)
-            for r in shown:
-                if r is None:
-                    gap += 1
-                    continue
-                if gap:
-                    out.append(f"  {'...':>6} {'':>5}  ({gap} {'cooler' if timed else 'more'} "
-                               f"instruction{'s' if gap != 1 else ''})")
-                    gap = 0
-                name = r["base"] if r["base"] == r["specialized"] else f"{r['base']} -> {r['specialized']}"
-                cyc = f"{r['cycles']:.1f}" if r["cycles"] is not None else "-"
-                nsv = f"{r['ns']:.1f}" if r["ns"] is not None else "-"
-                line = r["line"] if r["line"] is not None else ""
-                out.append(f"  {r['offset']:>6} {line:>5}  {name[:52]:<52} {r['arg'][:24]:<24} {cyc:>13} {nsv:>7}"[:width])
-        if self.mode == "precise" and self.threshold == 0 and hot:
-            out.append("")
-            out.append("note: precise mode with threshold 0 keeps every instruction instrumented, and CPython does")
-            out.append("      not specialize instrumented instructions; use a threshold to see the specialized forms")
-        if self.mode != "precise" and hot:
-            out.append("")
-            out.append("cyc/exec(blk): cycles of each basic block per execution, split over its instructions in proportion")
-            out.append("               to an instruction-level probe after the loop's threshold (evenly where none ran)")
-        return "\n".join(out)
+                    text = (f"^ {f['name']}'s self time adds ~{_fmt_ns(-moved)} estimated for its own calls after "
+                            f"it was de-instrumented, net of its calls to {names}{more}")
+            else:
+                names = ", ".join(f["untraced_callees"][:4]) + (", ..." if len(f["untraced_callees"]) > 4 else "")
+                text = (f"^ {f['name']}'s self time also holds the unmeasured calls it made to {names} after "
+                        f"{'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented "
+                        f"({self._why_not_estimated()})")
+            out.extend(_fit(" " * 8 + text, width, 8))
 
-    @staticmethod
-    def _row(f, where):
-        """One function's line: * = a sample of the first calls, ~ = estimated from sampling windows."""
-        star = "*" if f["sample"] else " "
-        est = f.get("estimated_fields", ())
-        t = "~" if "calls" in est else ""
-        s = "~" if "self" in est else ""
-        calls = f"{t}{f['calls']}"
-        return (f"{calls:>8}{star} {s + _fmt_ns(f['self_ns']):>9} {t + _fmt_ns(f['total_ns']):>9} "
-                f"{_fmt_ns(f['mean_ns']):>9} {_fmt_ns(f['stddev_ns']):>9}  {where}")
+    def _loop_text(self, out, lp, width):
+        ns = self.ns_per_tick
+        cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
+        out.append("")
+        it = (f"first {lp['iterations']:,} iterations (then de-instrumented)" if lp["sample"]
+              else f"{lp['iterations']:,} iterations")
+        head = (f"Hot loop {lp['function']} at {lp['file']}:{lp['line']} - {it}, "
+                f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration with its "
+                f"callees, {lp['self_cycles_per_iteration']:.0f} of its own, "
+                f"{lp['instructions_per_iteration']:.1f} instructions")
+        out.extend(_fit(head, width, 0))
+        if lp["note"]:
+            out.extend(_fit(f"  note: {lp['note']}", width, 2))
+        shown = lp["rows"]
+        if len(shown) > LOOP_ROWS:  # a long loop: its hottest rows, in order
+            hottest = sorted(range(len(shown)), key=lambda i: shown[i]["cycles"] or 0, reverse=True)
+            keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
+            shown = [r if i in keep else None for i, r in enumerate(shown)]
+        cells = []
+        for r in shown:
+            if r is None:
+                cells.append(None)
+                continue
+            blk = "=blk" if r.get("block_total") else ""
+            cells.append((r["offset"], r["line"] if r["line"] is not None else "",
+                          r["base"] if r["base"] == r["specialized"] else f"{r['base']} -> {r['specialized']}",
+                          r["specialized"], r["arg"],
+                          f"{r['cycles']:.1f}{blk}" if r["cycles"] is not None else "-",
+                          f"{r['ns']:.1f}" if r["ns"] is not None else "-"))
+        real = [c for c in cells if c]
+        # columns: offset, line, instruction, argument, cycles, ns; at a narrow width the argument column
+        # goes first, then the base form of the instruction (the specialized one stays)
+        title = "instruction (base -> specialized)"
+        name_w = max([len(c[2]) for c in real] + [len(title)])
+        arg_w = min(24, max([len(c[4]) for c in real] + [len("argument")]))
+        fixed = 2 + 6 + 1 + 5 + 2 + 1 + 13 + 1 + 7
+        use_base = True
+        if width is not None and fixed + name_w + 1 + arg_w > width:
+            arg_w = 0
+            if fixed + name_w > width:
+                use_base, title = False, "instruction (specialized)"
+                name_w = max([len(c[3]) for c in real] + [len(title)])
+        out.append(f"  {'offset':>6} {'line':>5}  {title:<{name_w}}" + (f" {'argument':<{arg_w}}" if arg_w else "")
+                   + f" {cyc_label:>13} {'ns':>7}")
+        gap = 0
+        timed = any(r["cycles"] for r in lp["rows"])  # (else the rows kept are the first ones)
+        for c in cells:
+            if c is None:
+                gap += 1
+                continue
+            if gap:
+                out.append(f"  {'...':>6} {'':>5}  ({gap} {'cooler' if timed else 'more'} "
+                           f"instruction{'s' if gap != 1 else ''})")
+                gap = 0
+            arg = c[4]
+            if len(arg) > arg_w:  # its first whole words that fit, then ".."
+                words, arg = c[4].split(" "), ""
+                for w in words:
+                    if len(arg) + len(w) + (1 if arg else 0) + 2 > arg_w:
+                        break
+                    arg += (" " if arg else "") + w
+                arg += ".."
+            out.append(f"  {c[0]:>6} {c[1]:>5}  {(c[2] if use_base else c[3]):<{name_w}}"
+                       + (f" {arg:<{arg_w}}" if arg_w else "") + f" {c[5]:>13} {c[6]:>7}")
 
     def _why_not_estimated(self):
         sw = self.sampling
