@@ -271,7 +271,9 @@ def _fit(text, width, indent=0):
         return [text]
     import textwrap
 
-    return textwrap.wrap(text, width, subsequent_indent=" " * (indent + 2), break_long_words=False,
+    room = width - indent - 2  # a word longer than a line is a path: its last whole components that fit
+    words = [w if len(w) <= room or "/" not in w else _short(w, room) for w in text.split(" ")]
+    return textwrap.wrap(" ".join(words), width, subsequent_indent=" " * (indent + 2), break_long_words=False,
                          break_on_hyphens=False) or [text]
 
 
@@ -627,15 +629,13 @@ class Report:
                 used[m] = True
         out = {}
         if used.get("estimated"):
-            out["~"] = (f"estimated from {sw.get('windows', 0)} sampling window{'s' if sw.get('windows', 0) != 1 else ''}"
-                        f" ({_fmt_ns(sw.get('window_ns', 0))} in all): with the calls made after a call site"
-                        f"{'' if not self.near_zero else ' or function'} was de-instrumented")
+            out["~"] = (f"estimated, with the calls after a {'call site' if not self.near_zero else 'function'}'s "
+                        f"de-instrumentation ({sw.get('windows', 0)} sampling window"
+                        f"{'s' if sw.get('windows', 0) != 1 else ''}, {_fmt_ns(sw.get('window_ns', 0))})")
         if used.get("lower_bound"):
-            out[">"] = ("at least: counted until its call sites (near-zero: the function) were de-instrumented; "
-                        "no sampling window saw the rest")
+            out[">"] = ("at least: counted until de-instrumented; no sampling window saw the rest")
         if any(lp["sample"] for lp in (self._loops if loops is None else loops)):
-            out["(first)"] = ("a loop's figures are its first iterations', counted until its jumps were "
-                              "de-instrumented")
+            out["(first)"] = "a loop's first iterations only (its jumps were then de-instrumented)"
         return out
 
     def _cells(self, f):
@@ -706,23 +706,24 @@ class Report:
         def prose(text, indent=0):
             out.extend(_fit(" " * indent + text, width, indent))
 
+        deinst = self.deinstrumented_total
+        exact = (f"near-zero: {deinst:,} function{'s' if deinst != 1 else ''} de-instrumented after the threshold"
+                 if self.near_zero else "every Python call counted and timed")
+        prose(f"ocular report - {self.mode}{', near-zero' if self.near_zero else ''}, threshold {self.threshold}; "
+              f"{exact}")
         facts = []
         if self.wall_ns is not None:
             facts.append(f"traced {_fmt_ns(self.wall_ns)}")
         if self.events is not None:
             facts.append(f"{self.events:,} events ({self.dropped:,} dropped)")
-        mode = f"{self.mode}{', near-zero' if self.near_zero else ''}, threshold {self.threshold}"
-        deinst = self.deinstrumented_total
-        exact = (f"near-zero: {deinst:,} function{'s' if deinst != 1 else ''} de-instrumented after the threshold"
-                 if self.near_zero else "every Python call counted and timed")
-        prose(f"ocular report - {', '.join(facts + [mode])}; {exact}")
+        facts.append(f"{self.clock} clock {ns:.4f} ns/cycle")
+        prose(", ".join(facts))
         oc = self.own_cost
-        if oc:
-            prose(f"own cost per event, subtracted (cycles, measured at start): call {oc['enter']}+{oc['leave']}, "
-                  f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']}; {self.clock} clock, {ns:.4f} ns/cycle")
+        if oc:  # (measured at start: owncost.c)
+            prose(f"own cost subtracted per event (cycles): call {oc['enter']}+{oc['leave']}, "
+                  f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']}")
         else:
-            prose(f"own cost subtracted: {self.overhead_cycles} cycles/event (the smallest gap seen); clock "
-                  f"{self.clock}, {ns:.4f} ns/cycle")
+            prose(f"own cost subtracted: {self.overhead_cycles} cycles/event (the smallest gap seen)")
         legend_at = len(out)  # the marks the rows shown carry, explained once (filled in at the end)
         shown = []
         sw = self.sampling
@@ -759,12 +760,18 @@ class Report:
                     k = (c_owner(f["name"]) if cat == C_FUNCTIONS else package(f["file"]) if cat != GENERATED
                          else f["file"])
                     by[k] = by.get(k, 0) + f["self_ns"]
-                big = sorted(by.items(), key=lambda kv: -kv[1])[:3]
-                detail = ", ".join(f"{k} {_fmt_ns(v)}" for k, v in big if v > 0)
+                big = [(k, v) for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:3] if v > 0]
+            else:
+                big = []
             n = len(fs)
-            line = (f"{_fmt_ns(t):>10} {_pct(t, total_self):>6}  {cat} ({n:,} function{'s' if n != 1 else ''})"
-                    + (f": {detail}" if detail else ""))
-            out.extend(_fit(line, width, 18))
+            line = f"{_fmt_ns(t):>10} {_pct(t, total_self):>6}  {cat} ({n:,} function{'s' if n != 1 else ''})"
+            sep = ": "
+            for k, v in big:  # the biggest packages, as many as fit on the line
+                part = f"{sep}{k} {_fmt_ns(v)}"
+                if width is not None and len(line) + len(part) > width:
+                    break
+                line, sep = line + part, ", "
+            out.append(line)
 
         if all_code:
             out.append("")
@@ -871,7 +878,8 @@ class Report:
         out.append("")
         it = (f"first {lp['iterations']:,} iterations (then de-instrumented)" if lp["sample"]
               else f"{lp['iterations']:,} iterations")
-        head = (f"Hot loop {lp['function']} at {lp['file']}:{lp['line']} - {it}, "
+        where = lp["file"] if width is None else short_path(lp["file"])
+        head = (f"Hot loop {lp['function']} at {where}:{lp['line']} - {it}, "
                 f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration with its "
                 f"callees, {lp['self_cycles_per_iteration']:.0f} of its own, "
                 f"{lp['instructions_per_iteration']:.1f} instructions")
@@ -900,7 +908,9 @@ class Report:
         title = "instruction (base -> specialized)"
         name_w = max([len(c[2]) for c in real] + [len(title)])
         arg_w = min(24, max([len(c[4]) for c in real] + [len("argument")]))
-        fixed = 2 + 6 + 1 + 5 + 2 + 1 + 13 + 1 + 7
+        cyc_w = max([len(c[5]) for c in real] + [len(cyc_label)])
+        ns_w = max([len(c[6]) for c in real] + [len("ns")])
+        fixed = 2 + 6 + 1 + 5 + 2 + 1 + cyc_w + 1 + ns_w
         use_base = True
         if width is not None and fixed + name_w + 1 + arg_w > width:
             arg_w = 0
@@ -908,7 +918,7 @@ class Report:
                 use_base, title = False, "instruction (specialized)"
                 name_w = max([len(c[3]) for c in real] + [len(title)])
         out.append(f"  {'offset':>6} {'line':>5}  {title:<{name_w}}" + (f" {'argument':<{arg_w}}" if arg_w else "")
-                   + f" {cyc_label:>13} {'ns':>7}")
+                   + f" {cyc_label:>{cyc_w}} {'ns':>{ns_w}}")
         gap = 0
         timed = any(r["cycles"] for r in lp["rows"])  # (else the rows kept are the first ones)
         for c in cells:
@@ -928,7 +938,7 @@ class Report:
                     arg += (" " if arg else "") + w
                 arg += ".."
             out.append(f"  {c[0]:>6} {c[1]:>5}  {(c[2] if use_base else c[3]):<{name_w}}"
-                       + (f" {arg:<{arg_w}}" if arg_w else "") + f" {c[5]:>13} {c[6]:>7}")
+                       + (f" {arg:<{arg_w}}" if arg_w else "") + f" {c[5]:>{cyc_w}} {c[6]:>{ns_w}}")
 
     def _why_not_estimated(self):
         sw = self.sampling
