@@ -216,3 +216,22 @@ def test_marks_in_near_zero_mode_are_explained_in_text_and_json(tmp_path):
     assert text.count("> = at least") == 1, text
     # a loop measured over its first iterations only says so, and the legend explains it
     assert "(first)" in text and text.count("(first) = ") == 1, text
+
+
+def test_entry_points_name_the_slowest_tests(tmp_path):
+    """pytest's first screen: your code is a thin driver's (the tests), so the report lists the entry points
+    into it, called from elsewhere, slowest first: the slow test before the cheap parametrized one."""
+    _pytest_program(tmp_path)
+    with open(tmp_path / "test_generated.py", "a") as f:
+        f.write("def test_slow():\n    import time\n    time.sleep(0.2)\n")
+    p = _ocular(["--width", "120", "--report-json", "-o", "t.pftrace", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "test_generated.py"], tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads(p.stderr[p.stderr.index("{"):p.stderr.rindex("}") + 1])
+    entries = [e for e in rep["entry_points"] if e["called_from"]]
+    assert [e["name"] for e in entries[:2]] == ["test_slow", "test_roundtrip"], entries
+    assert entries[1]["calls"] == 300 and any("pytest" in c or "call" in c for c in entries[0]["called_from"]), entries
+    t = _ocular(["--width", "120", "-o", "t2.pftrace", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                 "test_generated.py"], tmp_path)
+    section = t.stderr.split("Entry points into your code", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert section[0].split()[4] == "test_slow" and section[1].split()[4] == "test_roundtrip", section

@@ -38,6 +38,7 @@ __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
 TOP_LOOPS = 3
+ENTRY_ROWS = 3  # entry points into the user's code on the first screen
 FIRST_SCREEN = 40  # lines of the report's first screen with the default rows
 JSON_LOOPS = 10  # loops in the JSON report (each with its instructions)
 LOOP_ROWS = 16  # a longer loop is cut to its hottest rows
@@ -332,6 +333,7 @@ class Report:
         for f in data["functions"]:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
+        self._entry_points(data["functions"])
         self._loops.sort(key=lambda r: r["self_cycles_per_iteration"] * r["timed_iterations"], reverse=True)
 
     @property
@@ -415,6 +417,8 @@ class Report:
                 "max_ns": f["max"] * ns,
                 "deinstrumented": f["deinstrumented"],
                 "untraced_callees": list(f.get("untraced_callees", ())),
+                "id": f.get("id"),
+                "caller_ids": list(f.get("callers", ())),
                 "sample": sample,
                 "truncated": f["truncated"],
             })
@@ -600,6 +604,7 @@ class Report:
             "notation": self.notation(),
             "functions_total": self.functions_total,
             "unended": self.unended,
+            "entry_points": self.entry_points,
             "loops": self.hot_loops(JSON_LOOPS, all_code=False),
         }
 
@@ -607,6 +612,25 @@ class Report:
         import json  # (here: the report is made at every stop, its JSON seldom; json costs ~1.5 ms to import)
 
         return json.dumps(self.to_dict(), **kw)
+
+    def _entry_points(self, raw):
+        """Each row's callers by name, and the entry points into the user's code: its functions (not module
+        bodies) called from code elsewhere (a test runner's call of a test, a server's of a handler), or
+        with no caller recorded (a thread's run function), slowest (by total time) first."""
+        cats = {f["id"]: (category(f["file"], self._user_files), f["name"]) for f in raw if "id" in f}
+        self.entry_points = []
+        for f in self.functions:
+            callers = [cats.get(c, ("?", "?")) for c in f.pop("caller_ids", ())]
+            f["callers"] = [name for _, name in callers]
+            if f["category"] != USER or f["name"] == "<module>":
+                continue
+            outside = [name for cat, name in callers if cat in FOLDED]  # (Python code elsewhere: not a C function
+                                                                          # such as sum() resuming a generator)
+            if outside or not callers:
+                self.entry_points.append(dict(name=f["name"], file=f["file"], line=f["line"], calls=f["calls"],
+                                              total_ns=f["total_ns"], mean_ns=f["mean_ns"], max_ns=f["max_ns"],
+                                              called_from=outside[:3]))
+        self.entry_points.sort(key=lambda e: -e["total_ns"])
 
     # -- the text report ------------------------------------------------------------------------
     def marks(self, f):
@@ -773,6 +797,7 @@ class Report:
                 line, sep = line + part, ", "
             out.append(line)
 
+        entries = []
         if all_code:
             out.append("")
             out.append(f"Functions (by {sort}{' time' if sort in ('self', 'total') else ''})")
@@ -788,7 +813,8 @@ class Report:
             noted = []
             mine_self = sum(f["self_ns"] for f in mine)
             thin = total_self > 0 and mine_self < total_self / 2  # the user's code mostly drives others'
-            n_mine = min(top, 5) if thin else max(min(top, 3), top - cut)
+            entries = [e for e in self.entry_points if e["called_from"]][:ENTRY_ROWS] if thin else []
+            n_mine = min(top, 3 if entries else 5) if thin else max(min(top, 3), top - cut)
             n_other = max(min(top, 3), min(top, 12) - cut) if thin else min(top, 5)
             out.append("")
             out.append(f"Your code (by {sort}{' time' if sort in ('self', 'total') else ''})")
@@ -809,7 +835,6 @@ class Report:
                 if len(others) > n_other:
                     out.append(f"{'':>10} ... {len(others) - n_other:,} more (--all ranks every function)")
                 noted = noted + others[:n_other]
-
         hot = self.hot_loops(loops, all_code=all_code) if loops else []
         out.append("")
         if not hot:
@@ -829,6 +854,20 @@ class Report:
                     line += "  " + loc
                 out.append(line)
         screen = len(out)
+        if entries:  # a test runner's tests, a server's handlers (after the first screen's tables)
+            out.append("")
+            out.append("Entry points into your code, called from elsewhere (by total time)")
+            out.append(f"{'calls':>10} {'total':>9} {'mean':>9} {'max':>9}  function")
+            for e in entries:
+                line = (f"{e['calls']:>10,} {_fmt_ns(e['total_ns']):>9} {_fmt_ns(e['mean_ns']):>9} "
+                        f"{_fmt_ns(e['max_ns']):>9}  {e['name']}")
+                room = None if width is None else width - len(line) - 2
+                for loc in (f"{short_path(e['file'])}:{e['line']}, called from {e['called_from'][0]}",
+                            f"{short_path(e['file'])}:{e['line']}"):
+                    if room is None or len(loc) <= room:
+                        line += "  " + loc
+                        break
+                out.append(line)
         notes = []
         self._notes(notes, noted, width)
         if notes:  # (after the first screen: what some rows' self time holds)

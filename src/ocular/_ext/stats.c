@@ -400,6 +400,23 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             "max", (unsigned long long)c->max,
             "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
             "enters", e->enters, "loops", loops, "units", unitd);
+        uint32_t ncallers = 0; /* the code ids of its first OC_CALLERS callers */
+        while (ncallers < OC_CALLERS && c->callers[ncallers])
+            ncallers++;
+        PyObject *callers = d ? PyTuple_New(ncallers) : NULL;
+        for (uint32_t k = 0; callers && k < ncallers; k++) {
+            PyObject *v = PyLong_FromUnsignedLong(c->callers[k] - 1);
+            if (!v) {
+                Py_CLEAR(callers);
+                break;
+            }
+            PyTuple_SET_ITEM(callers, k, v);
+        }
+        if (d && (!callers || PyDict_SetItemString(d, "callers", callers) < 0)) {
+            Py_XDECREF(callers);
+            Py_CLEAR(d);
+        }
+        Py_XDECREF(callers);
         if (!d || oc_attr_export(d, id) < 0 || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);
             goto fail;
