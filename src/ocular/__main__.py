@@ -3,7 +3,8 @@
 ``python -m ocular attach PID [options]``.
 
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
-tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
+tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception, ^C,
+SIGTERM and SIGHUP: saved, then the process dies of the signal as it would untraced).
 Without --follow the program runs in this process; with --follow it runs as a child process and every
 Python process it starts is traced too, then merged into one trace (``_follow.py``).
 """
@@ -541,6 +542,9 @@ def _run(argv=None):
         _refuse_overwriting(parser, written, program.source, f"the source of module {ns.module!r}")
         sys.argv = prog_argv
 
+    ocular._signals_verbose = not ns.quiet  # (SIGTERM, SIGHUP: the trace is saved, then the process dies of it)
+    ocular._cli_outputs = [os.path.abspath(o) for o in outputs] if many else None
+
     def start():
         if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
             from ocular import usdt
@@ -551,7 +555,8 @@ def _run(argv=None):
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
                                  c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
-                                 report=False if ns.no_report else ("json" if ns.report_json else True))
+                                 report=False if ns.no_report else ("json" if ns.report_json else True),
+                                 save_on_signals=True)
 
     status = 0
     try:
