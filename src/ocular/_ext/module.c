@@ -223,11 +223,18 @@ void oc_notify_recording_failed(int err) {
 
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
+    /* (a SIGTERM from now on waits for the end of the stop: ocular's _signals_disarm) */
+    if (!oc_signals_stopping() && S.writer_started) {
+        /* the recorder took a SIGTERM over (sigsave.c): it saves the trace and ends the process by the
+         * signal, which must not be an exit of the program's own meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(S.writer, NULL);
+        Py_END_ALLOW_THREADS
+    }
     if (!S.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
-    oc_signals_stopping(); /* (a SIGTERM from now on waits for the end of the stop: ocular's _signals_disarm) */
     oc_sampling_stop();
     Py_CLEAR(S.set_local_events);
     S.probe_after = 0;
