@@ -18,10 +18,12 @@ Fork: a child process forked while tracing keeps tracing into its own file, name
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
 not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
-wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular installs no signal handler
-in the child: killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) it dies exactly as it
-would untraced, and leaves its recording as ``<output>.<pid>.tmp``, which ``python -m ocular convert``
-renders and ``merge`` salvages.
+wraps ``os._exit`` in the child so the child's trace is saved first.  Signals: with
+``save_on_signals`` (the command line's default), SIGTERM and SIGHUP save the trace and then end the
+process by the signal, in a forked child too (``multiprocessing.Pool.terminate()`` sends SIGTERM); without
+it a process killed by a signal dies exactly as it would untraced and leaves its recording as
+``<output>.<pid>.tmp``, which ``python -m ocular convert`` renders and ``merge`` salvages (as SIGKILL
+always does).
 """
 
 import atexit
@@ -1417,7 +1419,7 @@ def _after_fork_child():
         return
     if ok:
         _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
-        _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
+        _wrap_os_exit()  # (the dispositions are the parent's: save_on_signals' handler goes on saving here)
 
 
 _real_os_exit = os._exit

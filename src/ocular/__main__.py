@@ -34,7 +34,9 @@ EPILOG = """examples:
 Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
 https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
 (flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
-pprof), .html (a self-contained page); .ocular keeps the raw recording.  See README.md."""
+pprof), .html (a self-contained page); .ocular keeps the raw recording.
+SIGTERM or SIGHUP (kill, timeout, docker stop, systemd) saves the trace, then the program dies of the signal
+as it would untraced (a profile format keeps the recording for convert, named on stderr).  See README.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
 protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;

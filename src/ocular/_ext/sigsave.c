@@ -65,9 +65,10 @@ static void die_of(int sig) {
 
 static void on_signal(int sig) {
     int saved = errno;
-    /* no session (ours left installed), or a fork child whose session did not restart (yet), or before
-     * exec: the default action, as untraced */
-    if (atomic_load(&SG.phase) == PH_OFF || (long)getpid() != S.pid)
+    /* no session (ours left installed), no recorder to hand the stop to (a fork child whose session did
+     * not restart, or not yet; before exec): the default action, as untraced */
+    int ph = atomic_load(&SG.phase);
+    if (ph == PH_OFF || (long)getpid() != S.pid || (ph == PH_ARMED && !S.writer_started))
         die_of(sig);
     int none = 0;
     atomic_compare_exchange_strong(&SG.pending, &none, sig); /* (a second one is absorbed) */
@@ -94,6 +95,9 @@ void oc_signals_finish(void) {
     const char *out = S.out_path;
     if (!out) { /* statistics only (no trace file): the report needs Python */
         unlink(S.rec_path);
+        if (SG.verbose)
+            dprintf(2, "ocular: %s: no trace file was asked for, and the report needs Python: nothing is saved\n",
+                    name);
     } else if (SG.render == OC_SIG_INSTALL) { /* the recording is the output */
         if (rename(S.rec_path, out) == 0) {
             if (SG.convert_args)
