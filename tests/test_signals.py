@@ -291,3 +291,34 @@ def test_signal_during_a_python_stop_waits_for_it(tmp_path):
     assert "not reached" not in p.stdout
     assert re.search(r"(^|;)f \(", out_path.read_text(), re.M), out_path.read_text()
     assert _leftovers(tmp_path) == []
+
+
+POOL = r"""
+import multiprocessing as mp, sys, time
+def f(x):
+    return x * 2
+def slow(x):
+    time.sleep(1000)
+if __name__ == "__main__":
+    with mp.get_context("fork").Pool(2) as pool:  # (the end of the block SIGTERMs the workers)
+        print(pool.map(f, range(8)), flush=True)
+        pool.map_async(slow, range(2))
+        time.sleep(0.2)
+"""
+
+
+def test_forked_pool_workers_terminated_save_their_traces(tmp_path):
+    prog = tmp_path / "pool.py"
+    prog.write_text(POOL)
+    p = subprocess.run([*python_cmd(), "-W", "ignore::DeprecationWarning", "-m", "ocular", "--no-report", "-o",
+                        "t.json", str(prog)], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=SRC),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    workers = [n for n in os.listdir(tmp_path) if re.fullmatch(r"t\.\d+\.json", n)]
+    assert len(workers) == 2, (os.listdir(tmp_path), p.stderr)
+    assert p.stderr.count("ocular: SIGTERM: trace written to") == 2, p.stderr
+    seen = set()
+    for w in workers:
+        seen |= _names(load_trace(tmp_path / w)["traceEvents"])
+    assert "f" in seen, seen
+    assert _leftovers(tmp_path) == []

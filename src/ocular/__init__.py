@@ -735,7 +735,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         by Python code, or gzip, keeps the recording as ``<output>.ocular``, named on stderr with the
         ``python -m ocular convert`` that renders it; no report is printed), and the process then dies of
         the signal, as it would have untraced.  A Python handler the program installed before this call
-        is kept: the signal stops tracing (saving everything, as stop_tracing() does), then calls it,
+        (made in the main thread) is kept: the signal stops tracing (saving everything, as stop_tracing() does), then calls it,
         and it decides what happens.  An ignored signal stays ignored, a handler installed outside Python
         is left alone, and a handler the program installs while tracing replaces Ocular's.
 

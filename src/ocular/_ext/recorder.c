@@ -459,7 +459,7 @@ static void finish_orphan(void) {
 static void *recorder_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), OC_WRITER_THREAD_NAME);
-    int orphaned = 0, signaled = 0;
+    int orphaned = 0, signaled = 0, idle_polls = 0;
     pthread_mutex_lock(&S.lock);
     for (;;) {
         if (UNLIKELY(oc_signals_pending()) && !signaled && oc_signals_take()) {
@@ -502,11 +502,14 @@ static void *recorder_main(void *arg) {
                 pthread_mutex_lock(&S.lock);
                 continue;
             }
-            if (in_fork_child) {
-                if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head && !S.stopping && oc_only_helper_threads_left()) {
-                    orphaned = 1;
-                    RC.stop_ticks = oc_now();
-                    break;
+            if (in_fork_child) { /* (20 ms waits, for a signal's note; the threads are looked at every 200 ms) */
+                if (wait_writer_ms(20) == ETIMEDOUT && ++idle_polls >= 10) {
+                    idle_polls = 0;
+                    if (!S.q_head && !S.stopping && oc_only_helper_threads_left()) {
+                        orphaned = 1;
+                        RC.stop_ticks = oc_now();
+                        break;
+                    }
                 }
                 continue;
             }
