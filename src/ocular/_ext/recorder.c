@@ -413,8 +413,13 @@ static void finish_locked(int partials) {
     }
     write_new_codes(&RC.out, S.ncodes, 1);
     write_new_threads(&RC.out, 1);
-    if (partials)
+    if (partials) {
+        for (oc_chunk *c = S.q_head; c; c = c->next) { /* (queued by a slow path that began before the stop) */
+            write_chunk(&RC.out, c);
+            RC.events += c->n;
+        }
         RC.events += oc_buffer_write_partial(&RC.out, write_chunk);
+    }
     write_calib(&RC.out);
     write_codestate(&RC.out);
     write_sampling(&RC.out, 0, 1);
