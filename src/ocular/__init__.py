@@ -18,10 +18,12 @@ Fork: a child process forked while tracing keeps tracing into its own file, name
 with the child's pid before the suffix (``trace.json`` -> ``trace.12345.json``); the parent's trace is
 not affected.  A process that leaves through ``os._exit`` (as multiprocessing's forked workers do) must
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
-wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular installs no signal handler
-in the child: killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) it dies exactly as it
-would untraced, and leaves its recording as ``<output>.<pid>.tmp``, which ``python -m ocular convert``
-renders and ``merge`` salvages.
+wraps ``os._exit`` in the child so the child's trace is saved first.  Signals: with
+``save_on_signals`` (the command line's default), SIGTERM and SIGHUP save the trace and then end the
+process by the signal, in a forked child too (``multiprocessing.Pool.terminate()`` sends SIGTERM); without
+it a process killed by a signal dies exactly as it would untraced and leaves its recording as
+``<output>.<pid>.tmp``, which ``python -m ocular convert`` renders and ``merge`` salvages (as SIGKILL
+always does).
 """
 
 import atexit
@@ -543,9 +545,125 @@ def _parse_ring(ring):
     return ring
 
 
+SAVE_SIGNALS = ("SIGTERM", "SIGHUP")  # the signals save_on_signals= takes (SIGINT saves already: KeyboardInterrupt)
+
+
+def _parse_signals(value):
+    """save_on_signals= as a tuple of signal numbers (empty: off)."""
+    if value is None or value is False:
+        return ()
+    import signal
+
+    if value is True:
+        return tuple(int(getattr(signal, name)) for name in SAVE_SIGNALS)
+    if not isinstance(value, (tuple, list, set, frozenset)):
+        raise TypeError(f"save_on_signals must be True, False, None or a tuple of signals "
+                        f"({', '.join('signal.' + n for n in SAVE_SIGNALS)}), not {type(value).__name__}")
+    allowed = {int(getattr(signal, name)): name for name in SAVE_SIGNALS}
+    out = []
+    for sig in value:
+        if isinstance(sig, bool) or not isinstance(sig, int):
+            raise TypeError(f"save_on_signals: {sig!r} is not a signal number (signal.SIGTERM, signal.SIGHUP)")
+        if int(sig) not in allowed:
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {int(sig)}"
+            why = " (^C already saves: KeyboardInterrupt ends the program, and the trace is saved at exit)" \
+                if sig == signal.SIGINT else ""
+            raise ValueError(f"save_on_signals: {name} cannot be saved on; only "
+                             f"{' and '.join(SAVE_SIGNALS)} can{why}")
+        if int(sig) not in out:
+            out.append(int(sig))
+    return tuple(out)
+
+
+_signals_verbose = False  # the command line (not --quiet): a signal's save says where the trace went
+_cli_outputs = None  # the command line's several -o: what the session's recording is rendered into
+_chained = {}  # signal -> the program's Python handler that Ocular's (_on_chained_signal) runs after the save
+_chain_busy = []  # signals that arrived while _on_chained_signal saved (each calls the program's handler after)
+
+
+def _arm_signals(sigs, s):
+    """save_on_signals: the C handler where the signal does its default, the Python wrapper where the
+    program has a Python handler (main thread only: elsewhere it is left as it is)."""
+    import shlex
+    import signal
+
+    out, fmt = s["output"], s["format"]
+    if not out:
+        render = -1
+    elif fmt == "recording":
+        render = -2
+    elif out.lower().endswith(".gz"):
+        render = -1
+    else:
+        render = {"json": 0, "perfetto": 1, "speedscope": 4}.get(fmt, -1)
+    if _cli_outputs:
+        convert_args = " ".join(f"-o {shlex.quote(o)}" for o in _cli_outputs)
+    elif out and render == -1:
+        convert_args = f"-o {shlex.quote(out)}"
+    else:
+        convert_args = None
+    bits = _ocular._signals_arm(sigs, render, convert_args, _signals_verbose)
+    s["signals"] = sigs
+    for i, name in enumerate(SAVE_SIGNALS):
+        sig = int(getattr(signal, name))
+        if sig not in sigs or bits & (1 << i):
+            continue
+        try:
+            old = signal.getsignal(sig)
+            if callable(old) and old not in (signal.SIG_DFL, signal.SIG_IGN):
+                signal.signal(sig, _on_chained_signal)
+                _chained[sig] = old
+        except ValueError:  # (not the main thread: the program's handler stays as it is)
+            pass
+
+
+def _on_chained_signal(signum, frame):
+    """A program's Python handler, installed before tracing started with save_on_signals: the session is
+    saved first (as stop_tracing() does), then the program's handler runs and decides."""
+    handlers = dict(_chained)
+    if _chain_busy:  # (a second signal during the save: the program's handler runs after it, for each)
+        _chain_busy.append(signum)
+        return None
+    _chain_busy.append(signum)
+    try:
+        if _session is not None and _session["pid"] == os.getpid():
+            try:
+                stop_tracing()
+            except _NotRunning:
+                pass
+            except Exception as exc:
+                _save_failed(exc)
+    finally:
+        todo = _chain_busy[:]
+        _chain_busy.clear()
+    for sig in todo:
+        handler = handlers.get(sig)
+        if callable(handler):
+            handler(sig, frame)
+    return None
+
+
+def _release_signals():
+    """After a stop: the program's chained handlers back where Ocular's wrapper still is; the C handler
+    disarmed (a signal that arrived during the stop ends the process now, by itself)."""
+    if _chained:
+        import signal
+
+        for sig, old in list(_chained.items()):
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                if signal.getsignal(sig) is _on_chained_signal:
+                    signal.signal(sig, old)
+        _chained.clear()
+    _ocular._signals_disarm()
+
+
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.pftrace", tool_id=None, format=None, report=True,
-                  ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True, near_zero=False):
+                  ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True, near_zero=False,
+                  save_on_signals=None):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (every function start and return, and jumps; a jump site is de-instrumented after
@@ -608,6 +726,17 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     report: what stop_tracing() prints to sys.stderr: True or "text" (function statistics and the
         hot-loop disassembly), "json" (the same, machine-readable), False (nothing).  The report is
         always available afterwards from ocular.last_report().
+    save_on_signals: signals that save the trace before they end the process: True for
+        (signal.SIGTERM, signal.SIGHUP), or a tuple/list of those; None or False (default): none (the
+        command line turns it on).  Where such a signal does its default (kills the process), Ocular's
+        handler hands the stop to its recorder thread, even while the program is busy in a long C call:
+        that thread ends the recording, writes a JSON, .pftrace or speedscope output (a format written
+        by Python code, or gzip, keeps the recording as ``<output>.ocular``, named on stderr with the
+        ``python -m ocular convert`` that renders it; no report is printed), and the process then dies of
+        the signal, as it would have untraced.  A Python handler the program installed before this call
+        (made in the main thread) is kept: the signal stops tracing (saving everything, as stop_tracing() does), then calls it,
+        and it decides what happens.  An ignored signal stays ignored, a handler installed outside Python
+        is left alone, and a handler the program installs while tracing replaces Ocular's.
 
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
@@ -642,6 +771,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
     ring_bytes = _parse_ring(ring)
     sampling_us = _parse_sampling(sampling)
+    save_sigs = _parse_signals(save_on_signals)
     path = _check_output(output) if perfetto else None
     fmt = _format_for(output, format)
     loops_code = _loops_code(loops, fmt)
@@ -655,8 +785,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
 
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
     _save_before_exec()
-    if ring_bytes:
-        import signal  # noqa: F401  (likewise: SIGUSR2's handler is installed once tracing runs)
+    if ring_bytes or save_sigs:
+        import signal  # noqa: F401  (likewise: SIGUSR2's handler, and save_on_signals', once tracing runs)
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
@@ -691,10 +821,17 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         _discard(rec)
         raise
     _session = settings
-    if ring_bytes:
+    if ring_bytes or save_sigs:
         muted = _ocular._mute_thread(True)  # (its signal module calls are Ocular's, not the program's)
         try:
-            _snapshot_on_sigusr2()
+            if ring_bytes:
+                _snapshot_on_sigusr2()
+            if save_sigs:
+                _arm_signals(save_sigs, settings)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stop_tracing()
+            raise
         finally:
             _ocular._mute_thread(muted)
 
@@ -917,6 +1054,8 @@ def _stop_locked():
         ident = _file_identity(out) if fmt == "recording" and out else None
         _codes_held_for = (out, ident) if ident else None
         _ocular._release(_codes_held_for is not None)
+        if s.get("signals"):
+            _release_signals()  # (last: a SIGTERM that came during the stop ends the process here)
 
 
 # A session that kept only its recording (a .ocular output, as the command line's several -o do) leaves
@@ -1286,7 +1425,7 @@ def _after_fork_child():
         return
     if ok:
         _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
-        _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
+        _wrap_os_exit()  # (the dispositions are the parent's: save_on_signals' handler goes on saving here)
 
 
 _real_os_exit = os._exit

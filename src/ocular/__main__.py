@@ -3,7 +3,8 @@
 ``python -m ocular attach PID [options]``.
 
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
-tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception).
+tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception, ^C,
+SIGTERM and SIGHUP: saved, then the process dies of the signal as it would untraced).
 Without --follow the program runs in this process; with --follow it runs as a child process and every
 Python process it starts is traced too, then merged into one trace (``_follow.py``).
 """
@@ -33,7 +34,9 @@ EPILOG = """examples:
 Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
 https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
 (flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
-pprof), .html (a self-contained page); .ocular keeps the raw recording.  See README.md."""
+pprof), .html (a self-contained page); .ocular keeps the raw recording.
+SIGTERM or SIGHUP (kill, timeout, docker stop, systemd) saves the trace, then the program dies of the signal
+as it would untraced (a profile format keeps the recording for convert, named on stderr).  See README.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
 protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
@@ -553,6 +556,9 @@ def _run(argv=None):
         _refuse_overwriting(parser, written, program.source, f"the source of module {ns.module!r}")
         sys.argv = prog_argv
 
+    ocular._signals_verbose = not ns.quiet  # (SIGTERM, SIGHUP: the trace is saved, then the process dies of it)
+    ocular._cli_outputs = [os.path.abspath(o) for o in outputs] if many else None
+
     def start():
         if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
             from ocular import usdt
@@ -563,7 +569,8 @@ def _run(argv=None):
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
                                  c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
-                                 report=False if ns.no_report else ("json" if ns.report_json else True))
+                                 report=False if ns.no_report else ("json" if ns.report_json else True),
+                                 save_on_signals=True)
 
     status = 0
     try:

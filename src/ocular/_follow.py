@@ -68,9 +68,10 @@ def boot():
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False, loops=cfg.get("loops"),
                          c_functions=cfg.get("c_functions"), sampling=cfg.get("sampling", True),
-                         near_zero=cfg.get("near_zero", False))
-    # as in forked children: save before os._exit.  No signal handler: a process killed by a signal dies
-    # as it would untraced and leaves its unfinished part (a .tmp), which the merge salvages.
+                         near_zero=cfg.get("near_zero", False), save_on_signals=True)
+    # as in forked children: save before os._exit.  SIGTERM and SIGHUP save the part, then the process dies
+    # of the signal as it would untraced; killed otherwise (SIGKILL) it leaves its unfinished part (a .tmp),
+    # which the merge salvages.
     ocular._wrap_os_exit()
     if cfg.get("usdt"):
         import ocular.usdt

@@ -220,6 +220,14 @@ void oc_notify_recording_failed(int err) {
 
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
+    /* (a SIGTERM from now on waits for the end of the stop: ocular's _signals_disarm) */
+    if (!oc_signals_stopping() && S.writer_started) {
+        /* the recorder took a SIGTERM over (sigsave.c): it saves the trace and ends the process by the
+         * signal, which must not be an exit of the program's own meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(S.writer, NULL);
+        Py_END_ALLOW_THREADS
+    }
     if (!S.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
@@ -539,6 +547,7 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     if (!S.active)
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
+    oc_signals_fork_child();
     oc_sampling_fork_child();
     oc_recorder_fork_child();
     /* the parent's code table: its entries' names were freed once the parent recorded them; every code
@@ -683,7 +692,67 @@ static PyObject *py_replace(PyObject *mod, PyObject *args) {
     return res;
 }
 
+PyDoc_STRVAR(signals_arm_doc,
+             "_signals_arm(signals, render, convert_args, verbose) -> int\n\n"
+             "Save the session on each of `signals` (a tuple of SIGTERM, SIGHUP) whose disposition is the\n"
+             "default (sigsave.c): the recorder ends the recording, renders it with `render` (0 JSON,\n"
+             "1 Perfetto, 4 speedscope; -1 keeps it for convert, -2 makes it the output), then the process\n"
+             "dies of the signal.  convert_args: the `convert` options named on stderr for a kept recording\n"
+             "(None: -o OUTPUT).  verbose: say where the trace was written.  Returns a bit per signal armed\n"
+             "(1 SIGTERM, 2 SIGHUP).  Internal: use start_tracing(save_on_signals=...).");
+
+static PyObject *py_signals_arm(PyObject *mod, PyObject *args) {
+    (void)mod;
+    PyObject *sigs, *cargs;
+    int render, verbose;
+    if (!PyArg_ParseTuple(args, "O!iOp:_signals_arm", &PyTuple_Type, &sigs, &render, &cargs, &verbose))
+        return NULL;
+    if (!S.active) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
+        return NULL;
+    }
+    if (render != OC_SIG_KEEP && render != OC_SIG_INSTALL && render != OC_FORMAT_JSON &&
+        render != OC_FORMAT_PERFETTO && render != OC_FORMAT_SPEEDSCOPE) {
+        PyErr_Format(PyExc_ValueError, "unknown render %d", render);
+        return NULL;
+    }
+    int v[8], n = (int)PyTuple_GET_SIZE(sigs);
+    if (n > 8) {
+        PyErr_SetString(PyExc_ValueError, "too many signals");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        long l = PyLong_AsLong(PyTuple_GET_ITEM(sigs, i));
+        if (l == -1 && PyErr_Occurred())
+            return NULL;
+        v[i] = l > 0 && l < 1024 ? (int)l : 0;
+    }
+    char *ca = NULL;
+    if (cargs != Py_None && !(ca = dup_utf8(cargs)))
+        return NULL;
+    int bits = oc_signals_arm(v, n, render, ca, verbose);
+    free(ca);
+    return bits < 0 ? NULL : PyLong_FromLong(bits);
+}
+
+static PyObject *py_signals_armed(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    return PyLong_FromLong(oc_signals_armed());
+}
+
+static PyObject *py_signals_disarm(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    oc_signals_disarm();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"_signals_arm", py_signals_arm, METH_VARARGS, signals_arm_doc},
+    {"_signals_disarm", py_signals_disarm, METH_NOARGS,
+     "_signals_disarm(): after a stop, the default disposition again for the signals armed (where the\n"
+     "handler is still ours); a signal that arrived during the stop ends the process now."},
+    {"_signals_armed", py_signals_armed, METH_NOARGS,
+     "_signals_armed() -> int: a bit per signal whose handler is armed (1 SIGTERM, 2 SIGHUP)."},
     {"_start", py_start, METH_VARARGS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_remove", py_remove, METH_O,

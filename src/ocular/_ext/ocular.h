@@ -339,6 +339,17 @@ int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as 
 #define OC_USDT_THREAD_NAME "ocular-usdt"
 #define OC_RENDER_THREAD_NAME "ocular-render"
 #define OC_REMOVE_THREAD_NAME "ocular-remove"
+/* sigsave.c: saving the trace on SIGTERM/SIGHUP (the recorder renders, then the process dies of it) */
+#define OC_SIG_KEEP (-1)    /* keep the recording for `convert` (a format written by Python code) */
+#define OC_SIG_INSTALL (-2) /* the recording is the output (.ocular) */
+int oc_signals_arm(const int *sigs, int n, int render, const char *convert_args, int verbose);
+int oc_signals_pending(void);   /* a signal arrived (any thread, no lock) */
+int oc_signals_take(void);      /* the recorder takes it over: 1, unless Python is stopping */
+void oc_signals_finish(void);   /* the recorder, the recording complete: render or keep, die; no return */
+int oc_signals_stopping(void);  /* Python stops the session: signals wait for oc_signals_disarm() */
+void oc_signals_disarm(void);   /* the default disposition again; a signal that arrived meanwhile is raised */
+void oc_signals_fork_child(void);
+int oc_signals_armed(void);
 int oc_only_helper_threads_left(void); /* recorder.c: no thread but those two is alive (fork children) */
 
 /* render.c: a recording -> stack reconstruction -> statistics and one sink */

@@ -12,6 +12,10 @@
  * oldest are given back once more than S.ring_bytes are kept; oc_recorder_dump() writes the kept window
  * (plus every live thread's partial chunk) as a complete recording, at stop or on demand (SIGUSR2).
  *
+ * SIGTERM and SIGHUP (sigsave.c, when armed): the recorder sees the signal's note at its next turn (it
+ * waits 20 ms at most), stops the session without the GIL, writes every thread's partial chunk, ends the
+ * recording and hands it to oc_signals_finish(), which renders it and ends the process by the signal.
+ *
  * A write that fails (a full disk) is told to the program at once (oc_notify_recording_failed: a pending
  * call, which needs no GIL); the later chunks are dropped, and what was written stays a valid recording
  * cut short, which stop_tracing() renders or keeps.
@@ -395,8 +399,10 @@ static int wait_writer_ms(long ms) {
  * opened a file of its own under the number; out.c then wrote on through another); 0 or errno. */
 static int close_recording(void) { return oc_out_close(&RC.out); }
 
-/* lock held: everything after the last chunk; the recording is complete after this */
-static void finish_locked(void) {
+/* lock held: everything after the last chunk; the recording is complete after this.  partials: the
+ * program's threads still run (a signal, sigsave.c): their partial chunks are written as they are (up
+ * to each one's position when read; stop_tracing() hands them over instead, with the GIL) */
+static void finish_locked(int partials) {
     if (S.ring_bytes) {
         close_recording();
         int err = dump_locked(S.rec_path, RC.stop_ticks);
@@ -407,6 +413,13 @@ static void finish_locked(void) {
     }
     write_new_codes(&RC.out, S.ncodes, 1);
     write_new_threads(&RC.out, 1);
+    if (partials) {
+        for (oc_chunk *c = S.q_head; c; c = c->next) { /* (queued by a slow path that began before the stop) */
+            write_chunk(&RC.out, c);
+            RC.events += c->n;
+        }
+        RC.events += oc_buffer_write_partial(&RC.out, write_chunk);
+    }
     write_calib(&RC.out);
     write_codestate(&RC.out);
     write_sampling(&RC.out, 0, 1);
@@ -451,9 +464,17 @@ static void finish_orphan(void) {
 static void *recorder_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), OC_WRITER_THREAD_NAME);
-    int orphaned = 0;
+    int orphaned = 0, signaled = 0, idle_polls = 0;
     pthread_mutex_lock(&S.lock);
     for (;;) {
+        if (UNLIKELY(oc_signals_pending()) && !signaled && oc_signals_take()) {
+            /* SIGTERM or SIGHUP (sigsave.c): stop recording, write what is queued, end the recording */
+            signaled = 1;
+            RC.stop_ticks = oc_now();
+            S.active = 0; /* no thread takes a new chunk: each writes at most to the end of its own */
+            S.stopping = 1;
+            pthread_cond_broadcast(&S.cond_free);
+        }
         if (!S.calibrated) { /* (chunks wait for the early calibration: ~2 ms) */
             uint64_t since = mono_now_ns() - RC.start_ns;
             if (!S.early_calibrated) {
@@ -486,11 +507,14 @@ static void *recorder_main(void *arg) {
                 pthread_mutex_lock(&S.lock);
                 continue;
             }
-            if (in_fork_child) {
-                if (wait_writer_ms(200) == ETIMEDOUT && !S.q_head && !S.stopping && oc_only_helper_threads_left()) {
-                    orphaned = 1;
-                    RC.stop_ticks = oc_now();
-                    break;
+            if (in_fork_child) { /* (20 ms waits, for a signal's note; the threads are looked at every 200 ms) */
+                if (wait_writer_ms(20) == ETIMEDOUT && ++idle_polls >= 10) {
+                    idle_polls = 0;
+                    if (!S.q_head && !S.stopping && oc_only_helper_threads_left()) {
+                        orphaned = 1;
+                        RC.stop_ticks = oc_now();
+                        break;
+                    }
                 }
                 continue;
             }
@@ -529,10 +553,24 @@ static void *recorder_main(void *arg) {
         pthread_mutex_lock(&S.lock);
         oc_chunk_put_free(c);
     }
-    finish_locked();
+    if (signaled) {
+        /* a slow path already past its check of S.active ends its hand-over (microseconds), and the
+         * records below each thread's position reach memory (x86's non-temporal stores are ordered by
+         * the next interrupt or locked instruction of their CPU at the latest): then partial chunks are read */
+        pthread_mutex_unlock(&S.lock);
+        usleep(2000);
+        pthread_mutex_lock(&S.lock);
+        atomic_thread_fence(memory_order_acquire);
+    }
+    finish_locked(signaled);
     pthread_mutex_unlock(&S.lock);
     if (orphaned)
         finish_orphan();
+    if (signaled) {
+        oc_out_flush(&RC.out);
+        close_recording();
+        oc_signals_finish(); /* (does not return: the process ends by the signal) */
+    }
     return NULL;
 }
 
