@@ -4,6 +4,7 @@ are never Ocular's, and the trace survives both."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,3 +235,42 @@ def test_sys_last_exc_after_ctrl_c_is_the_programs_own(tmp_path):
     p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "k.py"], tmp_path)
     assert p.returncode == -signal.SIGINT, p.stderr
     assert p.stdout.strip() == "last KeyboardInterrupt(\"the program's\")", p.stdout
+
+
+WARN_ONCE = """
+import os, sys, threading, time, warnings
+def show(message, category, filename, lineno, file=None, line=None):
+    sys.stdout.write(f"{'child' if os.getpid() != parent else 'parent'}: {category.__name__} {message} (line {lineno})\\n")
+    sys.stdout.flush()
+warnings.showwarning = show
+parent = os.getpid()
+def warn():
+    warnings.warn("shown once per location", UserWarning)  # action "default"
+    warnings.warn("shown once", RuntimeWarning)  # action "once" (set below)
+warnings.simplefilter("once", RuntimeWarning)
+warn()
+for threaded in (False, True):
+    if threaded:  # the program's own thread: CPython's fork warning is given (once, from the fork's line)
+        t = threading.Thread(target=time.sleep, args=(0.5,))
+        t.start()
+    pid = os.fork()
+    warn()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+t.join()
+warn()
+print("done")
+"""
+
+
+def test_fork_keeps_the_warning_registries(tmp_path):
+    """Each os.fork() under Ocular emptied every warning registry (its fork wrapper used catch_warnings(),
+    which declares the filters changed), so "once"/"default" warnings given before a fork were given again
+    after it, in the parent and in each child.  Traced, the program prints what it prints untraced."""
+    (tmp_path / "w.py").write_text(WARN_ONCE)
+    plain = run(["w.py"], tmp_path)
+    traced = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "w.py"], tmp_path)
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr, traced.stderr)
+    assert plain.stdout.count("shown once") == 2 and "multi-threaded" in plain.stdout, plain.stdout
+    assert re.sub(r"pid=\d+", "pid=N", traced.stdout) == re.sub(r"pid=\d+", "pid=N", plain.stdout), traced.stdout

@@ -1312,14 +1312,41 @@ def _save_before_exec():
         setattr(os, name, wrapper)
 
 
+class _ForkWarning:
+    """The message pattern of an "ignore" filter that os.fork's wrapper puts at the head of the warnings
+    filters for the time of the real fork(): it matches (and keeps the text of) only CPython's warning
+    about forking a multi-threaded process."""
+
+    __slots__ = ("caught",)
+
+    def __init__(self):
+        self.caught = []
+
+    def match(self, text):
+        if isinstance(text, str) and text.startswith("This process (pid=") and " is multi-threaded, use of " in text:
+            self.caught.append(text)
+            return True
+        return False
+
+
+def _warning_filters():
+    """The list the warnings machinery reads now (3.14+: the current context's, with context-aware warnings)."""
+    get = getattr(warnings, "_get_filters", None)
+    return get() if get is not None else warnings.filters
+
+
 def _quiet_fork_warning():
     """Python 3.12+ warns at os.fork() in a process with several threads (DeprecationWarning: "This
     process is multi-threaded, use of fork() may lead to deadlocks"), counting the OS threads; while
     tracing, Ocular's writer thread would make every fork of a single-threaded program warn (and
-    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped: the
-    warnings raised inside fork() are caught, and given again from the caller's line (so the usual
-    filters apply to them) only when the program itself has several threads.  The wrapper is
-    installed once and otherwise calls the real os.fork."""
+    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped: for the time
+    of the real fork(), an "ignore" filter that matches only that warning (_ForkWarning) heads the warnings
+    filters, and the warning caught is given again from the caller's line (so the usual filters apply to
+    it) only when the program itself has several threads.  The filter goes into the list as it is, not
+    through warnings.filterwarnings() or catch_warnings(): those declare the filters changed, which empties
+    every module's warning registry, so that each fork made "once"/"default" warnings already given show
+    again, in the parent and in the child.  The wrapper is installed once and otherwise calls the real
+    os.fork."""
     if _real_os_fork is None or getattr(os.fork, "_ocular", False):
         return
 
@@ -1327,12 +1354,20 @@ def _quiet_fork_warning():
         if _session is None:
             return _real_os_fork()
         own_threads = threading.active_count() > 1
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        catcher = _ForkWarning()
+        entry = ("ignore", catcher, DeprecationWarning, None, 0)
+        filters = _warning_filters()
+        filters.insert(0, entry)
+        try:
             pid = _real_os_fork()
+        finally:
+            for i, item in enumerate(filters):  # (by identity: another thread may have changed the list)
+                if item is entry:
+                    del filters[i]
+                    break
         if pid and own_threads:
-            for w in caught:
-                warnings.warn(w.message, w.category, stacklevel=2)
+            for text in catcher.caught:
+                warnings.warn(text, DeprecationWarning, stacklevel=2)
         return pid
 
     fork.__doc__ = _real_os_fork.__doc__
