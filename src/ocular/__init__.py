@@ -1287,29 +1287,69 @@ _real_os_exit = os._exit
 _real_os_fork = getattr(os, "fork", None)
 
 
+def _executable(path):
+    """Whether os.exec*(path) can replace the process: a path that names an executable file, or (fexecve,
+    ``os.execve(fd, ...)``) a descriptor open on a regular file with an execute bit.  Anything else
+    (a wrong type included) is for the real function to refuse, in its own words."""
+    try:
+        if isinstance(path, int) and not isinstance(path, bool):
+            st = os.fstat(path)
+            return stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
+        return os.access(path, os.X_OK)
+    except (OSError, TypeError, ValueError, OverflowError):
+        return False
+
+
+class _ExecWrapper:
+    # os.execv / os.execve as Ocular wraps them (_save_before_exec).  It equals, and hashes as, the
+    # function it wraps, so that ``os.execve in os.supports_fd`` (a set of the os functions, built when os
+    # was imported) stays true and the supports_* sets stay as they are; name, doc, module and signature
+    # are the real function's (``__wrapped__``).  (A function wrapper was not in os.supports_fd.)
+
+    __slots__ = ("__wrapped__",)
+    __doc__ = property(lambda self: self.__wrapped__.__doc__)
+    __module__ = property(lambda self: self.__wrapped__.__module__)
+
+    def __init__(self, real):
+        self.__wrapped__ = real
+
+    def __call__(self, path, *args, **kwargs):
+        if _session is not None and _executable(path):
+            try:
+                stop_tracing()
+            except BaseException as exc:  # (the exec must go on: say it and let it)
+                with contextlib.suppress(BaseException):
+                    _print_err(f"ocular: the trace could not be saved before os.exec: {exc}")
+        return self.__wrapped__(path, *args, **kwargs)
+
+    def __eq__(self, other):
+        return other is self or other is self.__wrapped__ or NotImplemented
+
+    def __hash__(self):
+        return hash(self.__wrapped__)
+
+    def __getattr__(self, name):  # __name__, __qualname__, __doc__, __module__, __text_signature__, __self__
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self):
+        return repr(self.__wrapped__)
+
+    _ocular = True
+
+
 def _save_before_exec():
     """os.exec*() replaces the process: no exit handler runs, and the trace was lost silently (its
     recording left as a .tmp file).  os.execv and os.execve (which the other exec functions call) are
     wrapped, once, as os.fork and os._exit are: with a session running, tracing stops there, which saves
     the trace and prints the report as at exit, then the exec goes on.  Only for a file that can be
-    executed: os.execvp tries each PATH entry in turn, and a failed try must leave tracing on.  (An audit
-    hook would see every audited event of the process for good: id() 8.5x slower.)"""
+    executed (a path, or a descriptor for fexecve: _executable): os.execvp tries each PATH entry in turn,
+    and a failed try must leave tracing on.  (An audit hook would see every audited event of the process
+    for good: id() 8.5x slower.)"""
     for name in ("execv", "execve"):
         real = getattr(os, name, None)
         if real is None or getattr(real, "_ocular", False):
             continue
-
-        def wrapper(path, *args, _real=real):
-            if _session is not None and os.access(path, os.X_OK):
-                try:
-                    stop_tracing()
-                except BaseException as exc:  # (the exec must go on: say it and let it)
-                    with contextlib.suppress(BaseException):
-                        _print_err(f"ocular: the trace could not be saved before os.exec: {exc}")
-            return _real(path, *args)
-
-        wrapper.__name__, wrapper.__doc__, wrapper._ocular = name, real.__doc__, True
-        setattr(os, name, wrapper)
+        setattr(os, name, _ExecWrapper(real))
 
 
 class _ForkWarning:
