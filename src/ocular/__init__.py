@@ -20,8 +20,9 @@ not affected.  A process that leaves through ``os._exit`` (as multiprocessing's 
 call ``stop_tracing()`` first, or its file is not written -- unless it was forked while tracing: Ocular then
 wraps ``os._exit`` in the child so the child's trace is saved first.  Ocular installs no signal handler
 in the child: killed by a signal (``multiprocessing.Pool.terminate()`` sends SIGTERM) it dies exactly as it
-would untraced, and leaves its recording as ``<output>.<pid>.tmp``, which ``python -m ocular convert``
-renders and ``merge`` salvages.
+would untraced, and leaves its recording, which ``python -m ocular convert`` renders and ``merge`` salvages:
+a forked child's is kept not beside the output but in a private directory of the session's (_child_recording;
+docs/fork.md).  A ``subprocess`` child made for ``preexec_fn`` (it execs from C) is not traced at all.
 """
 
 import atexit
@@ -33,6 +34,7 @@ import os
 import stat
 import sys
 import threading
+import time
 import warnings
 
 from . import _env, _ocular
@@ -918,6 +920,11 @@ def _stop_locked():
         ident = _file_identity(out) if fmt == "recording" and out else None
         _codes_held_for = (out, ident) if ident else None
         _ocular._release(_codes_held_for is not None)
+        if s.get("child_dir"):
+            try:
+                _clean_child_dirs(s)
+            except Exception as exc:  # (the trace is saved: a leftover directory is no reason to fail)
+                _print_err(f"ocular: could not clean up the forked children's directory: {exc!r}")
 
 
 # A session that kept only its recording (a .ocular output, as the command line's several -o do) leaves
@@ -1261,6 +1268,29 @@ def _at_exit():
             _save_failed(exc)
 
 
+def _before_fork():
+    """In the process that forks while tracing: name, once per session, the private directory where its
+    forked children keep their recordings while they run (_child_recording).  Before the fork, so that
+    every child, and its own children, use the same one."""
+    s = _session
+    if s is not None and s.get("child_dir") is None and s["pid"] == os.getpid():
+        with contextlib.suppress(Exception):
+            s["child_dir"] = _child_dir_for(s)
+
+
+def _forked_to_exec():
+    """Whether this fork child is one that subprocess made to run preexec_fn: CPython runs the at-fork
+    hooks in it only for preexec_fn, then it execs the new program from C (or _exits 255), and nothing
+    could save its trace.  The innermost Python frame (the one that called _posixsubprocess.fork_exec,
+    which runs the hooks) is then subprocess's Popen._execute_child."""
+    sub = sys.modules.get("subprocess")
+    execute = getattr(getattr(sub, "Popen", None), "_execute_child", None)
+    try:
+        return getattr(execute, "__code__", None) is sys._getframe(2).f_code
+    except ValueError:
+        return False
+
+
 def _after_fork_child():
     global _session, _render_lock, _render_owner
     _render_lock = threading.Lock()  # (another thread may have held it at the fork)
@@ -1268,19 +1298,150 @@ def _after_fork_child():
     if _session is None:
         return
     pid = os.getpid()
+    if _forked_to_exec():  # tracing is off here, and nothing is written (a recording left behind was all it did)
+        with contextlib.suppress(Exception):
+            _ocular._after_fork_child(None, None, None, threading.current_thread().ident)
+        with contextlib.suppress(Exception):
+            _release_tool(_session["tool_id"], _session["callbacks"])
+        _session = None
+        return
     out = _session["output"]
     child_out = _child_output(out, pid) if out else None
     try:
+        rec = _child_recording(_session, child_out)
         ok = _ocular._after_fork_child(child_out, _render_tmp_name(child_out) if child_out else None,
-                                       _recording_name(child_out), threading.current_thread().ident)
+                                       rec, threading.current_thread().ident)
     except Exception as exc:
         _print_err(f"ocular: tracing is off in forked child {pid}: {exc}")
         _release_tool(_session["tool_id"], _session["callbacks"])
         _session = None
         return
     if ok:
-        _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
+        _session = dict(_session, output=child_out, pid=pid, report=False, recording=rec, forked=True)
         _wrap_os_exit()  # no signal handler: the child keeps the program's own dispositions
+
+
+# ---- where forked children keep their recordings (docs/fork.md) ----
+# A forked child's recording is written while it runs and, once it has rendered its output
+# (<output>.<pid>.<ext>, beside the parent's), removed.  A child that never gets there -- killed by a signal
+# (multiprocessing.Pool's terminate() at the end of its with block) -- leaves it behind: not in the user's
+# directory but in a private one, per session, <root>/run-<parent pid>-<random>/, <root> being
+# $XDG_RUNTIME_DIR/ocular, else <temp dir>/ocular-<uid> (mode 0700, ours, checked).  The process that
+# started the session removes its run's directory at its end when nothing is left in it; a run whose
+# processes are all gone and whose files are more than a day old is removed by the next session that
+# forks.  (--follow keeps its children's recordings in its parts directory, where the merge salvages them.)
+
+_RUN_KEEP_SECONDS = 24 * 3600  # how long the partial recordings of killed children are kept for salvage
+
+
+def _private_root():
+    """$XDG_RUNTIME_DIR/ocular (a directory of the user's own, mode 0700, by the XDG spec), else
+    ocular-<uid> in the temporary directory ($TMPDIR, else /tmp, else /var/tmp).  No import: this runs
+    while tracing."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg) and _own_private_dir(xdg):
+        return os.path.join(xdg, "ocular")
+    for d in (os.environ.get("TMPDIR"), "/tmp", "/var/tmp"):
+        if d and os.path.isabs(d) and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return os.path.join(d, f"ocular-{os.getuid()}")
+    return None
+
+
+def _own_private_dir(path):
+    """A directory (not a symlink) of this user's, that nobody else may enter."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _child_dir_for(s):
+    root = _private_root()
+    return os.path.join(root, f"run-{os.getpid()}-{os.urandom(4).hex()}") if root else ""
+
+
+def _make_private_dir(path):
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if not _own_private_dir(path):
+        raise PermissionError(errno.EACCES, f"ocular: {path!r} is not a private directory of this user's "
+                              f"(mode 0700)", path)
+
+
+def _child_recording(s, child_out):
+    """A forked child's recording: in the session's private directory (see above); beside the output as
+    before in a --follow session (its parts directory is Ocular's own) or when there is no private
+    directory to be had."""
+    if child_out and _follow_log is None and s.get("child_dir"):
+        run = s["child_dir"]
+        try:
+            _make_private_dir(os.path.dirname(run))
+            _make_private_dir(run)
+            return os.path.join(run, os.path.basename(_tmp_name(child_out)))
+        except OSError:
+            pass
+    return _recording_name(child_out)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _tmp_pid(name):
+    """The writer's pid of a recording named <...>.<pid>.tmp, or None."""
+    if not name.endswith(".tmp"):
+        return None
+    pid = name[:-len(".tmp")].rpartition(".")[2]
+    return int(pid) if pid.isdigit() else None
+
+
+def _clean_child_dirs(s):
+    """At the end of the session that forked (not in its children): remove its run's directory if it is
+    empty, else say what is in it (recordings of children that were killed, or still run); remove the
+    runs of earlier sessions that are over (no process of theirs alive) and more than a day old."""
+    run = s.get("child_dir")
+    if not run or s.get("forked"):
+        return
+    left = []
+    with contextlib.suppress(OSError):
+        left = sorted(os.listdir(run))
+    if not left:
+        with contextlib.suppress(OSError):
+            os.rmdir(run)
+    elif s["report"] and any(_tmp_pid(n) and not _pid_alive(_tmp_pid(n)) for n in left):
+        dead = [n for n in left if _tmp_pid(n) and not _pid_alive(_tmp_pid(n))]
+        _print_err(f"ocular: {len(dead)} forked child process{'es' if len(dead) > 1 else ''} ended without saving "
+                   f"{'their' if len(dead) > 1 else 'its'} trace (killed?); what was recorded is kept (a day at least) "
+                   f"in {run} (python -m ocular convert {os.path.join(run, dead[0])} -o trace.json)")
+    root = os.path.dirname(run)
+    try:
+        runs = os.listdir(root)
+    except OSError:
+        return
+    now = time.time()
+    for name in runs:
+        path = os.path.join(root, name)
+        parts = name.split("-")
+        if path == run or len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            files = [os.path.join(path, n) for n in os.listdir(path)]
+            if _pid_alive(int(parts[1])) or any(_tmp_pid(f) and _pid_alive(_tmp_pid(f)) for f in files):
+                continue
+            if max([os.lstat(path).st_mtime] + [os.lstat(f).st_mtime for f in files]) > now - _RUN_KEEP_SECONDS:
+                continue
+            for f in files:
+                os.unlink(f)
+            os.rmdir(path)
 
 
 _real_os_exit = os._exit
@@ -1433,4 +1594,4 @@ def _wrap_os_exit():
 
 
 atexit.register(_at_exit)
-os.register_at_fork(after_in_child=_after_fork_child)  # the C engine holds its own locks across fork()
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)  # the C engine holds its own locks across fork()
