@@ -742,3 +742,29 @@ def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
     if traced:  # the killed workers' recordings are in the session's private directory, not beside t.json
         assert leftovers(str(tmp_path)) == [], os.listdir(tmp_path)
         assert [len(files) for files in runs_in(tmp_path / "xdg").values()] == [2], runs_in(tmp_path / "xdg")
+
+
+POSIX_EXEC = """
+import posix
+def before_exec():
+    return 1
+start()
+pid = os.fork()
+if pid == 0:
+    before_exec()
+    posix.execv(sys.executable, [sys.executable, "-c", "pass"])  # os's own function, as test_posix calls it
+_, status = os.waitpid(pid, 0)
+stop()
+print("EXEC", pid, status)
+"""
+
+
+def test_a_fork_child_that_execs_through_posix_saves_its_trace(tmp_path, trace_path):
+    """posix.execv is the function os.execv names: a child that calls it directly saves its trace before
+    the exec as with os.execv (it left its recording, unsaved, in the private directory)."""
+    xdg = private_dir(tmp_path)
+    out, err = run_ok(POSIX_EXEC, trace_path, env={"XDG_RUNTIME_DIR": str(xdg)})
+    pid, status = map(int, out.split("EXEC")[1].split())
+    assert status == 0, out + err
+    assert "before_exec" in names(load_trace(tmp_path / f"trace.{pid}.json")["traceEvents"])
+    assert runs_in(xdg) == {} and leftovers(str(tmp_path)) == []

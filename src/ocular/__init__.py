@@ -1506,11 +1506,15 @@ def _save_before_exec():
     executed (a path, or a descriptor for fexecve: _executable): os.execvp tries each PATH entry in turn,
     and a failed try must leave tracing on.  (An audit hook would see every audited event of the process
     for good: id() 8.5x slower.)"""
-    for name in ("execv", "execve"):
+    posix = sys.modules.get("posix")  # (os's own functions: code that calls posix.execve directly, as
+    for name in ("execv", "execve"):  # CPython's test_posix does, would skip a wrapper on os only)
         real = getattr(os, name, None)
         if real is None or getattr(real, "_ocular", False):
             continue
-        setattr(os, name, _ExecWrapper(real))
+        wrapper = _ExecWrapper(real)
+        setattr(os, name, wrapper)
+        if posix is not None and getattr(posix, name, None) is real:
+            setattr(posix, name, wrapper)
 
 
 class _ForkWarning:
