@@ -1275,7 +1275,7 @@ def _before_fork():
     s = _session
     if s is not None and s.get("child_dir") is None and s["pid"] == os.getpid():
         with contextlib.suppress(Exception):
-            s["child_dir"] = _child_dir_for(s)
+            s["child_dir"] = _child_dir_for()
 
 
 def _forked_to_exec():
@@ -1356,7 +1356,7 @@ def _own_private_dir(path):
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
-def _child_dir_for(s):
+def _child_dir_for():
     root = _private_root()
     return os.path.join(root, f"run-{os.getpid()}-{os.urandom(4).hex()}") if root else ""
 
