@@ -29,9 +29,9 @@ stop = ocular.stop_tracing
 """
 
 
-def run_group(code, *args, timeout=60):
+def run_group(code, *args, timeout=60, env=None):
     """Run PRELUDE + code in its own process group; on timeout kill the group and fail."""
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(PRELUDE + code), *args], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -49,8 +49,8 @@ def run_group(code, *args, timeout=60):
     return p.returncode, out, err
 
 
-def run_ok(code, *args, timeout=60):
-    rc, out, err = run_group(code, *args, timeout=timeout)
+def run_ok(code, *args, timeout=60, env=None):
+    rc, out, err = run_group(code, *args, timeout=timeout, env=env)
     assert rc == 0, f"exit {rc}\nstdout:\n{out}\nstderr:\n{err}"
     return out, err
 
@@ -582,7 +582,7 @@ if pid == 0:
     os.close(r)
     for i in range(6000):
         warm(i)
-    tmp = ocular._tmp_name(ocular._child_output(OUT, os.getpid()))
+    tmp = ocular._session["recording"]
     while b"warm" not in open(tmp, "rb").read():  # until the writer has written what it was handed
         time.sleep(0.01)
     os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else b"0")
@@ -594,28 +594,110 @@ os.kill(pid, signal.SIGTERM)
 _, status = os.waitpid(pid, 0)  # blocks until the child is gone (the test's timeout catches a hang)
 print("child died of SIGTERM:", os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, flush=True)
 stop()
-print("CHILD", pid)
+print("CHILD", pid, "PARENT", os.getpid())
 """
+
+
+def private_dir(tmp_path):
+    """An XDG_RUNTIME_DIR of the test's own: forked children keep their recordings under <it>/ocular."""
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700, exist_ok=True)
+    return xdg
+
+
+def runs_in(xdg):
+    """{run directory name: sorted file names} under <XDG_RUNTIME_DIR>/ocular."""
+    root = xdg / "ocular"
+    return {d: sorted(os.listdir(root / d)) for d in os.listdir(root)} if root.exists() else {}
 
 
 def test_fork_child_busy_in_c_dies_of_sigterm_and_its_trace_is_salvaged(tmp_path, trace_path):
     """Ocular installs no signal handler in a forked child: the child keeps SIGTERM's default action and
     dies of it at once even while busy in C code (a Python-level handler would wait for the C call to
-    return, forever here).  Its unfinished trace is left as a .tmp that merge salvages."""
-    out, err = run_ok(SIGTERM_IN_C, trace_path)
+    return, forever here).  Its unfinished recording is left, not in the output's directory but in the
+    session's private one (docs/fork.md), mode 0700, where convert and merge salvage it."""
+    xdg = private_dir(tmp_path)
+    out, err = run_ok(SIGTERM_IN_C, trace_path, env={"XDG_RUNTIME_DIR": str(xdg)})
     assert "child SIGTERM disposition default: True" in out, out + err
     assert "child died of SIGTERM: True" in out, out + err
-    child = int(out.split("CHILD")[1])
+    child = int(out.split("CHILD")[1].split()[0])
     check_balanced(load_trace(trace_path)["traceEvents"])
-    left = glob.glob(str(tmp_path / f"trace.{child}.json.{child}.tmp"))
-    assert left, os.listdir(tmp_path)
+    assert leftovers(str(tmp_path)) == [], os.listdir(tmp_path)
+    runs = runs_in(xdg)
+    assert len(runs) == 1 and list(runs.values()) == [[f"trace.{child}.json.{child}.tmp"]], runs
+    run = xdg / "ocular" / next(iter(runs))
+    assert next(iter(runs)).startswith(f"run-{int(out.split('PARENT')[1].split()[0])}-"), runs
+    assert (run.stat().st_mode & 0o777) == 0o700 and ((xdg / "ocular").stat().st_mode & 0o777) == 0o700
+    left = str(run / f"trace.{child}.json.{child}.tmp")
+    e = dict(os.environ, PYTHONPATH=SRC)
     merged = str(tmp_path / "merged.json")
-    p = subprocess.run([sys.executable, "-m", "ocular", "merge", left[0], "-o", merged],
-                       env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "ocular", "merge", left, "-o", merged],
+                       env=e, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "incomplete" in p.stderr, p.stderr
     ev = load_trace(merged)["traceEvents"]
     check_balanced(ev)
     assert "warm" in names(ev), "the child's events handed to the writer before SIGTERM are salvaged"
+    p = subprocess.run([sys.executable, "-m", "ocular", "convert", left, "-o", str(tmp_path / "c.json")],
+                       env=e, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "warm" in names(load_trace(tmp_path / "c.json")["traceEvents"])
+
+
+PREEXEC = """
+import subprocess
+def in_parent():
+    return subprocess.run([sys.executable, "-c", "print('child ran')"], preexec_fn=lambda: None,
+                          capture_output=True, text=True, check=True).stdout
+start()
+outs = [in_parent() for i in range(3)]
+pid = os.fork()  # a child that saves its trace, next to the parent's
+if pid == 0:
+    in_parent()
+    os._exit(0)
+os.waitpid(pid, 0)
+stop()
+print(outs.count("child ran\\n"), "FORKED", pid)
+"""
+
+
+def test_a_preexec_fn_subprocess_leaves_nothing(tmp_path, trace_path):
+    """subprocess with preexec_fn forks a child that runs CPython's at-fork hooks (Ocular started a
+    recording there), then preexec_fn, then execs from C: every call left <out>.<pid>.json.<pid>.tmp in the
+    output's directory.  Such a child is not traced and writes nothing; a child forked by os.fork still
+    saves its own trace beside the parent's, and the private directory of the session is removed."""
+    xdg = private_dir(tmp_path)
+    out, err = run_ok(PREEXEC, trace_path, env={"XDG_RUNTIME_DIR": str(xdg)})
+    assert out.split("FORKED")[0].strip() == "3", out + err
+    child = int(out.split("FORKED")[1])
+    assert sorted(os.listdir(tmp_path)) == sorted(["trace.json", f"trace.{child}.json", "xdg"]), os.listdir(tmp_path)
+    assert runs_in(xdg) == {}
+    assert "in_parent" in names(load_trace(tmp_path / f"trace.{child}.json")["traceEvents"])
+
+
+def test_the_next_session_that_forks_removes_runs_over_a_day_old(tmp_path, trace_path):
+    """The partial recordings of killed children are kept for salvage; a later session that forks removes
+    the runs whose processes are all gone once their files are more than a day old, and no other."""
+    import time
+
+    xdg = private_dir(tmp_path)
+    root = xdg / "ocular"
+    root.mkdir(mode=0o700)
+    reaped = subprocess.Popen(["true"])
+    reaped.wait()
+    gone = reaped.pid  # (no process has this pid now)
+    runs = {}
+    for name, age in (("old", 2 * 86400), ("recent", 3600), ("alive", 2 * 86400)):
+        owner = os.getpid() if name == "alive" else gone
+        d = root / f"run-{owner}-{name}"
+        d.mkdir(mode=0o700)
+        f = d / f"trace.{gone}.json.{gone}.tmp"
+        f.write_bytes(b"x")
+        for path in (f, d):
+            os.utime(path, (time.time() - age, time.time() - age))
+        runs[d.name] = [f.name]
+    out, err = run_ok(PREEXEC, trace_path, env={"XDG_RUNTIME_DIR": str(xdg)})
+    del runs[f"run-{gone}-old"]
+    assert runs_in(xdg) == runs
 
 
 POOL_TERMINATE = """
@@ -645,7 +727,8 @@ def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
     prog = tmp_path / "pool.py"
     prog.write_text(POOL_TERMINATE)
     cmd = [sys.executable] + (["-m", "ocular", "--no-report", "-q", "-o", str(tmp_path / "t.json")] if traced else [])
-    p = subprocess.Popen(cmd + [str(prog)], env=dict(os.environ, PYTHONPATH=SRC), cwd=tmp_path,
+    p = subprocess.Popen(cmd + [str(prog)], env=dict(os.environ, PYTHONPATH=SRC, XDG_RUNTIME_DIR=str(private_dir(tmp_path))),
+                         cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = p.communicate(timeout=120)
@@ -656,3 +739,32 @@ def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
             pass
     assert p.returncode == 0, err
     assert f"workers exit codes: [{-signal.SIGTERM}, {-signal.SIGTERM}]" in out, out + err
+    if traced:  # the killed workers' recordings are in the session's private directory, not beside t.json
+        assert leftovers(str(tmp_path)) == [], os.listdir(tmp_path)
+        assert [len(files) for files in runs_in(tmp_path / "xdg").values()] == [2], runs_in(tmp_path / "xdg")
+
+
+POSIX_EXEC = """
+import posix
+def before_exec():
+    return 1
+start()
+pid = os.fork()
+if pid == 0:
+    before_exec()
+    posix.execv(sys.executable, [sys.executable, "-c", "pass"])  # os's own function, as test_posix calls it
+_, status = os.waitpid(pid, 0)
+stop()
+print("EXEC", pid, status)
+"""
+
+
+def test_a_fork_child_that_execs_through_posix_saves_its_trace(tmp_path, trace_path):
+    """posix.execv is the function os.execv names: a child that calls it directly saves its trace before
+    the exec as with os.execv (it left its recording, unsaved, in the private directory)."""
+    xdg = private_dir(tmp_path)
+    out, err = run_ok(POSIX_EXEC, trace_path, env={"XDG_RUNTIME_DIR": str(xdg)})
+    pid, status = map(int, out.split("EXEC")[1].split())
+    assert status == 0, out + err
+    assert "before_exec" in names(load_trace(tmp_path / f"trace.{pid}.json")["traceEvents"])
+    assert runs_in(xdg) == {} and leftovers(str(tmp_path)) == []

@@ -4,6 +4,7 @@ are never Ocular's, and the trace survives both."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,3 +235,87 @@ def test_sys_last_exc_after_ctrl_c_is_the_programs_own(tmp_path):
     p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "k.py"], tmp_path)
     assert p.returncode == -signal.SIGINT, p.stderr
     assert p.stdout.strip() == "last KeyboardInterrupt(\"the program's\")", p.stdout
+
+
+WARN_ONCE = """
+import os, sys, threading, time, warnings
+def show(message, category, filename, lineno, file=None, line=None):
+    sys.stdout.write(f"{'child' if os.getpid() != parent else 'parent'}: {category.__name__} {message} (line {lineno})\\n")
+    sys.stdout.flush()
+warnings.showwarning = show
+parent = os.getpid()
+def warn():
+    warnings.warn("shown once per location", UserWarning)  # action "default"
+    warnings.warn("shown once", RuntimeWarning)  # action "once" (set below)
+warnings.simplefilter("once", RuntimeWarning)
+warn()
+for threaded in (False, True):
+    if threaded:  # the program's own thread: CPython's fork warning is given (once, from the fork's line)
+        t = threading.Thread(target=time.sleep, args=(0.5,))
+        t.start()
+    pid = os.fork()
+    warn()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+t.join()
+warn()
+print("done")
+"""
+
+
+def test_fork_keeps_the_warning_registries(tmp_path):
+    """Each os.fork() under Ocular emptied every warning registry (its fork wrapper used catch_warnings(),
+    which declares the filters changed), so "once"/"default" warnings given before a fork were given again
+    after it, in the parent and in each child.  Traced, the program prints what it prints untraced."""
+    (tmp_path / "w.py").write_text(WARN_ONCE)
+    plain = run(["w.py"], tmp_path)
+    traced = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "w.py"], tmp_path)
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr, traced.stderr)
+    assert plain.stdout.count("shown once") == 2 and "multi-threaded" in plain.stdout, plain.stdout
+    assert re.sub(r"pid=\d+", "pid=N", traced.stdout) == re.sub(r"pid=\d+", "pid=N", plain.stdout), traced.stdout
+
+
+SUPPORTS = """
+import os
+for s in ("supports_fd", "supports_dir_fd", "supports_effective_ids", "supports_follow_symlinks", "supports_bytes_environ"):
+    value = getattr(os, s)
+    if isinstance(value, set):  # the functions os has now that are in the set
+        print(s, len(value), sorted(n for n in dir(os) if callable(getattr(os, n)) and getattr(os, n) in value))
+    else:
+        print(s, value)
+"""
+
+
+def test_the_supports_sets_are_unchanged(tmp_path):
+    """Ocular replaces os.execv and os.execve (to save the trace before an exec): the replacements must
+    still be in os.supports_fd (a set of os's functions, built at import), which code tests before
+    calling os.execve(fd, ...); every supports_* set reads as it does untraced."""
+    (tmp_path / "s.py").write_text(SUPPORTS)
+    plain = run(["s.py"], tmp_path)
+    traced = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "s.py"], tmp_path)
+    assert plain.returncode == 0 and traced.returncode == 0, (plain.stderr, traced.stderr)
+    assert "'execve'" in plain.stdout.split("supports_fd")[1].splitlines()[0], plain.stdout
+    assert traced.stdout == plain.stdout
+
+
+@pytest.mark.skipif(os.execve not in os.supports_fd, reason="no fexecve here")
+def test_a_program_that_execs_a_descriptor_keeps_its_trace(tmp_path):
+    """os.execve(fd, argv, env) (fexecve) failed under Ocular (TypeError: the exec wrapper called
+    os.access on the descriptor).  It runs the new image, and the trace of what ran before is saved as
+    with a path."""
+    (tmp_path / "x.py").write_text(textwrap.dedent("""
+        import os, sys
+        def before_exec():
+            return sum(range(1000))
+        before_exec()
+        fd = os.open(sys.executable, os.O_RDONLY)
+        sys.stdout.flush()
+        os.execve(fd, [sys.executable, "-c", "print('new image')"], dict(os.environ))
+    """))
+    p = run(["-m", "ocular", "-q", "--no-report", "-o", "t.json", "x.py"], tmp_path)
+    assert p.returncode == 0 and p.stdout == "new image\n", (p.stdout, p.stderr)
+    events = load_trace(tmp_path / "t.json")["traceEvents"]
+    check_balanced(events)
+    assert "before_exec" in names(events)
+    assert sorted(os.listdir(tmp_path)) == ["t.json", "x.py"]  # no recording left behind

@@ -21,9 +21,10 @@ call ``stop_tracing()`` first, or its file is not written -- unless it was forke
 wraps ``os._exit`` in the child so the child's trace is saved first.  Signals: with
 ``save_on_signals`` (the command line's default), SIGTERM and SIGHUP save the trace and then end the
 process by the signal, in a forked child too (``multiprocessing.Pool.terminate()`` sends SIGTERM); without
-it a process killed by a signal dies exactly as it would untraced and leaves its recording as
-``<output>.<pid>.tmp``, which ``python -m ocular convert`` renders and ``merge`` salvages (as SIGKILL
-always does).
+it a process killed by a signal dies exactly as it would untraced and leaves its recording (as SIGKILL
+always does), which ``python -m ocular convert`` renders and ``merge`` salvages: ``<output>.<pid>.tmp``,
+or for a forked child, in a private directory of the session's (_child_recording; docs/fork.md).  A
+``subprocess`` child made for ``preexec_fn`` (it execs from C) is not traced at all.
 """
 
 import atexit
@@ -34,6 +35,7 @@ import os
 import stat
 import sys
 import threading
+import time
 import warnings
 
 from . import _env, _ocular
@@ -1054,6 +1056,11 @@ def _stop_locked():
         ident = _file_identity(out) if fmt == "recording" and out else None
         _codes_held_for = (out, ident) if ident else None
         _ocular._release(_codes_held_for is not None)
+        if s.get("child_dir"):
+            try:
+                _clean_child_dirs(s)
+            except Exception as exc:  # (the trace is saved: a leftover directory is no reason to fail)
+                _print_err(f"ocular: could not clean up the forked children's directory: {exc!r}")
         if s.get("signals"):
             _release_signals()  # (last: a SIGTERM that came during the stop ends the process here)
 
@@ -1406,6 +1413,29 @@ def _at_exit():
             _save_failed(exc)
 
 
+def _before_fork():
+    """In the process that forks while tracing: name, once per session, the private directory where its
+    forked children keep their recordings while they run (_child_recording).  Before the fork, so that
+    every child, and its own children, use the same one."""
+    s = _session
+    if s is not None and s.get("child_dir") is None and s["pid"] == os.getpid():
+        with contextlib.suppress(Exception):
+            s["child_dir"] = _child_dir_for()
+
+
+def _forked_to_exec():
+    """Whether this fork child is one that subprocess made to run preexec_fn: CPython runs the at-fork
+    hooks in it only for preexec_fn, then it execs the new program from C (or _exits 255), and nothing
+    could save its trace.  The innermost Python frame (the one that called _posixsubprocess.fork_exec,
+    which runs the hooks) is then subprocess's Popen._execute_child."""
+    sub = sys.modules.get("subprocess")
+    execute = getattr(getattr(sub, "Popen", None), "_execute_child", None)
+    try:
+        return getattr(execute, "__code__", None) is sys._getframe(2).f_code
+    except ValueError:
+        return False
+
+
 def _after_fork_child():
     global _session, _render_lock, _render_owner
     _render_lock = threading.Lock()  # (another thread may have held it at the fork)
@@ -1413,23 +1443,204 @@ def _after_fork_child():
     if _session is None:
         return
     pid = os.getpid()
+    if _forked_to_exec():  # tracing is off here, and nothing is written (a recording left behind was all it did)
+        with contextlib.suppress(Exception):
+            _ocular._after_fork_child(None, None, None, threading.current_thread().ident)
+        with contextlib.suppress(Exception):
+            _release_tool(_session["tool_id"], _session["callbacks"])
+        _session = None
+        return
     out = _session["output"]
     child_out = _child_output(out, pid) if out else None
     try:
+        rec = _child_recording(_session, child_out)
         ok = _ocular._after_fork_child(child_out, _render_tmp_name(child_out) if child_out else None,
-                                       _recording_name(child_out), threading.current_thread().ident)
+                                       rec, threading.current_thread().ident)
     except Exception as exc:
         _print_err(f"ocular: tracing is off in forked child {pid}: {exc}")
         _release_tool(_session["tool_id"], _session["callbacks"])
         _session = None
         return
     if ok:
-        _session = dict(_session, output=child_out, pid=pid, report=False, recording=None)
+        _session = dict(_session, output=child_out, pid=pid, report=False, recording=rec, forked=True)
         _wrap_os_exit()  # (the dispositions are the parent's: save_on_signals' handler goes on saving here)
+
+
+# ---- where forked children keep their recordings (docs/fork.md) ----
+# A forked child's recording is written while it runs and, once it has rendered its output
+# (<output>.<pid>.<ext>, beside the parent's), removed.  A child that never gets there -- killed by a signal
+# (multiprocessing.Pool's terminate() at the end of its with block) -- leaves it behind: not in the user's
+# directory but in a private one, per session, <root>/run-<parent pid>-<random>/, <root> being
+# $XDG_RUNTIME_DIR/ocular, else <temp dir>/ocular-<uid> (mode 0700, ours, checked).  The process that
+# started the session removes its run's directory at its end when nothing is left in it; a run whose
+# processes are all gone and whose files are more than a day old is removed by the next session that
+# forks.  (--follow keeps its children's recordings in its parts directory, where the merge salvages them.)
+
+_RUN_KEEP_SECONDS = 24 * 3600  # how long the partial recordings of killed children are kept for salvage
+
+
+def _private_root():
+    """$XDG_RUNTIME_DIR/ocular (a directory of the user's own, mode 0700, by the XDG spec), else
+    ocular-<uid> in the temporary directory ($TMPDIR, else /tmp, else /var/tmp).  No import: this runs
+    while tracing."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg) and _own_private_dir(xdg):
+        return os.path.join(xdg, "ocular")
+    for d in (os.environ.get("TMPDIR"), "/tmp", "/var/tmp"):
+        if d and os.path.isabs(d) and os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return os.path.join(d, f"ocular-{os.getuid()}")
+    return None
+
+
+def _own_private_dir(path):
+    """A directory (not a symlink) of this user's, that nobody else may enter."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _child_dir_for():
+    root = _private_root()
+    return os.path.join(root, f"run-{os.getpid()}-{os.urandom(4).hex()}") if root else ""
+
+
+def _make_private_dir(path):
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if not _own_private_dir(path):
+        raise PermissionError(errno.EACCES, f"ocular: {path!r} is not a private directory of this user's "
+                              f"(mode 0700)", path)
+
+
+def _child_recording(s, child_out):
+    """A forked child's recording: in the session's private directory (see above); beside the output as
+    before in a --follow session (its parts directory is Ocular's own) or when there is no private
+    directory to be had."""
+    if child_out and _follow_log is None and s.get("child_dir"):
+        run = s["child_dir"]
+        try:
+            _make_private_dir(os.path.dirname(run))
+            _make_private_dir(run)
+            return os.path.join(run, os.path.basename(_tmp_name(child_out)))
+        except OSError:
+            pass
+    return _recording_name(child_out)
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _tmp_pid(name):
+    """The writer's pid of a recording named <...>.<pid>.tmp, or None."""
+    if not name.endswith(".tmp"):
+        return None
+    pid = name[:-len(".tmp")].rpartition(".")[2]
+    return int(pid) if pid.isdigit() else None
+
+
+def _clean_child_dirs(s):
+    """At the end of the session that forked (not in its children): remove its run's directory if it is
+    empty, else say what is in it (recordings of children that were killed, or still run); remove the
+    runs of earlier sessions that are over (no process of theirs alive) and more than a day old."""
+    run = s.get("child_dir")
+    if not run or s.get("forked"):
+        return
+    left = []
+    with contextlib.suppress(OSError):
+        left = sorted(os.listdir(run))
+    if not left:
+        with contextlib.suppress(OSError):
+            os.rmdir(run)
+    elif s["report"] and any(_tmp_pid(n) and not _pid_alive(_tmp_pid(n)) for n in left):
+        dead = [n for n in left if _tmp_pid(n) and not _pid_alive(_tmp_pid(n))]
+        _print_err(f"ocular: {len(dead)} forked child process{'es' if len(dead) > 1 else ''} ended without saving "
+                   f"{'their' if len(dead) > 1 else 'its'} trace (killed?); what was recorded is kept (a day at least) "
+                   f"in {run} (python -m ocular convert {os.path.join(run, dead[0])} -o trace.json)")
+    root = os.path.dirname(run)
+    try:
+        runs = os.listdir(root)
+    except OSError:
+        return
+    now = time.time()
+    for name in runs:
+        path = os.path.join(root, name)
+        parts = name.split("-")
+        if path == run or len(parts) != 3 or parts[0] != "run" or not parts[1].isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            files = [os.path.join(path, n) for n in os.listdir(path)]
+            if _pid_alive(int(parts[1])) or any(_tmp_pid(f) and _pid_alive(_tmp_pid(f)) for f in files):
+                continue
+            if max([os.lstat(path).st_mtime] + [os.lstat(f).st_mtime for f in files]) > now - _RUN_KEEP_SECONDS:
+                continue
+            for f in files:
+                os.unlink(f)
+            os.rmdir(path)
 
 
 _real_os_exit = os._exit
 _real_os_fork = getattr(os, "fork", None)
+
+
+def _executable(path):
+    """Whether os.exec*(path) can replace the process: a path that names an executable file, or (fexecve,
+    ``os.execve(fd, ...)``) a descriptor open on a regular file with an execute bit.  Anything else
+    (a wrong type included) is for the real function to refuse, in its own words."""
+    try:
+        if isinstance(path, int) and not isinstance(path, bool):
+            st = os.fstat(path)
+            return stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
+        return os.access(path, os.X_OK)
+    except (OSError, TypeError, ValueError, OverflowError):
+        return False
+
+
+class _ExecWrapper:
+    # os.execv / os.execve as Ocular wraps them (_save_before_exec).  It equals, and hashes as, the
+    # function it wraps, so that ``os.execve in os.supports_fd`` (a set of the os functions, built when os
+    # was imported) stays true and the supports_* sets stay as they are; name, doc, module and signature
+    # are the real function's (``__wrapped__``).  (A function wrapper was not in os.supports_fd.)
+
+    __slots__ = ("__wrapped__",)
+    __doc__ = property(lambda self: self.__wrapped__.__doc__)
+    __module__ = property(lambda self: self.__wrapped__.__module__)
+
+    def __init__(self, real):
+        self.__wrapped__ = real
+
+    def __call__(self, path, *args, **kwargs):
+        if _session is not None and _executable(path):
+            try:
+                stop_tracing()
+            except BaseException as exc:  # (the exec must go on: say it and let it)
+                with contextlib.suppress(BaseException):
+                    _print_err(f"ocular: the trace could not be saved before os.exec: {exc}")
+        return self.__wrapped__(path, *args, **kwargs)
+
+    def __eq__(self, other):
+        return other is self or other is self.__wrapped__ or NotImplemented
+
+    def __hash__(self):
+        return hash(self.__wrapped__)
+
+    def __getattr__(self, name):  # __name__, __qualname__, __doc__, __module__, __text_signature__, __self__
+        return getattr(self.__wrapped__, name)
+
+    def __repr__(self):
+        return repr(self.__wrapped__)
+
+    _ocular = True
 
 
 def _save_before_exec():
@@ -1437,34 +1648,55 @@ def _save_before_exec():
     recording left as a .tmp file).  os.execv and os.execve (which the other exec functions call) are
     wrapped, once, as os.fork and os._exit are: with a session running, tracing stops there, which saves
     the trace and prints the report as at exit, then the exec goes on.  Only for a file that can be
-    executed: os.execvp tries each PATH entry in turn, and a failed try must leave tracing on.  (An audit
-    hook would see every audited event of the process for good: id() 8.5x slower.)"""
-    for name in ("execv", "execve"):
+    executed (a path, or a descriptor for fexecve: _executable): os.execvp tries each PATH entry in turn,
+    and a failed try must leave tracing on.  (An audit hook would see every audited event of the process
+    for good: id() 8.5x slower.)"""
+    posix = sys.modules.get("posix")  # (os's own functions: code that calls posix.execve directly, as
+    for name in ("execv", "execve"):  # CPython's test_posix does, would skip a wrapper on os only)
         real = getattr(os, name, None)
         if real is None or getattr(real, "_ocular", False):
             continue
-
-        def wrapper(path, *args, _real=real):
-            if _session is not None and os.access(path, os.X_OK):
-                try:
-                    stop_tracing()
-                except BaseException as exc:  # (the exec must go on: say it and let it)
-                    with contextlib.suppress(BaseException):
-                        _print_err(f"ocular: the trace could not be saved before os.exec: {exc}")
-            return _real(path, *args)
-
-        wrapper.__name__, wrapper.__doc__, wrapper._ocular = name, real.__doc__, True
+        wrapper = _ExecWrapper(real)
         setattr(os, name, wrapper)
+        if posix is not None and getattr(posix, name, None) is real:
+            setattr(posix, name, wrapper)
+
+
+class _ForkWarning:
+    """The message pattern of an "ignore" filter that os.fork's wrapper puts at the head of the warnings
+    filters for the time of the real fork(): it matches (and keeps the text of) only CPython's warning
+    about forking a multi-threaded process."""
+
+    __slots__ = ("caught",)
+
+    def __init__(self):
+        self.caught = []
+
+    def match(self, text):
+        if isinstance(text, str) and text.startswith("This process (pid=") and " is multi-threaded, use of " in text:
+            self.caught.append(text)
+            return True
+        return False
+
+
+def _warning_filters():
+    """The list the warnings machinery reads now (3.14+: the current context's, with context-aware warnings)."""
+    get = getattr(warnings, "_get_filters", None)
+    return get() if get is not None else warnings.filters
 
 
 def _quiet_fork_warning():
     """Python 3.12+ warns at os.fork() in a process with several threads (DeprecationWarning: "This
     process is multi-threaded, use of fork() may lead to deadlocks"), counting the OS threads; while
     tracing, Ocular's writer thread would make every fork of a single-threaded program warn (and
-    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped: the
-    warnings raised inside fork() are caught, and given again from the caller's line (so the usual
-    filters apply to them) only when the program itself has several threads.  The wrapper is
-    installed once and otherwise calls the real os.fork."""
+    raise under -W error).  The writer is fork-safe (pthread_atfork), so os.fork is wrapped: for the time
+    of the real fork(), an "ignore" filter that matches only that warning (_ForkWarning) heads the warnings
+    filters, and the warning caught is given again from the caller's line (so the usual filters apply to
+    it) only when the program itself has several threads.  The filter goes into the list as it is, not
+    through warnings.filterwarnings() or catch_warnings(): those declare the filters changed, which empties
+    every module's warning registry, so that each fork made "once"/"default" warnings already given show
+    again, in the parent and in the child.  The wrapper is installed once and otherwise calls the real
+    os.fork."""
     if _real_os_fork is None or getattr(os.fork, "_ocular", False):
         return
 
@@ -1472,12 +1704,20 @@ def _quiet_fork_warning():
         if _session is None:
             return _real_os_fork()
         own_threads = threading.active_count() > 1
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        catcher = _ForkWarning()
+        entry = ("ignore", catcher, DeprecationWarning, None, 0)
+        filters = _warning_filters()
+        filters.insert(0, entry)
+        try:
             pid = _real_os_fork()
+        finally:
+            for i, item in enumerate(filters):  # (by identity: another thread may have changed the list)
+                if item is entry:
+                    del filters[i]
+                    break
         if pid and own_threads:
-            for w in caught:
-                warnings.warn(w.message, w.category, stacklevel=2)
+            for text in catcher.caught:
+                warnings.warn(text, DeprecationWarning, stacklevel=2)
         return pid
 
     fork.__doc__ = _real_os_fork.__doc__
@@ -1503,4 +1743,4 @@ def _wrap_os_exit():
 
 
 atexit.register(_at_exit)
-os.register_at_fork(after_in_child=_after_fork_child)  # the C engine holds its own locks across fork()
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)  # the C engine holds its own locks across fork()

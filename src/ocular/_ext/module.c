@@ -536,20 +536,29 @@ PyDoc_STRVAR(after_fork_child_doc,
              "_after_fork_child(output, tmp_output, recording, main_ident) -> bool\n\n"
              "In a fork child: drop the parent's pending events and trace into a new file.  Returns\n"
              "False if no session was active; raises if the child's file cannot be created (tracing\n"
-             "is then off in the child).");
+             "is then off in the child).  recording None: drop them and stay off in the child (one that\n"
+             "will exec from C, where nothing could save its trace); returns False.");
 
 static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     (void)mod;
     PyObject *out, *tmp, *rec;
     unsigned long ident;
-    if (!PyArg_ParseTuple(args, "OOUk", &out, &tmp, &rec, &ident))
+    if (!PyArg_ParseTuple(args, "OOOk", &out, &tmp, &rec, &ident))
         return NULL;
+    if (rec != Py_None && !PyUnicode_Check(rec)) {
+        PyErr_SetString(PyExc_TypeError, "recording must be a str or None");
+        return NULL;
+    }
     if (!S.active)
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
     oc_signals_fork_child();
     oc_sampling_fork_child();
     oc_recorder_fork_child();
+    if (rec == Py_None) {
+        S.active = 0;
+        Py_RETURN_FALSE;
+    }
     /* the parent's code table: its entries' names were freed once the parent recorded them; every code
      * object registers again here (a new generation), into this child's own recording */
     oc_codetable_clear();
