@@ -395,6 +395,7 @@ sortRows();filterRows();drawTable();
 // when this is less than the window's height)
 var first=document.querySelector("#top tbody tr");
 if(first)document.body.setAttribute("data-hottest-bottom",String(Math.ceil(first.getBoundingClientRect().bottom+window.scrollY)));
+document.body.setAttribute("data-render-ms",String(Math.round(performance.now())));  // since navigation start
 document.body.setAttribute("data-ready","1");
 }catch(e){fail(e&&e.stack||e);}
 </script>
