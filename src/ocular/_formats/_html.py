@@ -195,6 +195,7 @@ PAGE = r"""<!DOCTYPE html>
 body{font:13px/1.35 system-ui,sans-serif;margin:10px 14px;color:#222}
 h1{font-size:16px;margin:0 0 4px}h2{font-size:14px;margin:14px 0 4px}h3{font-size:13px;margin:8px 0 2px}
 .ice{position:relative;border:1px solid #ccc;overflow:hidden;margin-bottom:6px}
+#flames{max-height:460px;overflow-y:auto}
 .fr{position:absolute;height:17px;box-sizing:border-box;border:1px solid #fff;font-size:11px;white-space:nowrap;
 overflow:hidden;text-overflow:ellipsis;cursor:pointer;padding:0 2px}
 table{border-collapse:collapse}td,th{padding:1px 7px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
@@ -298,12 +299,12 @@ var lb=$("loops");
 if(!D.loops.length)lb.textContent="none recorded";
 else{
   var lt=el("table",{id:"looptable"}),h=el("tr");
-  ["ms in all","ns / iteration","iterations","instructions / iteration","function","where",""].forEach(function(c,i){
+  ["ms in all","per iteration","iterations","instructions / iteration","function","where",""].forEach(function(c,i){
     h.appendChild(el("th",i>3?{"class":"l"}:{},c));});
   lt.appendChild(h);
   D.loops.forEach(function(lp){var tr=el("tr",{"class":"loop"}),p=file(lp.file);
     tr.appendChild(el("td",{"class":"num"},lp.cycles!==null&&D.ns_per_cycle?ms(lp.cycles*D.ns_per_cycle):"-"));
-    tr.appendChild(el("td",{"class":"num"},lp.ns.toFixed(1)));
+    tr.appendChild(el("td",{"class":"num"},human(lp.ns)));
     tr.appendChild(cell("num",num(lp.iterations)+(lp.sample?"*":""),lp.sample?"*":""));
     tr.appendChild(el("td",{"class":"num"},lp.insns.toFixed(1)));
     tr.appendChild(el("td",{"class":"l name",title:lp["function"]},lp["function"]));
