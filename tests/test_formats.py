@@ -671,6 +671,45 @@ def test_html_paths_are_short(tmp_path):
     assert H.project_dir(["~", "/usr/lib/python3.12/os.py"]) is None
 
 
+def test_a_json_trace_too_large_for_browser_viewers_is_said_at_stop(tmp_path):
+    """Past V8's longest string (2**29 - 24 characters) a viewer that reads the JSON file as one string
+    cannot open it: a line on stderr at stop (and after convert) says the size and suggests .pftrace.
+    The limit is lowered here to keep the test small; .pftrace, .json.gz and a small trace say nothing."""
+    from ocular import _formats
+
+    assert _formats.JSON_VIEWER_LIMIT == 536870888
+    assert _formats.json_size_note(536870888) is None and _formats.json_size_note(0) is None
+    note = _formats.json_size_note(600_000_000, "/x/run.json")
+    assert "600.0 MB" in note and "chrome://tracing" in note and "-o run.pftrace" in note
+    code = textwrap.dedent("""
+        import sys, ocular
+        from ocular import _formats
+        if sys.argv[2] == "low":
+            _formats.JSON_VIEWER_LIMIT = 1000
+        def f(n):
+            return n if n < 2 else f(n - 1) + f(n - 2)
+        with ocular.tracing(output=sys.argv[1], report=False):
+            f(12)
+        if sys.argv[1].endswith(".ocular"):
+            ocular.convert(sys.argv[1], "c.json", report=False)
+        """)
+    def run(out, limit):
+        p = subprocess.run([*python_cmd(), "-c", code, out, limit], cwd=tmp_path, env=_env(), capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+    err = run("t.json", "low")
+    size = (tmp_path / "t.json").stat().st_size
+    assert size > 1000
+    assert f"t.json: {size / 1e6:,.1f} MB of Chrome JSON, past 1,000 bytes (V8's longest string)" in err, err
+    assert "-o t.pftrace writes the same timeline" in err
+    err = run("t.ocular", "low")  # rendered later: convert says it too
+    assert f"c.json: {(tmp_path / 'c.json').stat().st_size / 1e6:,.1f} MB of Chrome JSON" in err, err
+    for out in ("t.pftrace", "t.json.gz"):
+        assert "V8" not in run(out, "low"), out
+    assert "V8" not in run("t.json", "default")
+
+
 # ---- the ways to ask for them ------------------------------------------------------------------------
 
 def test_several_outputs_from_one_run(rendered, tmp_path):

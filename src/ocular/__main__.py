@@ -315,6 +315,12 @@ def merge_main(argv):
         for p in parts:
             if not p["complete"]:
                 _say(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}")
+    from . import _format_for, _formats
+
+    note = _formats.json_size_note(os.path.getsize(ns.output), ns.output) if (
+        _format_for(ns.output, ns.format) == "json" and not ns.output.lower().endswith(".gz")) else None
+    if note:
+        _say(f"ocular: {ns.output}: {note}")
     return 0
 
 
