@@ -61,7 +61,8 @@ def partial_note(rendered):
 # 156's 'x'.repeat(536870888) works and one character more throws "RangeError: Invalid string length".
 # A viewer that reads a JSON trace into one string before parsing it (chrome://tracing's importer,
 # speedscope's, a page's FileReader.readAsText) cannot open a larger file at all; ui.perfetto.dev reads
-# it in pieces and opens it, slowly (docs/formats.md).  Our JSON is ASCII, one character a byte.
+# it in pieces and opens it, slowly (docs/formats.md).  A UTF-8 file's bytes are never fewer than its
+# string's UTF-16 units, so checking bytes errs on the side of saying it.
 JSON_VIEWER_LIMIT = (1 << 29) - 24
 
 
