@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from conftest import SRC, as_begin_end, python_cmd
+from conftest import ROOT, SRC, as_begin_end, python_cmd
 
 PROGRAM = '''
 import threading
@@ -708,6 +708,27 @@ def test_a_json_trace_too_large_for_browser_viewers_is_said_at_stop(tmp_path):
     for out in ("t.pftrace", "t.json.gz"):
         assert "V8" not in run(out, "low"), out
     assert "V8" not in run("t.json", "default")
+
+
+def test_help_and_readme_say_which_output_for_what():
+    """--help's epilog and the README's first screen carry the same short table: a timeline (.pftrace,
+    ui.perfetto.dev), a profile to sort (.pstats, .html), a flame graph (.folded, .speedscope.json),
+    fleet tools (pprof) and Chrome JSON (chrome://tracing, scripts)."""
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--help"], env=_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split("which output for what", 1)[1]
+    rows = {line.split("  ")[1].strip(): line for line in table.splitlines()[1:6]}
+    assert "-o t.pftrace" in rows["a timeline to look at"] and "ui.perfetto.dev" in rows["a timeline to look at"]
+    assert "-o p.pstats" in rows["a profile to sort"] and "-o p.html" in rows["a profile to sort"]
+    assert "-o p.folded" in rows["a flame graph"] and "-o p.speedscope.json" in rows["a flame graph"]
+    assert "pprof" in rows["fleet tools"] and "-o t.json" in rows["chrome://tracing, scripts"]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        first = "".join(fh.readline() for _ in range(30))
+    assert "make example" in first and "make test" in first
+    for cell in ("`-o t.pftrace`", "`-o p.pstats`", "`-o p.html`", "`-o p.folded`", "`-o p.speedscope.json`",
+                 "`-o p.pb.gz`", "`-o t.json`"):
+        assert cell in first, cell
 
 
 # ---- the ways to ask for them ------------------------------------------------------------------------
