@@ -708,6 +708,13 @@ def test_a_json_trace_too_large_for_browser_viewers_is_said_at_stop(tmp_path):
     for out in ("t.pftrace", "t.json.gz"):
         assert "V8" not in run(out, "low"), out
     assert "V8" not in run("t.json", "default")
+    # merge says it too
+    code = ("import sys; from ocular import _formats; _formats.JSON_VIEWER_LIMIT = 1000\n"
+            "from ocular.__main__ import main; sys.exit(main(['merge', 't.json', '-o', 'm.json']))")
+    p = subprocess.run([*python_cmd(), "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "m.json: " in p.stderr and "MB of Chrome JSON, past 1,000 bytes" in p.stderr, p.stderr
 
 
 def test_help_and_readme_say_which_output_for_what():
