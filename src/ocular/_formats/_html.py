@@ -119,12 +119,13 @@ def short_path(path, project):
     return path
 
 
-def _own_cost_text(rep):
-    oc = getattr(rep, "own_cost", None)
+def _own_cost_text(d):
+    """The report's own-cost line, from its dict (to_dict()'s keys)."""
+    oc = d.get("own_cost_cycles")
     if oc:
         return (f"own cost subtracted per event, measured at start: call {oc['enter']}+{oc['leave']}, "
                 f"C call {oc['ccall']}+{oc['creturn']}, jump {oc['jump']} cycles")
-    return f"own cost subtracted: {rep.overhead_cycles} cycles/event (the smallest gap seen)"
+    return f"own cost subtracted: {d.get('overhead_cycles_per_event')} cycles/event (the smallest gap seen)"
 
 
 def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
@@ -165,7 +166,7 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             "files": files, "project": project or "",
             "mode": d["mode"] + (", near-zero" if d.get("near_zero") else ""), "clock": d.get("clock") or "",
             "ns_per_cycle": d.get("ns_per_cycle"), "overhead": d.get("overhead_cycles_per_event"),
-            "own_cost": _own_cost_text(rep), "threshold": d["threshold"],
+            "own_cost": _own_cost_text(d), "threshold": d["threshold"],
             "exact": "every function call counted and timed" if not d.get("near_zero") else
                      "function starts de-instrumented after the threshold: figures past it are samples or estimates",
             "wall_ns": d.get("wall_ns"), "events": d.get("events"), "dropped": d.get("dropped") or 0,
