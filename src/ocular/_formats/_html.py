@@ -383,7 +383,8 @@ function drawTable(){
   shown.slice(a,a+D.page_rows).forEach(function(i){frag.appendChild(fnRow(D.functions[i],true));});
   tbody.appendChild(frag);pagerTo($("pager"));pagerTo($("pager2"));
   document.querySelectorAll("#functions th").forEach(function(th){
-    th.className="s"+(th.cellIndex>4?" l":"")+(+th.getAttribute("data-k")===sortKey?" on":"");});
+    var on=+th.getAttribute("data-k")===sortKey;th.className="s"+(th.cellIndex>4?" l":"")+(on?" on":"");
+    if(on)th.setAttribute("aria-sort",sortDesc?"descending":"ascending");else th.removeAttribute("aria-sort");});
 }
 document.querySelectorAll("#functions th").forEach(function(th){th.onclick=function(){
   var k=+th.getAttribute("data-k");sortDesc=k===sortKey?!sortDesc:k>2;sortKey=k;sortRows();filterRows();drawTable();};});
