@@ -644,6 +644,19 @@ def test_html_first_screen_in_chromium_at_1280x800(tmp_path):
     want = sorted(f["name"] for f in rep["functions"] if "small_2" in f["name"])
     assert sorted(names) == want and len(want) == 51  # small_2, small_20-29, small_200-239
     assert f"rows 1-51 of 51 (filtered from {n:,})" in table
+    # sorted by another column (a header's click, or #sort= in the address): calls, most first
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path, fragment="#q=small_&sort=calls")
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split('id="functions"', 1)[1]
+    assert 'aria-sort="descending"' in table.split('data-k="3"', 1)[1].split(">", 1)[0]
+    calls = [int(c) for c in re.findall(r'<td class="num calls">(\d+)</td>', table)]
+    assert len(calls) == 100 and calls == sorted(calls, reverse=True)
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path, fragment="#sort=name-asc")
+    names = [_html.unescape(x) for x in re.findall(r'<td class="l name" title="[^"]*">([^<]*)</td>',
+                                                    p.stdout.split('id="functions"', 1)[1])]
+    small = [x for x in names if x.startswith("small_")]  # (the browser's collation places "<module>" &c.)
+    assert len(names) == 100 and small == sorted(small) and len(small) > 80, names[:20]
+    assert names.index("hot") < names.index("main") < names.index("small_0"), names[:20]
     # the screenshot at 1,280 x 800
     shot = tmp_path / "first.png"
     p = _browser(["--window-size=1280,800", f"--screenshot={shot}"], page, tmp_path)

@@ -390,9 +390,12 @@ document.querySelectorAll("#functions th").forEach(function(th){th.onclick=funct
   var k=+th.getAttribute("data-k");sortDesc=k===sortKey?!sortDesc:k>2;sortKey=k;sortRows();filterRows();drawTable();};});
 var timer=null;
 $("search").addEventListener("input",function(){clearTimeout(timer);timer=setTimeout(function(){filterRows();drawTable();},120);});
-// #q=TEXT in the address: the table filtered by TEXT from the start (a link to a view)
-var hq=/[#&]q=([^&]*)/.exec(location.hash);
+// #q=TEXT&sort=COLUMN in the address: the table filtered by TEXT and sorted by COLUMN (self, total,
+// calls, mean, max, name, file; "-asc" after it: ascending) from the start (a link to a view)
+var hq=/[#&]q=([^&]*)/.exec(location.hash),hs=/[#&]sort=([a-z]+)(-asc)?/.exec(location.hash);
 if(hq)$("search").value=decodeURIComponent(hq[1]);
+var KEYS={self:4,total:5,calls:3,mean:6,max:7,name:0,file:1};
+if(hs&&hs[1] in KEYS){sortKey=KEYS[hs[1]];sortDesc=!hs[2];}
 sortRows();filterRows();drawTable();
 // where the hottest function's row ends, in CSS pixels from the top (its numbers show without scrolling
 // when this is less than the window's height)
