@@ -12,7 +12,8 @@ Drawn by a small script from data embedded in the page, in this order (what to l
 * an icicle (a flame graph, callers above callees) of each thread's call tree: width is total time, a
   click zooms into a frame, the top bar zooms back out; hovering shows calls, total and self;
 * every function of the statistics (up to HTML_KEEP, by self time), in pages of PAGE_ROWS rows, with a
-  search box (name or path) and sortable columns (click a header).
+  search box (name or path) and sortable columns (click a header); ``page.html#q=TEXT&sort=calls`` opens
+  it filtered and sorted.
 
 Paths are shortened: relative to the project directory (the current directory when the user's files are
 under it, else their common directory), ``site-packages/...``, ``stdlib/...``; the full path is the title
