@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from conftest import SRC, as_begin_end, python_cmd
+from conftest import ROOT, SRC, as_begin_end, python_cmd
 
 PROGRAM = '''
 import threading
@@ -472,10 +472,10 @@ def _chromium():
     pytest.skip("chromium is not installed (apt-get install chromium)")
 
 
-def _browser(args, page, tmp_path):
+def _browser(args, page, tmp_path, fragment=""):
     cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", *args,
-           page.as_uri()]
+           page.as_uri() + fragment]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -489,20 +489,27 @@ def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
     assert not console, console
     dom = p.stdout
     assert 'data-error=""' in dom and 'data-ready="1"' in dom, dom[:2000]
-    # the function table: the statistics' calls, self and total (ms, 3 decimals) for each function
-    rows = re.findall(r'<tr class="fn"><td class="l name">([^<]*)</td><td class="l">([^<]*)</td>'
-                      r'<td class="calls">(\d+)</td><td class="self">([\d.]+)</td><td class="total">([\d.]+)</td>', dom)
+    # the function table (the whole one, below the top functions): the statistics' self, total (ms, 3
+    # decimals) and calls for each function, then its name and path (the full path in the title)
+    import html as _html
+    table = dom.split('id="functions"', 1)[1]
+    rows = re.findall(r'<tr class="fn"><td class="num self">([\d.]+)</td><td class="num total">([\d.]+)</td>'
+                      r'<td class="num calls">(\d+)</td><td class="num mean">[\d.]+</td><td class="num max">[\d.]+</td>'
+                      r'<td class="l name" title="[^"]*">([^<]*)</td><td class="l path" title="([^"]*)">([^<]*)</td>',
+                      table)
     funcs = rendered["tree"]["functions"]
     assert len(rows) == len(funcs) > 0
-    import html as _html
-    want = {(f["name"], f"{f['file']}:{f['line']}"): (f["calls"], f"{f['self_ns'] / 1e6:.3f}",
-                                                      f"{f['total_ns'] / 1e6:.3f}") for f in funcs}
-    got = {(_html.unescape(n), _html.unescape(w)): (int(c), s, t) for n, w, c, s, t in rows}
+    want = {(f["name"], f"{f['file']}:{f['line']}" if f["line"] else f["file"]): (
+        f["calls"], f"{f['self_ns'] / 1e6:.3f}", f"{f['total_ns'] / 1e6:.3f}") for f in funcs}
+    got = {(_html.unescape(n), _html.unescape(full)): (int(c), s, t) for s, t, c, n, full, short in rows}
     assert got == want
     fib = next(v for k, v in got.items() if k[0] == "fib")
     assert fib[0] == 485
+    # paths shortened: the program's own file relative to its directory, the full path on hover
+    shorts = {_html.unescape(n): _html.unescape(short) for s, t, c, n, full, short in rows}
+    assert shorts["fib"] == "prog.py:4"
     # sorted by self time, descending
-    selfs = [float(r[3]) for r in rows]
+    selfs = [float(r[0]) for r in rows]
     assert selfs == sorted(selfs, reverse=True)
     # the icicle: a frame per visible node (a pixel wide or more), named, with its figures in the tooltip;
     # main holds nearly all of its thread's time, fib (and its recursion) as much as the machine's load
@@ -512,14 +519,14 @@ def test_html_renders_in_chromium_and_shows_the_statistics(rendered, tmp_path):
     if total["fib"] >= 0.01 * max(total.values()):
         assert 'title="fib (' in dom
     assert dom.count('class="fr"') > 5
-    assert "Hot loops" in dom and 'class="loop"' in dom
+    assert "Hot loops" in dom and 'class="loop"' in dom and 'class="dis"' in dom
     # the screenshot: a PNG of the window's size
     shot = tmp_path / "page.png"
-    p = _browser(["--window-size=1200,900", f"--screenshot={shot}"], page, tmp_path)
+    p = _browser(["--window-size=1280,800", f"--screenshot={shot}"], page, tmp_path)
     assert p.returncode == 0, p.stderr
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert int.from_bytes(data[16:20], "big") == 1200 and int.from_bytes(data[20:24], "big") == 900
+    assert int.from_bytes(data[16:20], "big") == 1280 and int.from_bytes(data[20:24], "big") == 800
     assert len(data) > 20000  # not a blank page
 
 
@@ -567,6 +574,181 @@ def test_html_page_survives_names_that_look_like_html(tmp_path):
     p = _browser(["--dump-dom"], tmp_path / "p.html", tmp_path)
     assert p.returncode == 0, p.stderr
     assert 'data-error=""' in p.stdout and 'data-ready="1"' in p.stdout, p.stdout[:2000]
+
+
+FIRST_SCREEN = '''
+def hot(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+    return s
+
+ns = {}
+exec("".join(f"def small_{i}(x):\\n    return x + {i}\\n" for i in range(240)), ns)
+
+def main():
+    for i in range(240):
+        ns[f"small_{i}"](i)
+    hot(300000)
+
+main()
+'''
+
+
+def test_html_first_screen_in_chromium_at_1280x800(tmp_path):
+    """What a person sees first, in headless Chromium at 1,280 x 800: the mode, threshold and own-cost
+    lines; the hottest function (by self time, as the report ranks it) first in the top table, with the
+    report's figures, its row ending above the window's bottom edge (no scrolling); the search box; the
+    long table in pages of 100 rows; a #q= address filters it; a screenshot of the window's size."""
+    import html as _html
+    (tmp_path / "prog.py").write_text(FIRST_SCREEN)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "-q", "--report-json", "-o", "p.html", "prog.py"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stderr[p.stderr.index("{"):])
+    hottest = max(rep["functions"], key=lambda f: f["self_ns"])
+    assert hottest["name"] == "hot", [(f["name"], f["self_ns"]) for f in rep["functions"][:5]]
+    page = tmp_path / "p.html"
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    dom = p.stdout
+    assert 'data-error=""' in dom and 'data-ready="1"' in dom, dom[:2000]
+    # the mode, the threshold, what is exact and Ocular's own cost, stated at the top; the marks' legend
+    assert re.search(r'<p class="facts" id="mode">adaptive mode, threshold 500: every function call counted and '
+                     r'timed</p>', dom), dom[:3000]
+    assert re.search(r'id="cost">own cost subtracted[^<]*cycles', dom)
+    assert "~ = estimated from sampling windows" in dom and "* = figures are a sample of the first calls" in dom
+    # the hottest function's row first in the top table, numbers first, as the report has them
+    top = dom.split('id="top"', 1)[1].split("</table>", 1)[0]
+    m = re.search(r'<tr class="fn"><td class="num self">([\d.]+)</td><td class="num total">([\d.]+)</td>'
+                  r'<td class="num calls">(\d+)</td><td class="num mean">[\d.]+</td>'
+                  r'<td class="l name" title="hot">hot</td><td class="l path" title="([^"]*)">prog.py:2</td>', top)
+    assert m and top.index("<tr class=\"fn\">") == m.start(), top[:2000]
+    assert (m.group(1), m.group(2), int(m.group(3))) == (f"{hottest['self_ns'] / 1e6:.3f}",
+                                                         f"{hottest['total_ns'] / 1e6:.3f}", 1)
+    assert _html.unescape(m.group(4)) == str(tmp_path / "prog.py") + ":2"
+    # ... and on the first screen: its row ends above the window's bottom edge
+    bottom = int(re.search(r'data-hottest-bottom="(\d+)"', dom).group(1))
+    assert 0 < bottom <= 800
+    # the search box, and the long table in pages: 100 rows of the (more than 240) functions
+    assert re.search(r'<input id="search" type="search"', dom)
+    table = dom.split('id="functions"', 1)[1]
+    assert table.count('<tr class="fn">') == 100
+    n = len(rep["functions"])
+    assert n > 240 and f"rows 1-100 of {n:,}" in table
+    # a filter in the address: only the matching functions
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path, fragment="#q=small_2")
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split('id="functions"', 1)[1]
+    names = re.findall(r'<td class="l name" title="[^"]*">([^<]*)</td>', table)
+    want = sorted(f["name"] for f in rep["functions"] if "small_2" in f["name"])
+    assert sorted(names) == want and len(want) == 51  # small_2, small_20-29, small_200-239
+    assert f"rows 1-51 of 51 (filtered from {n:,})" in table
+    # sorted by another column (a header's click, or #sort= in the address): calls, most first
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path, fragment="#q=small_&sort=calls")
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split('id="functions"', 1)[1]
+    assert 'aria-sort="descending"' in table.split('data-k="3"', 1)[1].split(">", 1)[0]
+    calls = [int(c) for c in re.findall(r'<td class="num calls">(\d+)</td>', table)]
+    assert len(calls) == 100 and calls == sorted(calls, reverse=True)
+    p = _browser(["--window-size=1280,800", "--dump-dom"], page, tmp_path, fragment="#sort=name-asc")
+    names = [_html.unescape(x) for x in re.findall(r'<td class="l name" title="[^"]*">([^<]*)</td>',
+                                                    p.stdout.split('id="functions"', 1)[1])]
+    small = [x for x in names if x.startswith("small_")]  # (the browser's collation places "<module>" &c.)
+    assert len(names) == 100 and small == sorted(small) and len(small) > 80, names[:20]
+    assert names.index("hot") < names.index("main") < names.index("small_0"), names[:20]
+    # the screenshot at 1,280 x 800
+    shot = tmp_path / "first.png"
+    p = _browser(["--window-size=1280,800", f"--screenshot={shot}"], page, tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(data[16:20], "big") == 1280 and int.from_bytes(data[20:24], "big") == 800
+    assert len(data) > 20000  # not a blank page
+
+
+def test_html_paths_are_short(tmp_path):
+    """The project's files relative to its directory, site-packages and the standard library from there
+    on, C functions named so; the full path stays in the data (the title)."""
+    from ocular._formats import _html as H
+
+    proj = str(tmp_path / "proj") + os.sep
+    files = [proj + "app/main.py", proj + "app/util.py", "/usr/lib/python3.12/json/decoder.py",
+             "/venv/lib/python3.12/site-packages/black/linegen.py", "~", "<frozen importlib._bootstrap>"]
+    assert H.project_dir(files, cwd=str(tmp_path)) == str(tmp_path) + os.sep
+    assert H.project_dir(files, cwd="/elsewhere") == proj + "app" + os.sep
+    project = H.project_dir(files, cwd="/elsewhere")
+    assert [H.short_path(f, project) for f in files] == [
+        "main.py", "util.py", "stdlib/json/decoder.py", "site-packages/black/linegen.py", "C function",
+        "<frozen importlib._bootstrap>"]
+    assert H.project_dir(["~", "/usr/lib/python3.12/os.py"]) is None
+
+
+def test_a_json_trace_too_large_for_browser_viewers_is_said_at_stop(tmp_path):
+    """Past V8's longest string (2**29 - 24 characters) a viewer that reads the JSON file as one string
+    cannot open it: a line on stderr at stop (and after convert) says the size and suggests .pftrace.
+    The limit is lowered here to keep the test small; .pftrace, .json.gz and a small trace say nothing."""
+    from ocular import _formats
+
+    assert _formats.JSON_VIEWER_LIMIT == 536870888
+    assert _formats.json_size_note(536870888) is None and _formats.json_size_note(0) is None
+    note = _formats.json_size_note(600_000_000, "/x/run.json")
+    assert "600.0 MB" in note and "chrome://tracing" in note and "-o run.pftrace" in note
+    code = textwrap.dedent("""
+        import sys, ocular
+        from ocular import _formats
+        if sys.argv[2] == "low":
+            _formats.JSON_VIEWER_LIMIT = 1000
+        def f(n):
+            return n if n < 2 else f(n - 1) + f(n - 2)
+        with ocular.tracing(output=sys.argv[1], report=False):
+            f(12)
+        if sys.argv[1].endswith(".ocular"):
+            ocular.convert(sys.argv[1], "c.json", report=False)
+        """)
+    def run(out, limit):
+        p = subprocess.run([*python_cmd(), "-c", code, out, limit], cwd=tmp_path, env=_env(), capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+    err = run("t.json", "low")
+    size = (tmp_path / "t.json").stat().st_size
+    assert size > 1000
+    assert f"t.json: {size / 1e6:,.1f} MB of Chrome JSON, past 1,000 bytes (V8's longest string)" in err, err
+    assert "-o t.pftrace writes the same timeline" in err
+    err = run("t.ocular", "low")  # rendered later: convert says it too
+    assert f"c.json: {(tmp_path / 'c.json').stat().st_size / 1e6:,.1f} MB of Chrome JSON" in err, err
+    for out in ("t.pftrace", "t.json.gz"):
+        assert "V8" not in run(out, "low"), out
+    assert "V8" not in run("t.json", "default")
+    # merge says it too
+    code = ("import sys; from ocular import _formats; _formats.JSON_VIEWER_LIMIT = 1000\n"
+            "from ocular.__main__ import main; sys.exit(main(['merge', 't.json', '-o', 'm.json']))")
+    p = subprocess.run([*python_cmd(), "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "m.json: " in p.stderr and "MB of Chrome JSON, past 1,000 bytes" in p.stderr, p.stderr
+
+
+def test_help_and_readme_say_which_output_for_what():
+    """--help's epilog and the README's first screen carry the same short table: a timeline (.pftrace,
+    ui.perfetto.dev), a profile to sort (.pstats, .html), a flame graph (.folded, .speedscope.json),
+    fleet tools (pprof) and Chrome JSON (chrome://tracing, scripts)."""
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--help"], env=_env(), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.split("which output for what", 1)[1]
+    rows = {line.split("  ")[1].strip(): line for line in table.splitlines()[1:6]}
+    assert "-o t.pftrace" in rows["a timeline to look at"] and "ui.perfetto.dev" in rows["a timeline to look at"]
+    assert "-o p.pstats" in rows["a profile to sort"] and "-o p.html" in rows["a profile to sort"]
+    assert "-o p.folded" in rows["a flame graph"] and "-o p.speedscope.json" in rows["a flame graph"]
+    assert "pprof" in rows["fleet tools"] and "-o t.json" in rows["chrome://tracing, scripts"]
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        first = "".join(fh.readline() for _ in range(30))
+    assert "make example" in first and "make test" in first
+    for cell in ("`-o t.pftrace`", "`-o p.pstats`", "`-o p.html`", "`-o p.folded`", "`-o p.speedscope.json`",
+                 "`-o p.pb.gz`", "`-o t.json`"):
+        assert cell in first, cell
 
 
 # ---- the ways to ask for them ------------------------------------------------------------------------

@@ -910,10 +910,16 @@ def _save_cut_recording(rec, out, fmt, s):
 
 def _note_partial(fmt, out, rendered):
     """A format with no place for a note of its own gets a line on stderr when a part of its figures is
-    partial (functions or C call sites de-instrumented: _formats.partial_note)."""
+    partial (functions or C call sites de-instrumented: _formats.partial_note); a Chrome JSON trace too
+    large for the browser viewers that read it as one string gets one saying so (_formats.json_size_note)."""
     note = _formats.partial_note(rendered) if fmt in _formats.NOTE_ON_STDERR else None
     if note:
         _print_err(f"ocular: {out}: partial: {note}")
+    # a Chrome JSON trace past what the browser viewers read (the size on disk: not after .json.gz's gzip)
+    note = _formats.json_size_note((rendered or {}).get("bytes"), out) if (
+        fmt == "json" and not str(out).lower().endswith(".gz")) else None
+    if note:
+        _print_err(f"ocular: {out}: {note}")
 
 
 def _kept_text(kept, out):

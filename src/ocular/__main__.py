@@ -31,12 +31,17 @@ EPILOG = """examples:
                                               renders it without stopping
   python -m ocular merge a.json b.json -o all.json    merge traces by hand (see: merge --help)
   python -m ocular attach 1234 --duration 10 -o t.json  trace a running process (3.14+; see: attach --help)
-Output formats, by suffix: .json (Chrome trace) and .pftrace/.perfetto-trace/.pb (Perfetto) open in
-https://ui.perfetto.dev or chrome://tracing; profiles: .pstats/.prof (pstats, snakeviz), .folded/.collapsed
-(flame graphs), .speedscope.json (speedscope), .gecko.json (Firefox Profiler), .pb.gz/.pprof (go tool
-pprof), .html (a self-contained page); .ocular keeps the raw recording.
+
+which output for what (the suffix of -o picks the format; several -o record once, render each):
+  a timeline to look at      -o t.pftrace (the default)          https://ui.perfetto.dev
+  a profile to sort          -o p.pstats | -o p.html             snakeviz, python -m pstats | a browser
+  a flame graph              -o p.folded | -o p.speedscope.json  flamegraph.pl, inferno | speedscope
+  fleet tools                -o p.pb.gz (pprof)                  go tool pprof, Pyroscope, Parca
+  chrome://tracing, scripts  -o t.json (Chrome trace JSON)       chrome://tracing (to 512 MiB), json.load
+Also .gecko.json (Firefox Profiler), .json.gz, and .ocular (the raw recording: convert renders it later).
 SIGTERM or SIGHUP (kill, timeout, docker stop, systemd) saves the trace, then the program dies of the signal
-as it would untraced (a profile format keeps the recording for convert, named on stderr).  See README.md."""
+as it would untraced (a profile format keeps the recording for convert, named on stderr).
+See README.md and docs/formats.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
 protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
@@ -329,6 +334,12 @@ def merge_main(argv):
         for p in parts:
             if not p["complete"]:
                 _say(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}")
+    from . import _format_for, _formats
+
+    note = _formats.json_size_note(os.path.getsize(ns.output), ns.output) if (
+        _format_for(ns.output, ns.format) == "json" and not ns.output.lower().endswith(".gz")) else None
+    if note:
+        _say(f"ocular: {ns.output}: {note}")
     return 0
 
 

@@ -57,6 +57,26 @@ def partial_note(rendered):
             f"later calls are in their callers' self time; the report estimates them, marked ~)")
 
 
+# The longest string V8 makes on 64-bit machines, in characters (String::kMaxLength, 2**29 - 24): Chromium
+# 156's 'x'.repeat(536870888) works and one character more throws "RangeError: Invalid string length".
+# A viewer that reads a JSON trace into one string before parsing it (chrome://tracing's importer,
+# speedscope's, a page's FileReader.readAsText) cannot open a larger file at all; ui.perfetto.dev reads
+# it in pieces and opens it, slowly (docs/formats.md).  A UTF-8 file's bytes are never fewer than its
+# string's UTF-16 units, so checking bytes errs on the side of saying it.
+JSON_VIEWER_LIMIT = (1 << 29) - 24
+
+
+def json_size_note(nbytes, path="trace.json"):
+    """The line said at stop when a Chrome JSON trace is too large for the browser viewers that read it
+    as one string, or None."""
+    if not nbytes or nbytes <= JSON_VIEWER_LIMIT:
+        return None
+    root = split_suffix(str(path))[0]
+    return (f"{nbytes / 1e6:,.1f} MB of Chrome JSON, past {JSON_VIEWER_LIMIT:,} bytes (V8's longest string): "
+            f"chrome://tracing and speedscope cannot open it (ui.perfetto.dev can, slowly); "
+            f"-o {os.path.basename(root)}.pftrace writes the same timeline 20-40x smaller")
+
+
 def suffix_format(path):
     """The format a suffix names, or None."""
     low = str(path).lower()
