@@ -617,7 +617,11 @@ def test_html_first_screen_in_chromium_at_1280x800(tmp_path):
     assert re.search(r'<p class="facts" id="mode">adaptive mode, threshold 500: every function call counted and '
                      r'timed</p>', dom), dom[:3000]
     assert re.search(r'id="cost">own cost subtracted[^<]*cycles', dom)
-    assert "~ = estimated from sampling windows" in dom and "* = figures are a sample of the first calls" in dom
+    legend = dom.split('id="legend"', 1)[1].split("</p>", 1)[0]
+    for mark, meaning in rep["notation"].items():  # the report's own notation, each mark explained once
+        assert _html.unescape(legend).count(f"{mark} = {meaning}") == 1, (mark, legend)
+    if not rep["notation"]:
+        assert "every figure here is measured" in legend, legend
     # the hottest function's row first in the top table, numbers first, as the report has them
     top = dom.split('id="top"', 1)[1].split("</table>", 1)[0]
     m = re.search(r'<tr class="fn"><td class="num self">([\d.]+)</td><td class="num total">([\d.]+)</td>'

@@ -4,7 +4,7 @@ Drawn by a small script from data embedded in the page, in this order (what to l
 
 * what the figures are: the mode, the threshold, whether every call was counted, Ocular's own cost per
   event (subtracted from the table's self times), the clock, and the legend of the marks the text report
-  uses (``~`` estimated from sampling windows, ``*`` a sample of the first calls), with the note of what is
+  uses (``~`` estimated from sampling windows, ``>`` at least: counted until de-instrumented), with the note of what is
   partial (``partial_note``) when something is;
 * the top functions by self time, numbers first (self, total, calls, mean), name and short path after:
   at 1,280 x 800 the hottest function's figures are on the first screen;
@@ -35,8 +35,7 @@ MIN_FRACTION = 0.0005  # icicle: frames narrower than this share of their thread
 HTML_KEEP = 100000  # function rows the page keeps (by self time): a big program's every function
 PAGE_ROWS = 100  # rows of the function table drawn at a time
 TOP_ROWS = 10  # the top functions by self time, above everything else
-LEGEND_EST = "~ = estimated from sampling windows (calls and time after the threshold)"
-LEGEND_SAMPLE = "* = figures are a sample of the first calls (de-instrumented after the threshold)"
+MARK_TITLES = {"~": "estimated (sampling windows)", ">": "at least: counted until de-instrumented"}
 
 
 def _tree_json(tree):
@@ -70,8 +69,10 @@ def _report(rendered, with_code):
 
 
 def _marks(f, field):
-    """The marks of one figure of a report row: "~" estimated, "*" from a part of the calls only."""
-    return ("~" if field in f.get("estimated_fields", ()) else "") + ("*" if f.get("sample") else "")
+    """The mark of one figure of a report row, as the text report writes it (Report.marks): "~" estimated,
+    ">" a lower bound, "" measured."""
+    m = (f.get("marks") or {}).get(field, "measured")
+    return {"estimated": "~", "lower_bound": ">"}.get(m, "")
 
 
 _SITE_RE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
@@ -147,22 +148,22 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             files.append([short_path(path, project), path])
         return i
 
-    # marks as in the text report: ~ estimated (sampling windows), * a part of the calls (de-instrumented)
+    # marks as in the text report: ~ estimated (sampling windows), > at least (counted until de-instrumented)
     # row: name, file (index in files), line, calls, self, total, mean, max (ns), the marks of calls, self,
     # total, category
     funcs = [[f["name"], fidx(f["file"]), f["line"], f["calls"], f["self_ns"], f["total_ns"], f["mean_ns"],
               f["max_ns"], _marks(f, "calls"), _marks(f, "self"), _marks(f, "total"), f.get("category", "")]
              for f in d["functions"]]
     loops = [{"function": lp["function"], "file": fidx(lp["file"]), "line": lp["line"],
-              "iterations": lp["iterations"], "cycles": lp.get("cycles"), "ns": lp["ns_per_iteration"], "insns": lp["instructions_per_iteration"],
-              # (a loop cut at the threshold shows threshold - 1 iterations: its last jump is the one disabled)
-              "sample": bool(lp.get("deinstrumented") or 0 < d["threshold"] <= lp["iterations"] + 1),
+              "iterations": lp["iterations"],
+              # its own time: the loop's instructions, callees excluded (the report ranks loops by it)
+              "own_ns": lp.get("self_ns_per_iteration", 0) * lp.get("timed_iterations", lp["iterations"]),
+              "ns": lp.get("self_ns_per_iteration", lp["ns_per_iteration"]), "insns": lp["instructions_per_iteration"],
+              "sample": bool(lp.get("sample", lp.get("deinstrumented"))),
               "note": lp.get("note"),
               "rows": [[r["offset"], r["line"], r["base"], r["specialized"], r["arg"], r["cycles"], r["ns"]]
                        for r in lp.get("rows") or []]} for lp in d["loops"]]
     sw = d.get("sampling") or {}
-    estimated = any("~" in r[8] + r[9] + r[10] for r in funcs)
-    sampled = any("*" in r[8] for r in funcs)
     data = {"threads": threads, "names": {str(k): v for k, v in names.items()}, "functions": funcs, "loops": loops,
             "files": files, "project": project or "",
             "mode": d["mode"] + (", near-zero" if d.get("near_zero") else ""), "clock": d.get("clock") or "",
@@ -173,8 +174,8 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             "wall_ns": d.get("wall_ns"), "events": d.get("events"), "dropped": d.get("dropped") or 0,
             "functions_total": d.get("functions_total", len(funcs)),
             "sampling_windows": sw.get("windows", 0),
-            "legend_est": LEGEND_EST, "legend_sample": LEGEND_SAMPLE, "has_est": bool(estimated),
-            "has_sample": bool(sampled), "page_rows": PAGE_ROWS, "top_rows": TOP_ROWS,
+            "notation": d.get("notation") or {}, "mark_titles": MARK_TITLES,
+            "page_rows": PAGE_ROWS, "top_rows": TOP_ROWS,
             "note": tree.note}
     # inside <script>: no "<" at all (a name holding "<!--" then "<script" would put the HTML parser in a
     # state where the page's own </script> no longer ends the data, and the page would stay blank)
@@ -270,21 +271,19 @@ if(D.sampling_windows)facts.push(D.sampling_windows+" sampling window(s)");
 $("facts").textContent=facts.join(", ");
 var lg=$("legend");
 lg.appendChild(el("span",{"class":"mark"},"Marks: "));
-lg.appendChild(document.createTextNode(D.legend_est+"; "+D.legend_sample+"."+
-  (D.has_est||D.has_sample?"":" (No figure here is marked: every one is measured.)")+
+var notes=Object.keys(D.notation).map(function(k){return k+" = "+D.notation[k];});
+lg.appendChild(document.createTextNode((notes.length?notes.join("; ")+".":"none: every figure here is measured.")+
   (D.note?" Partial: "+D.note+".":"")));
 function file(i){return D.files[i]||["?","?"];}
 function where(f){var p=file(f[1]);return {short:p[0]+(f[2]?":"+f[2]:""),full:p[1]+(f[2]?":"+f[2]:"")};}
-function tilde(m){return m.indexOf("~")>=0?"~":"";}
-function star(m){return m.indexOf("*")>=0?"*":"";}
-function marksTitle(m){var t=[];if(m.indexOf("~")>=0)t.push("estimated");if(m.indexOf("*")>=0)t.push("a sample of the first calls");
-  return t.join(", ");}
+function tilde(m){return m||"";}
+function marksTitle(m){return D.mark_titles[m]||"";}
 function cell(cls,text,m){var c=el("td",{"class":cls},text);var t=marksTitle(m||"");if(t)c.setAttribute("title",t);return c;}
 function fnRow(f,withMax){
   var tr=el("tr",{"class":"fn"}),w=where(f);
   tr.appendChild(cell("num self",tilde(f[9])+ms(f[4]),f[9]));
   tr.appendChild(cell("num total",tilde(f[10])+ms(f[5]),f[10]));
-  tr.appendChild(cell("num calls",tilde(f[8])+String(f[3])+star(f[8]),f[8]));
+  tr.appendChild(cell("num calls",tilde(f[8])+String(f[3]),f[8]));
   tr.appendChild(el("td",{"class":"num mean"},us(f[6])));
   if(withMax)tr.appendChild(el("td",{"class":"num max"},us(f[7])));
   tr.appendChild(el("td",{"class":"l name",title:f[0]},f[0]));
@@ -301,13 +300,15 @@ var lb=$("loops");
 if(!D.loops.length)lb.textContent="none recorded";
 else{
   var lt=el("table",{id:"looptable"}),h=el("tr");
-  ["ms in all","per iteration","iterations","instructions / iteration","function","where",""].forEach(function(c,i){
+  ["own ms (callees excluded)","own per iteration","iterations","instructions / iteration","function","where",""].forEach(function(c,i){
     h.appendChild(el("th",i>3?{"class":"l"}:{},c));});
   lt.appendChild(h);
   D.loops.forEach(function(lp){var tr=el("tr",{"class":"loop"}),p=file(lp.file);
-    tr.appendChild(el("td",{"class":"num"},lp.cycles!==null&&D.ns_per_cycle?ms(lp.cycles*D.ns_per_cycle):"-"));
+    tr.appendChild(el("td",{"class":"num"},(lp.sample?">":"")+ms(lp.own_ns)));
     tr.appendChild(el("td",{"class":"num"},human(lp.ns)));
-    tr.appendChild(cell("num",num(lp.iterations)+(lp.sample?"*":""),lp.sample?"*":""));
+    var it=el("td",{"class":"num"},num(lp.iterations)+(lp.sample?" (first)":""));
+    if(lp.sample)it.setAttribute("title","its first iterations only: its jumps were then de-instrumented");
+    tr.appendChild(it);
     tr.appendChild(el("td",{"class":"num"},lp.insns.toFixed(1)));
     tr.appendChild(el("td",{"class":"l name",title:lp["function"]},lp["function"]));
     tr.appendChild(el("td",{"class":"l path",title:p[1]+":"+lp.line},p[0]+":"+lp.line));
