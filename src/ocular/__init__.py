@@ -1096,6 +1096,8 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
                       f"({_why_write_failed(rendered['write_errno'])}); nothing was left under {output!r}", path)
     _replace_file(tmp, path)
     _note_partial(fmt, path, rendered)
+    if rendered.get("damaged"):  # (also in a JSON trace's otherData: damaged, clamped_records, damage)
+        _print_err(f"ocular: {recording}: {rendered['damaged']}")
     mode = "precise" if rendered["precise"] else "adaptive"
     s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)
