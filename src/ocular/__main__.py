@@ -315,6 +315,9 @@ def merge_main(argv):
         for p in parts:
             if not p["complete"]:
                 _say(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}")
+    for p in parts:  # (said even with -q, as convert does: the merged trace holds a repaired part)
+        if p.get("damaged") and (ns.quiet or p["complete"]):
+            print(f"ocular: {p['path']}: {p['damaged']}", file=sys.stderr)
     return 0
 
 
