@@ -712,6 +712,8 @@ def test_records_out_of_time_order_are_clamped_and_counted(tmp_path, sound_recor
     assert p.returncode == 0 and f"{n} records clamped" in p.stderr, p.stderr
     decoded = _decoded(tmp_path / "t.pftrace")
     if decoded is not None:
+        (procs,) = decoded.process_tracks().values()  # the process track's name says it
+        assert f"[the recording is damaged: {n} records clamped" in procs[-1][1].process.process_name, procs
         slices = decoded.slices()  # balanced, monotonic per track
         for track in slices.values():
             for name, b, e, depth, _ in track:
