@@ -1120,6 +1120,10 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
 
 _snapshots = 0
 
+# The command line's exit status when the program exited 0 but Ocular could not write its trace (a full
+# disk): distinct from the program's own failures, which keep their status (sysexits' EX_IOERR).
+_TRACE_NOT_WRITTEN = 74
+
 
 def _snapshot_on_sigusr2():
     """Ring mode: SIGUSR2 renders the kept window without stopping (only where SIGUSR2 does the default,

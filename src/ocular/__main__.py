@@ -621,9 +621,7 @@ def _run(argv=None):
     return _final_status(status, failures)
 
 
-# The exit status when the program succeeded but Ocular could not write what it was asked to (a full
-# disk, say): distinct from the program's own failures, which keep their status (sysexits' EX_IOERR).
-TRACE_NOT_WRITTEN = 74
+from . import _TRACE_NOT_WRITTEN as TRACE_NOT_WRITTEN  # noqa: E402 (74: the program exited 0, Ocular failed)
 
 
 def _final_status(status, failures):

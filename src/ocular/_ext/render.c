@@ -780,26 +780,61 @@ static inline __attribute__((always_inline)) const oc_rec *in_order(rthread *t, 
     return clamp_rec(t, r, send, tmp);
 }
 
-/* Records [r, rend) of thread t (a span ending at send), in the specialization given (LEAN, SLICE: above
- * pop_frame_k). */
+/* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k).  Their
+ * times are in order (span_in_order). */
 static inline __attribute__((always_inline)) void process_block(rthread *t, const oc_rec *r, const oc_rec *rend,
-                                                                const oc_rec *send, int lean, int slice,
-                                                                int nostats) {
-    oc_rec tmp;
+                                                                int lean, int slice, int nostats) {
     if (nostats) { /* (no calibration: no self time) */
         for (; r < rend; r++)
-            process_rec(t, in_order(t, r, send, &tmp), 1, 1, slice, 1);
+            process_rec(t, r, 1, 1, slice, 1);
         return;
     }
     while (r < rend) {
         if (t->have_prev && oc_stats_gaps_seen >= OC_CALIBRATION_GAPS) { /* steady: the loop's copy */
             for (; r < rend; r++)                                        /* without those tests */
-                process_rec(t, in_order(t, r, send, &tmp), 1, lean, slice, 0);
+                process_rec(t, r, 1, lean, slice, 0);
             break;
         }
         const oc_rec *stop = rend - r > 256 ? r + 256 : rend; /* (looked at again every 256) */
         for (; r < stop; r++)
-            process_rec(t, in_order(t, r, send, &tmp), 0, lean, slice, 0);
+            process_rec(t, r, 0, lean, slice, 0);
+    }
+}
+
+/* The records' times rise from the thread's last one and stay within the clock's range: a sound
+ * recording's always do, and its spans are rendered with no test per record (a pass over the times
+ * costs a few instructions a record; a test in the record loop cost 11). */
+static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n) {
+    if (!n)
+        return 1;
+    if (r[0].ts < t->prev_ts || r[n - 1].ts > W.ts_hi)
+        return 0;
+    const oc_rec *p = r + 1, *end = r + n;
+    uint64_t prev = r[0].ts;
+    for (; end - p >= 4; p += 4) { /* (four at a time: one branch) */
+        uint64_t a = p[0].ts, b = p[1].ts, c = p[2].ts, d = p[3].ts;
+        if ((a < prev) | (b < a) | (c < b) | (d < c))
+            return 0;
+        prev = d;
+    }
+    for (; p < end; p++) {
+        if (p->ts < prev)
+            return 0;
+        prev = p->ts;
+    }
+    return 1;
+}
+
+/* A span of a damaged recording: each record through in_order, in the record loop's general copy (the
+ * tests the specializations leave out are made at run time: the same result). */
+static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec *r, const oc_rec *send) {
+    oc_rec tmp;
+    for (; r < send; r++) {
+        const oc_rec *rr = in_order(t, r, send, &tmp);
+        if (W.nostats)
+            process_rec(t, rr, 1, 1, SLICE_ANY, 1);
+        else
+            process_rec(t, rr, 0, 0, SLICE_ANY, 0);
     }
 }
 
@@ -808,17 +843,24 @@ static inline __attribute__((always_inline)) void process_block(rthread *t, cons
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
     W.events += n;
     int lean = !oc_attr_on && !R.precise;
-    const oc_rec *send = recs + n;
+    if (UNLIKELY(!span_in_order(t, recs, n))) { /* a damaged recording */
+        process_unordered(t, recs, recs + n);
+        if (UNLIKELY(W.progress)) {
+            W.done += n;
+            show_progress(0);
+        }
+        return;
+    }
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
         if (W.nostats)
-            W.sink->slice ? process_block(t, r, rend, send, 1, 1, 1) : process_block(t, r, rend, send, 1, 0, 1);
+            W.sink->slice ? process_block(t, r, rend, 1, 1, 1) : process_block(t, r, rend, 1, 0, 1);
         else if (!lean)
-            process_block(t, r, rend, send, 0, SLICE_ANY, 0);
+            process_block(t, r, rend, 0, SLICE_ANY, 0);
         else if (W.sink->slice)
-            process_block(t, r, rend, send, 1, 1, 0);
+            process_block(t, r, rend, 1, 1, 0);
         else
-            process_block(t, r, rend, send, 1, 0, 0);
+            process_block(t, r, rend, 1, 0, 0);
         if (UNLIKELY(W.progress)) {
             W.done += 0x10000;
             show_progress(0);
