@@ -753,12 +753,13 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
 
 /* A record out of its thread's time order (a damaged recording; never in a sound one): rendered as a
  * copy whose time is clamped to [the thread's last time, W.ts_hi], and counted.  A lone leap -- a time past
- * the next record's, which is not itself before the last -- is brought down to the next record's time,
- * so that one damaged record does not hold the rest of the thread at its time. */
-static __attribute__((noinline)) const oc_rec *clamp_rec(rthread *t, const oc_rec *r, const oc_rec *send, oc_rec *tmp) {
+ * the next record's (`next`: the thread's record after it, or NULL), which is not itself before the last --
+ * is brought down to the next record's time, so that one damaged record does not hold the rest of the
+ * thread at its time. */
+static const oc_rec *in_order(rthread *t, const oc_rec *r, const oc_rec *next, oc_rec *tmp) {
     uint64_t lo = t->prev_ts, ts = r->ts;
-    if (r + 1 < send && ts > r[1].ts && r[1].ts >= lo)
-        ts = r[1].ts;
+    if (next && ts > next->ts && next->ts >= lo)
+        ts = next->ts;
     if (ts > W.ts_hi)
         ts = W.ts_hi;
     if (ts < lo)
@@ -769,15 +770,6 @@ static __attribute__((noinline)) const oc_rec *clamp_rec(rthread *t, const oc_re
     *tmp = *r;
     tmp->ts = ts;
     return tmp;
-}
-
-/* the record to render: r itself, unless its time is out of order (clamp_rec); send: the span's end */
-static inline __attribute__((always_inline)) const oc_rec *in_order(rthread *t, const oc_rec *r, const oc_rec *send,
-                                                                    oc_rec *tmp) {
-    uint64_t ts = r->ts;
-    if (LIKELY(ts >= t->prev_ts && ts <= W.ts_hi && (r + 1 == send || ts <= r[1].ts)))
-        return r;
-    return clamp_rec(t, r, send, tmp);
 }
 
 /* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k).  Their
@@ -804,10 +796,10 @@ static inline __attribute__((always_inline)) void process_block(rthread *t, cons
 /* The records' times rise from the thread's last one and stay within the clock's range: a sound
  * recording's always do, and its spans are rendered with no test per record (a pass over the times
  * costs a few instructions a record; a test in the record loop cost 11). */
-static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n) {
+static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n, const oc_rec *after) {
     if (!n)
         return 1;
-    if (r[0].ts < t->prev_ts || r[n - 1].ts > W.ts_hi)
+    if (r[0].ts < t->prev_ts || r[n - 1].ts > W.ts_hi || (after && r[n - 1].ts > after->ts))
         return 0;
     const oc_rec *p = r + 1, *end = r + n;
     uint64_t prev = r[0].ts;
@@ -827,10 +819,11 @@ static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n) {
 
 /* A span of a damaged recording: each record through in_order, in the record loop's general copy (the
  * tests the specializations leave out are made at run time: the same result). */
-static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec *r, const oc_rec *send) {
+static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec *r, const oc_rec *send,
+                                                        const oc_rec *after) {
     oc_rec tmp;
     for (; r < send; r++) {
-        const oc_rec *rr = in_order(t, r, send, &tmp);
+        const oc_rec *rr = in_order(t, r, r + 1 < send ? r + 1 : after, &tmp);
         if (W.nostats)
             process_rec(t, rr, 1, 1, SLICE_ANY, 1);
         else
@@ -838,13 +831,13 @@ static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec
     }
 }
 
-/* The records of one span.  Progress is shown between blocks of 64K records; the record loop itself
- * tests nothing but what each record needs. */
-static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
+/* The records of one span (`after`: the thread's next record, in its next span, or NULL).  Progress is
+ * shown between blocks of 64K records; the record loop itself tests nothing but what each record needs. */
+static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_rec *after) {
     W.events += n;
     int lean = !oc_attr_on && !R.precise;
-    if (UNLIKELY(!span_in_order(t, recs, n))) { /* a damaged recording */
-        process_unordered(t, recs, recs + n);
+    if (UNLIKELY(!span_in_order(t, recs, n, after))) { /* a damaged recording */
+        process_unordered(t, recs, recs + n, after);
         if (UNLIKELY(W.progress)) {
             W.done += n;
             show_progress(0);
@@ -1561,7 +1554,9 @@ static void switch_thread(uint32_t i) {
 }
 
 static void render_span(rthread *t, uint32_t s, int drop) {
-    process_recs(t, t->spans[s].recs, t->spans[s].n);
+    /* (the thread's next record, if indexed: a damaged last time is known by it) */
+    const oc_rec *after = s + 1 < t->nspans && t->spans[s + 1].n ? t->spans[s + 1].recs : NULL;
+    process_recs(t, t->spans[s].recs, t->spans[s].n, after);
     if (!drop)
         return;
     /* done with these pages: out of the resident set (a long recording is mapped whole), 16 MiB at a
