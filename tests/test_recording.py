@@ -898,7 +898,8 @@ for seed in range(n):
         res = ocular.convert(rec, out, statistics=seed % 2 == 0)
         r = {"seed": seed, "out": out, "damaged": res.get("damaged"), "complete": res["complete"]}
     except ValueError as exc:
-        r = {"seed": seed, "error": str(exc)}
+        r = {"seed": seed, "error": str(exc), "rec": os.path.join(outdir, f"{seed}.ocular")}
+        os.replace(rec, r["rec"])  # (kept: the test gives a few to the command line)
     with open("/proc/self/status") as f:  # (this process's peak so far: which case raised it)
         r["rss_kb"] = int(next(x for x in f if x.startswith("VmHWM:")).split()[1])
     print(json.dumps(r), flush=True)
@@ -929,6 +930,10 @@ def test_fuzzed_recordings_render_valid_nested_traces_or_a_clear_error(tmp_path,
         if "error" in r:
             errors += 1
             assert r["error"].startswith("ocular: ") and "Traceback" not in r["error"], r
+            if errors <= 3:  # the command line: status 1, one error line
+                p = cli_convert(r["rec"], out / "cli.json")
+                assert p.returncode == 1 and p.stderr.startswith("python -m ocular convert: error: "), p.stderr
+                assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
             continue
         rendered += 1
         damaged += r["damaged"] is not None
