@@ -252,15 +252,17 @@ def test_follow_errors_say_ocular_once(tmp_path):
 
 def test_follow_fails_when_a_process_could_not_save(tmp_path):
     """A followed child's save fails (the parts directory is on a 2 MiB tmpfs that its trace outgrows):
-    the command line names it, even with -q, says the merged trace lacks it, and exits 1 although the
-    program exited 0.  (It said "trace written", status 0.)"""
+    the command line names it, even with -q, says the merged trace lacks it, and exits 74 (Ocular's
+    failure, not the program's: it exited 0).  (It said "trace written", status 0.)"""
     with small_tmpfs(tmp_path / "small", "2m") as small:
         (tmp_path / "fib.py").write_text("def fib(n): return n if n < 2 else fib(n-1) + fib(n-2)\nfib(20)\n")
         (tmp_path / "parent.py").write_text("import subprocess, sys\n"
                                             "subprocess.run([sys.executable, 'fib.py'], check=True)\n")
         p = cli(["--follow", "-q", "--no-report", "--threshold", "0", "-o", str(small / "all.json"), "parent.py"],
                 cwd=tmp_path)
-        assert p.returncode == 1, p.stderr
+        assert p.returncode == 74, p.stderr  # (the program exited 0: Ocular's own status)
+        assert "ocular: the program exited 0; the trace could not be written: 1 traced process could not save " \
+               "its trace" in p.stderr, p.stderr
         assert "not saved: writing the" in p.stderr and "(No space left on device)" in p.stderr, p.stderr
         assert "1 traced process could not save its trace" in p.stderr, p.stderr
 

@@ -3,6 +3,7 @@ output.  Outputs rendered later from a kept recording (`convert`, another proces
 rendered at stop; a killed process's recording renders; the flight recorder keeps exactly the newest
 events; a recorder that cannot keep up shows up as labelled pauses, never inside a function's time."""
 
+import collections
 import json
 import os
 import signal
@@ -549,3 +550,401 @@ def test_line_tables_are_read_from_the_location_table_as_co_lines_gives_them():
     odd = co.replace(co_linetable=b"\x00")
     got, from_table = _ocular._code_lines(odd)
     assert not from_table and len(got) == len(odd.co_code) // 2
+
+
+# ---------------------------------------------------------------------------------------------
+# damaged recordings (issue 32): a corrupt input gives a clear error or a valid, marked output
+
+import random  # noqa: E402
+import struct  # noqa: E402
+
+from conftest import small_tmpfs  # noqa: E402
+
+BLK_HEADER, BLK_THREAD, BLK_CHUNK, BLK_CALIB, BLK_END = 1, 3, 4, 5, 7
+
+
+def rec_blocks(data):
+    """(type, offset, length) of every complete block of a recording (docs/recording.md)."""
+    off = 0
+    while off + 8 <= len(data):
+        t, n = struct.unpack_from("<II", data, off)
+        if n > len(data) - off - 8:
+            break
+        yield t, off, n
+        off = (off + 8 + n + 7) & ~7
+
+
+def cli_convert(rec, out, *more):
+    e = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), "-o", str(out), *more], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def nested(events):
+    """Every complete slice ("X", functions and loop runs) of a thread lies inside the one it begins in (no
+    partial overlap), in integer nanoseconds; returns the slices checked.  Ocular writes them at their ends."""
+    by = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            b, d = round(e["ts"] * 1000), round(e["dur"] * 1000)
+            assert d >= 0, e
+            by[(e["pid"], e["tid"])].append((b, -d, e["name"]))
+    n = 0
+    for key, xs in by.items():
+        xs.sort()
+        open_ends = []
+        for b, negd, name in xs:
+            while open_ends and open_ends[-1][0] <= b and not (open_ends[-1][0] == b and negd == 0):
+                open_ends.pop()
+            assert not open_ends or b - negd <= open_ends[-1][0], \
+                f"{name!r} [{b}, {b - negd}] on {key} overlaps its parent {open_ends[-1][1]!r} ending at {open_ends[-1][0]}"
+            open_ends.append((b - negd, name))
+            n += 1
+    return n
+
+
+DAMAGE_PROG = """
+import threading
+def leaf(i):
+    return i * 2
+def mid(n):
+    t = 0
+    for i in range(n):
+        t += leaf(i)
+    return t
+def gen():
+    for i in range(3):
+        yield i
+def work():
+    for _ in range(5):
+        mid(300)
+        list(gen())
+        sorted([3, 1, 2])
+th = threading.Thread(target=work, name="worker")
+th.start(); th.join()
+work()
+"""
+
+
+@pytest.fixture(scope="module")
+def sound_recording(tmp_path_factory):
+    """A recording with two threads, loops, generators and C calls, on the real clock (CALIB blocks)."""
+    d = tmp_path_factory.mktemp("sound")
+    (d / "prog.py").write_text(DAMAGE_PROG)
+    e = dict(os.environ, PYTHONPATH=SRC)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "-q", "--no-report", "--threshold", "0", "-o",
+                        str(d / "sound.ocular"), str(d / "prog.py")], env=e, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return (d / "sound.ocular").read_bytes()
+
+
+def test_a_damaged_clock_name_and_rate_still_give_valid_json(tmp_path, sound_recording):
+    """The clock's name is escaped; a rate that is not a plausible finite number (NaN, infinite, negative,
+    zero, absurd) is replaced, said on stderr and in otherData: every number written is finite."""
+    data = bytearray(sound_recording)
+    data[56:56 + 8] = b'ts"c\\\x01\x00\x00'  # HEADER payload offset 48: char clock[24]
+    p = cli_convert(_write(tmp_path / "c.ocular", data), tmp_path / "c.json")
+    assert p.returncode == 0, p.stderr
+    other = json.loads((tmp_path / "c.json").read_text())["otherData"]
+    assert other["clock"] == 'ts"c\\?', other
+    for bad in (float("nan"), float("inf"), -1.0, 0.0, 1e300):
+        data = bytearray(sound_recording)
+        struct.pack_into("<d", data, 8 + 40, bad)
+        calibs = 0
+        for t, off, n in rec_blocks(sound_recording):
+            if t == BLK_CALIB:
+                struct.pack_into("<d", data, off + 8 + 16, bad)
+                if n >= 40:
+                    struct.pack_into("<d", data, off + 8 + 24, bad)
+                calibs += 1
+        assert calibs
+        rec = _write(tmp_path / "r.ocular", data)
+        for out in ("r.json", "r.pftrace"):
+            p = cli_convert(rec, tmp_path / out)
+            assert p.returncode == 0, (bad, p.stderr)
+            assert "the recording is damaged" in p.stderr and "ns per tick is impossible" in p.stderr, (bad, p.stderr)
+        text = (tmp_path / "r.json").read_text()
+        doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written for a rate of {bad}"))
+        other = doc["otherData"]
+        assert other["damaged"] is True and other["ns_per_tick"] == 1.0 and "impossible" in other["damage"], other
+        assert nested(doc["traceEvents"]) > 1000
+        check_balanced(load_trace(tmp_path / "r.json")["traceEvents"])
+
+
+def _write(path, data):
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _chunk_records(data, thread=None):
+    """Offsets of the records of every CHUNK block (of one thread index, if given)."""
+    offs = []
+    for t, off, n in rec_blocks(data):
+        if t == BLK_CHUNK and (thread is None or struct.unpack_from("<I", data, off + 8)[0] == thread):
+            count = struct.unpack_from("<I", data, off + 12)[0]
+            offs.extend(off + 16 + 16 * i for i in range(count))
+    return offs
+
+
+def test_records_out_of_time_order_are_clamped_and_counted(tmp_path, sound_recording):
+    """Timestamps that go back, or leap ahead, in a thread: no slice begins before its parent or ends
+    after it, times never go back in a thread (JSON and .pftrace), and the clamped records are counted in
+    otherData and on stderr."""
+    data = bytearray(sound_recording)
+    recs = _chunk_records(sound_recording, thread=0)
+    assert len(recs) > 1000
+    rnd = random.Random(7)
+    picked = rnd.sample(recs[10:-10], 12)
+    for k, off in enumerate(picked):
+        ts = struct.unpack_from("<Q", data, off)[0]
+        struct.pack_into("<Q", data, off, ts // 2 if k % 3 == 0 else ts + (1 << (40 + k)) if k % 3 == 1 else 0)
+    # a leap at the end of a chunk: known by the next chunk's first record, it does not hold that whole
+    # chunk at its time
+    first_chunk = next(off for t, off, n in rec_blocks(sound_recording)
+                       if t == BLK_CHUNK and struct.unpack_from("<I", sound_recording, off + 8)[0] == 0)
+    last = first_chunk + 16 + 16 * (struct.unpack_from("<I", sound_recording, first_chunk + 12)[0] - 1)
+    struct.pack_into("<Q", data, last, struct.unpack_from("<Q", data, last)[0] + (1 << 45))
+    rec = _write(tmp_path / "t.ocular", data)
+    p = cli_convert(rec, tmp_path / "t.json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert nested(doc["traceEvents"]) > 1000
+    check_balanced(load_trace(tmp_path / "t.json")["traceEvents"])
+    n = doc["otherData"]["clamped_records"]
+    assert 13 <= n <= 26 and doc["otherData"]["damaged"] is True, doc["otherData"]  # (a leap's next record may go too)
+    assert f"the recording is damaged: {n} records clamped" in p.stderr, p.stderr
+    p = cli_convert(rec, tmp_path / "t.pftrace")
+    assert p.returncode == 0 and f"{n} records clamped" in p.stderr, p.stderr
+    decoded = _decoded(tmp_path / "t.pftrace")
+    if decoded is not None:
+        (procs,) = decoded.process_tracks().values()  # the process track's name says it
+        assert f"[the recording is damaged: {n} records clamped" in procs[-1][1].process.process_name, procs
+        slices = decoded.slices()  # balanced, monotonic per track
+        for track in slices.values():
+            for name, b, e, depth, _ in track:
+                assert b <= e
+    # a sound recording is not said to be damaged
+    p = cli_convert(_write(tmp_path / "s.ocular", sound_recording), tmp_path / "s.json")
+    assert p.returncode == 0 and "damaged" not in p.stderr, p.stderr
+    assert "damaged" not in json.loads((tmp_path / "s.json").read_text())["otherData"]
+
+
+def _decoded(path):
+    try:
+        from test_perfetto import Decoded
+    except BaseException:  # (no protobuf module: the .pftrace is checked by the renderer's own means only)
+        return None
+    return Decoded(str(path))
+
+
+# Runs a command and prints, last, its exit status and peak RSS in KiB: a child's ru_maxrss counts the RSS
+# of the process it was forked from (the test runner's, large after a few tests), so the command is
+# started from this small process and measured as its child (RUSAGE_CHILDREN).
+RSS_CHILD = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(p.stdout)
+sys.stderr.write(p.stderr)
+print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def test_a_huge_thread_index_costs_no_memory(tmp_path, sound_recording):
+    """Thread indices of 2^20 and 2^31 in a damaged recording: per-thread state is for the threads in it,
+    not one per possible index (it took 1 GB, and wrote a thread name per index)."""
+    data = bytearray(sound_recording)
+    chunks = [off for t, off, n in rec_blocks(sound_recording) if t == BLK_CHUNK]
+    threads = [off for t, off, n in rec_blocks(sound_recording) if t == BLK_THREAD]
+    struct.pack_into("<I", data, chunks[1] + 8, 1 << 20)
+    struct.pack_into("<I", data, threads[-1] + 8, 1 << 31)
+    rec = _write(tmp_path / "h.ocular", data)
+    for out in ("h.json", "h.pftrace"):
+        p = run_py(RSS_CHILD, sys.executable, "-m", "ocular", "convert", str(rec), "-o", str(tmp_path / out))
+        status, rss_kb = map(int, p.stdout.split())
+        assert status == 0, p.stderr
+        assert rss_kb < 200 * 1024, f"convert took {rss_kb // 1024} MB"
+    doc = json.loads((tmp_path / "h.json").read_text())
+    assert (tmp_path / "h.json").stat().st_size < 4 * len(sound_recording) + (1 << 20)
+    assert sum(1 for e in doc["traceEvents"] if e.get("name") == "thread_name") <= 4
+    assert nested(doc["traceEvents"]) > 1000
+
+
+def test_merge_of_a_killed_process_recording_is_its_convert(tmp_path, sound_recording):
+    """merge of a .tmp recording (a killed process's) renders it as convert does -- loops as slices, not
+    instants -- and copies that trace whole (the same C reader; no event-by-event Python pass)."""
+    end = [off for t, off, n in rec_blocks(sound_recording) if t == BLK_END]
+    assert end
+    tmp = _write(tmp_path / "t.json.4242.tmp", sound_recording[:end[0]])  # cut before its END: killed
+    p = cli_convert(tmp, tmp_path / "c.json")
+    assert p.returncode == 0 and "cut short" in p.stderr, p.stderr
+    e = dict(os.environ, PYTHONPATH=SRC)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "merge", str(tmp), "-o", str(tmp_path / "m.json")], env=e,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "incomplete" in p.stderr, p.stderr
+
+    def timed(path):
+        evs = json.loads(path.read_text())["traceEvents"]
+        return sorted((e["ph"], e.get("cat"), e["tid"], e["ts"], e.get("dur"), e["name"]) for e in evs
+                      if e["ph"] != "M")
+
+    converted, merged = timed(tmp_path / "c.json"), timed(tmp_path / "m.json")
+    loops = [e for e in converted if e[1] == "loop"]
+    assert loops and all(e[0] == "X" for e in loops), loops[:3]  # a slice per loop run
+    assert merged == converted
+    # the same through the API, into a .pftrace: the merged packets are the converted ones
+    import ocular
+    from ocular import _merge
+
+    _merge.merge([str(tmp)], str(tmp_path / "m.pftrace"))
+    ocular.convert(str(tmp), str(tmp_path / "c.pftrace"), statistics=False)
+    a, b = _decoded(tmp_path / "m.pftrace"), _decoded(tmp_path / "c.pftrace")
+    if a is not None:
+        strip = lambda d: sorted((e["ts"], e["type"], e["name"]) for e in d.events)  # noqa: E731
+        assert strip(a) == strip(b)
+
+
+EXIT = """
+import sys
+def leaf(i):
+    return i * 2
+for _ in range(10):
+    sum(leaf(i) for i in range(10000))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def test_the_exit_status_says_whose_it_is_on_a_full_disk(tmp_path):
+    """The trace cannot be written (a 256 KiB file system fills): a program that exited 0 gives 74 and
+    a line saying the program exited 0 and why the trace was not written; one that failed keeps its
+    status, and the line says it is the program's."""
+    from test_api import run_cli
+
+    (tmp_path / "prog.py").write_text(EXIT)
+    with small_tmpfs(tmp_path / "small", "256k") as small:
+        for code, want in ((0, 74), (3, 3)):
+            p = run_cli("--threshold", "0", "--no-report", "-o", str(small / "t.json"), str(tmp_path / "prog.py"),
+                        str(code), cwd=tmp_path)
+            assert p.returncode == want, (code, p.returncode, p.stderr)
+            if code == 0:
+                assert "ocular: the program exited 0; the trace could not be written: " in p.stderr, p.stderr
+            else:
+                assert "ocular: the program exited 3 (the exit status is the program's); the trace could not be " \
+                       "written: " in p.stderr, p.stderr
+            assert "No space left on device" in p.stderr and "Traceback" not in p.stderr, p.stderr
+            for n in os.listdir(small):
+                os.unlink(small / n)
+    p = run_cli("--threshold", "0", "--no-report", "-o", str(tmp_path / "ok.json"), str(tmp_path / "prog.py"), "5",
+                cwd=tmp_path)
+    assert p.returncode == 5 and "ocular: the program exited" not in p.stderr, p.stderr  # (nothing failed: said nothing)
+
+
+FUZZ_WORKER = r"""
+import json, os, random, struct, sys
+import ocular
+
+src = open(sys.argv[1], "rb").read()
+n, outdir = int(sys.argv[2]), sys.argv[3]
+
+def blocks(data):
+    off = 0
+    while off + 8 <= len(data):
+        t, ln = struct.unpack_from("<II", data, off)
+        if ln > len(data) - off - 8:
+            break
+        yield t, off, ln
+        off = (off + 8 + ln + 7) & ~7
+
+bl = list(blocks(src))
+recs = [off + 16 + 16 * i for t, off, ln in bl if t == 4 for i in range(struct.unpack_from("<I", src, off + 12)[0])]
+heads = [off for t, off, ln in bl if t in (3, 4)]          # THREAD and CHUNK: the thread index first
+meta = [(off, ln) for t, off, ln in bl if t not in (4,)]   # header, calibration, code, thread, ... blocks
+
+def damage(rnd):
+    d = bytearray(src)
+    kinds = []
+    for _ in range(rnd.randint(1, 4)):
+        kind = rnd.choice(["header", "meta", "ts", "ts", "thread", "info", "code_id", "truncate"])
+        kinds.append(kind)
+        if kind == "header":               # the first 512 bytes: header, CALIB, OWNCOST blocks
+            for _ in range(rnd.randint(1, 4)):
+                d[rnd.randrange(min(512, len(d)))] = rnd.randrange(256)
+        elif kind == "meta":               # any byte of a non-chunk block (its header included)
+            off, ln = rnd.choice(meta)
+            d[off + rnd.randrange(8 + ln)] = rnd.randrange(256)
+        elif kind == "ts":                 # one byte of a few timestamps
+            for off in rnd.sample(recs, rnd.randint(1, 8)):
+                d[off + rnd.randrange(8)] = rnd.randrange(256)
+        elif kind == "thread":
+            struct.pack_into("<I", d, rnd.choice(heads) + 8, rnd.choice([1 << 20, 1 << 31, 0xFFFFFFFF,
+                                                                          rnd.randrange(1 << 32)]))
+        elif kind == "info":               # a record's kind and payload (depth)
+            d[rnd.choice(recs) + 12 + rnd.randrange(4)] = rnd.randrange(256)
+        elif kind == "code_id":
+            d[rnd.choice(recs) + 8 + rnd.randrange(4)] = rnd.randrange(256)
+    if "truncate" in kinds:                # (last: the other kinds' offsets are the sound file's)
+        del d[rnd.randrange(len(d)):]
+    return bytes(d), kinds
+
+for seed in range(n):
+    rnd = random.Random(seed)
+    data, kinds = damage(rnd)
+    rec = os.path.join(outdir, "f.ocular")
+    with open(rec, "wb") as f:
+        f.write(data)
+    out = os.path.join(outdir, f"{seed}.{'pftrace' if seed % 4 == 3 else 'json'}")
+    print(json.dumps({"seed": seed, "kinds": kinds, "start": True}), flush=True)  # (a crash names its case)
+    try:
+        res = ocular.convert(rec, out, statistics=seed % 2 == 0)
+        r = {"seed": seed, "out": out, "damaged": res.get("damaged"), "complete": res["complete"]}
+    except ValueError as exc:
+        r = {"seed": seed, "error": str(exc), "rec": os.path.join(outdir, f"{seed}.ocular")}
+        os.replace(rec, r["rec"])  # (kept: the test gives a few to the command line)
+    with open("/proc/self/status") as f:  # (this process's peak so far: which case raised it)
+        r["rss_kb"] = int(next(x for x in f if x.startswith("VmHWM:")).split()[1])
+    print(json.dumps(r), flush=True)
+"""
+
+
+def test_fuzzed_recordings_render_valid_nested_traces_or_a_clear_error(tmp_path, sound_recording):
+    """150 seeded ways to damage a recording (bytes of its header and calibration, of any block, of
+    timestamps, thread indices, record kinds and code ids; truncation): each gives a valid JSON or .pftrace
+    whose slices nest, with times that never go back in a thread, or a clear error (ValueError
+    'ocular: ...'); never a crash, and the process stays under 200 MB."""
+    rec = _write(tmp_path / "sound.ocular", sound_recording)
+    out = tmp_path / "outs"
+    out.mkdir()
+    p = run_py(RSS_CHILD, sys.executable, "-c", FUZZ_WORKER, str(rec), "150", str(out), timeout=300)
+    *lines, status_rss = p.stdout.splitlines()
+    status, rss_kb = map(int, status_rss.split())
+    lines = [json.loads(x) for x in lines]
+    last = [x for x in lines if "start" in x][-1:] or [None]
+    assert status == 0, f"the worker died ({status}) at {last[0]}:\n{p.stderr[-2000:]}"
+    assert rss_kb < 200 * 1024, f"the worker took {rss_kb // 1024} MB"
+    results = [x for x in lines if "seed" in x and "start" not in x]
+    assert len(results) == 150
+    big = [(x["seed"], x["rss_kb"] // 1024) for x in results if x["rss_kb"] >= 200 * 1024][:1]
+    assert not big, f"seed {big[0][0]} took {big[0][1]} MB: {[x for x in lines if x.get('seed') == big[0][0]]}"
+    errors = rendered = damaged = 0
+    for r in results:
+        if "error" in r:
+            errors += 1
+            assert r["error"].startswith("ocular: ") and "Traceback" not in r["error"], r
+            if errors <= 3:  # the command line: status 1, one error line
+                p = cli_convert(r["rec"], out / "cli.json")
+                assert p.returncode == 1 and p.stderr.startswith("python -m ocular convert: error: "), p.stderr
+                assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+            continue
+        rendered += 1
+        damaged += r["damaged"] is not None
+        if r["out"].endswith(".json"):
+            text = open(r["out"], encoding="utf-8").read()  # (valid UTF-8)
+            doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"seed {r['seed']}: {c} in the JSON"))
+            nested(doc["traceEvents"])
+            check_balanced(load_trace(r["out"])["traceEvents"])
+        else:
+            decoded = _decoded(r["out"])
+            if decoded is not None:
+                decoded.slices()
+        os.unlink(r["out"])
+    assert rendered > 50 and damaged > 10, (rendered, errors, damaged)  # (most damage renders, marked)

@@ -696,7 +696,8 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
     """A 1 MiB tmpfs holds the recording (~0.65 MB) but not the JSON rendered from it (~1.8 MB): the
     render fails with ENOSPC, and the complete recording is kept next to the output (renamed: no room
     needed), named in the error, and renders elsewhere with `convert` -- nothing recorded is lost.  The
-    same with several -o: the outputs that fit are written, the recording is kept, status 1."""
+    same with several -o: the outputs that fit are written, the recording is kept, status 74 (the program
+    exited 0: Ocular's failure, said so)."""
     import ocular
     from test_api import run_cli
 
@@ -707,7 +708,8 @@ def test_a_render_that_fills_the_disk_keeps_the_recording(tmp_path, monkeypatch)
         for outs in (["t.json"], ["t.json", "t.pstats"]):
             args = [a for o in outs for a in ("-o", str(small / o))]
             p = run_cli("--threshold", "0", "--no-report", *args, str(prog), cwd=tmp_path)
-            assert p.returncode == 1, p.stderr
+            assert p.returncode == 74, p.stderr  # (the program exited 0: Ocular's own status, said so)
+            assert "ocular: the program exited 0; the trace could not be written: " in p.stderr, p.stderr
             assert "No space left on device" in p.stderr and "the recording is kept in" in p.stderr, p.stderr
             kept = small / "t.ocular"
             assert sorted(os.listdir(small)) == sorted(["t.ocular"] + outs[1:]), os.listdir(small)
@@ -722,7 +724,7 @@ def test_several_outputs_when_the_recording_fills_the_disk(tmp_path):
     runs: the error says the recording was cut and that what it holds goes into each output, without
     pointing at the runner's internal recording file; the output elsewhere is written with the calls
     recorded before the disk filled; the one on the full disk fails, so the recording is kept (named) and
-    converts.  Exit status 1."""
+    converts.  Exit status 74 (the program exited 0; Ocular could not write all it was asked to)."""
     import ocular
     from test_api import run_cli
 
@@ -733,7 +735,8 @@ def test_several_outputs_when_the_recording_fills_the_disk(tmp_path):
     with small_tmpfs(tmp_path / "small", "256k") as small:
         p = run_cli("--threshold", "0", "--no-report", "-o", str(small / "t.json"), "-o", str(ok), str(prog),
                     cwd=tmp_path)
-        assert p.returncode == 1, p.stderr
+        assert p.returncode == 74, p.stderr
+        assert "ocular: the program exited 0; the trace could not be written: " in p.stderr, p.stderr
         assert "writing the recording failed (No space left on device)" in p.stderr, p.stderr
         assert "what was recorded before it goes into each output" in p.stderr, p.stderr
         assert ".ocular' keeps what was recorded" not in p.stderr, p.stderr  # (the runner's own file, removed or renamed)

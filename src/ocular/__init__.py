@@ -1254,6 +1254,8 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
                       f"({_why_write_failed(rendered['write_errno'])}); nothing was left under {output!r}", path)
     _replace_file(tmp, path)
     _note_partial(fmt, path, rendered)
+    if rendered.get("damaged"):  # (also in a JSON trace's otherData: damaged, clamped_records, damage)
+        _print_err(f"ocular: {recording}: {rendered['damaged']}")
     mode = "precise" if rendered["precise"] else "adaptive"
     s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)
@@ -1275,6 +1277,10 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
 
 
 _snapshots = 0
+
+# The command line's exit status when the program exited 0 but Ocular could not write its trace (a full
+# disk): distinct from the program's own failures, which keep their status (sysexits' EX_IOERR).
+_TRACE_NOT_WRITTEN = 74
 
 
 def _snapshot_on_sigusr2():

@@ -5,6 +5,9 @@
 Runs the program as Python itself would (same sys.argv, __main__, sys.path[0] and exit status) with
 tracing on, and saves the trace however the program ends (return, sys.exit, an uncaught exception, ^C,
 SIGTERM and SIGHUP: saved, then the process dies of the signal as it would untraced).
+If the trace cannot be written (a full disk), the exit status is still the program's when the program
+failed; when only Ocular failed, it is 74 (TRACE_NOT_WRITTEN), with "ocular: the program exited 0; the
+trace could not be written: <cause>".
 Without --follow the program runs in this process; with --follow it runs as a child process and every
 Python process it starts is traced too, then merged into one trace (``_follow.py``).
 """
@@ -41,13 +44,19 @@ which output for what (the suffix of -o picks the format; several -o record once
 Also .gecko.json (Firefox Profiler), .json.gz, and .ocular (the raw recording: convert renders it later).
 SIGTERM or SIGHUP (kill, timeout, docker stop, systemd) saves the trace, then the program dies of the signal
 as it would untraced (a profile format keeps the recording for convert, named on stderr).
+Exit status: the program's.  If Ocular cannot write the trace (a full disk), a program that failed keeps
+its status; a program that exited 0 gives 74, with "ocular: the program exited 0; the trace could not be
+written: <cause>" on stderr.  2: an option or output refused before the program runs.
 See README.md and docs/formats.md."""
 
 CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
 protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
 .speedscope.json = speedscope; .gecko.json = Firefox Profiler; .pb.gz/.pprof = pprof; .html = a
 self-contained HTML page; anything else = Chrome trace JSON.  A recording cut short (its process was
-killed) renders up to its last complete block.
+killed) renders up to its last complete block.  A damaged recording renders into valid outputs whose
+repairs are said on stderr and in a JSON trace's otherData (damaged, clamped_records, damage): records
+whose time goes back in their thread are clamped, so that slices nest; one it cannot read is refused
+(exit status 1).
 examples:
   python -m ocular convert run.ocular -o run.json -o run.pftrace
   python -m ocular convert run.ocular -o run.pstats -o run.folded -o run.html
@@ -334,6 +343,9 @@ def merge_main(argv):
         for p in parts:
             if not p["complete"]:
                 _say(f"ocular: incomplete: {p['path']} (pid {p['pid']}): {p['note']}")
+    for p in parts:  # (said even with -q, as convert does: the merged trace holds a repaired part)
+        if p.get("damaged") and (ns.quiet or p["complete"]):
+            print(f"ocular: {p['path']}: {p['damaged']}", file=sys.stderr)
     from . import _format_for, _formats
 
     note = _formats.json_size_note(os.path.getsize(ns.output), ns.output) if (
@@ -584,6 +596,7 @@ def _run(argv=None):
                                  save_on_signals=True)
 
     status = 0
+    failures = []  # Ocular's own: what it could not write (the program's status is apart: _final_status)
     try:
         try:
             program.run(start)
@@ -624,22 +637,40 @@ def _run(argv=None):
             except Exception as exc:
                 if many and isinstance(exc, OSError) and exc.errno and os.path.exists(rec_path):
                     # (the recording was cut short, a full disk: rendered below; its own name is not the user's)
-                    _say(f"ocular: writing the recording failed ({ocular._why_write_failed(exc.errno)}); what "
-                         f"was recorded before it goes into each output")
+                    failures.append((exc, f"writing the recording failed ({ocular._why_write_failed(exc.errno)}); "
+                                          f"what was recorded before it goes into each output"))
                 else:
-                    _say(f"ocular: {_message(exc)}")
-                if not status:
-                    status = 1
+                    failures.append((exc, _message(exc)))
         # Several -o: the recording of the session started here, whoever stopped it (this code, or the
         # program itself, which may then have traced into files of its own), rendered into each output.
         if many and os.path.exists(rec_path):
             try:
                 _render_all(rec_path, outputs, ns)
             except Exception as exc:
-                _say(f"ocular: {_message(exc)}")
-                if not status:
-                    status = 1
-    return status
+                failures.append((exc, _message(exc)))
+    return _final_status(status, failures)
+
+
+from . import _TRACE_NOT_WRITTEN as TRACE_NOT_WRITTEN  # noqa: E402 (74: the program exited 0, Ocular failed)
+
+
+def _final_status(status, failures):
+    """The command's exit status: the program's, unless only Ocular failed (TRACE_NOT_WRITTEN); each
+    failure is said in one line that tells whose status is whose."""
+    if not failures:
+        return status
+    code = 0 if status is None else status if isinstance(status, int) else 1  # (sys.exit("msg"): 1)
+    for exc, cause in failures:
+        what = "the trace could not be written" if isinstance(exc, OSError) else "ocular failed"
+        if status is _INTERRUPTED:
+            _say(f"ocular: the program was interrupted; {what}: {cause}")
+        elif code == 0:
+            _say(f"ocular: the program exited 0; {what}: {cause}")
+        else:
+            _say(f"ocular: the program exited {code} (the exit status is the program's); {what}: {cause}")
+    if status is _INTERRUPTED or code != 0:
+        return status
+    return TRACE_NOT_WRITTEN
 
 
 # _run()'s status for a program ended by a KeyboardInterrupt it did not catch: Python then exits by

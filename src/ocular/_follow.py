@@ -133,8 +133,9 @@ def _signal_name(sig):
 
 
 def run(ns, command, say, warn=None):
-    """Run ``command`` (argv after the interpreter) followed; merge; return the exit status (1 if the
-    program's is 0 but a process could not save its trace, or the merge failed).
+    """Run ``command`` (argv after the interpreter) followed; merge; return the exit status: the program's,
+    or, if the program's is 0 but a process could not save its trace or the merge failed, the command
+    line's TRACE_NOT_WRITTEN (74), said in a line "ocular: the program exited 0; ...".
 
     ns: the parsed command line (mode, threshold, include, exclude, output, format, tool_id, report
     flags, usdt, follow_wait, keep_parts, quiet).  say(msg): prints a line unless --quiet; warn(msg):
@@ -221,13 +222,13 @@ def run(ns, command, say, warn=None):
         why = "; ".join(f"pid {i['pid']}: {i['note']}" for _, i in inputs if not i["complete"])
         warn(f"ocular: no trace was written: no process finished its trace or wrote any event"
              f"{' (' + why + ')' if why else ''}")
-        return _status(rc) or (1 if failed else 0)
+        return _status(rc) or _not_written(failed, warn, "no trace was written")
     try:
         parts = _merge.merge([(p, i) for p, i in inputs], out, format=fmt, trusted=True, skip_bad=True)
     except (OSError, ValueError) as exc:
         warn(f"ocular: merging the per-process traces into {out!r} failed: {_text(exc)}; "
              f"they are kept in {directory}")
-        return _status(rc) or 1
+        return _status(rc) or _not_written(1, warn, f"merging the per-process traces failed: {_text(exc)}")
     size = os.path.getsize(out)
     events = sum(p["events"] or 0 for p in parts)
     what = (f"{events} events, {sum(p['dropped'] or 0 for p in parts)} dropped" if fmt == "json"
@@ -256,7 +257,18 @@ def run(ns, command, say, warn=None):
             os.rmdir(directory)
         except OSError:
             pass
-    return _status(rc) or (1 if failed else 0)
+    return _status(rc) or _not_written(failed, warn, f"{failed} traced process{'es' if failed != 1 else ''} could "
+                                                     f"not save {'their' if failed != 1 else 'its'} trace")
+
+
+def _not_written(failed, warn, cause):
+    """The status of a program that exited 0 when Ocular failed (failed > 0): the command line's own, said."""
+    if not failed:
+        return 0
+    from . import _TRACE_NOT_WRITTEN
+
+    warn(f"ocular: the program exited 0; the trace could not be written: {cause}")
+    return _TRACE_NOT_WRITTEN
 
 
 def _text(exc):

@@ -557,8 +557,11 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
 
 def _render_part(p, f, output, format, rendered):
     """A recording among the inputs (the part of a process killed before it rendered its trace, or a
-    .ocular file): render it into a temporary trace of the output's format and merge that."""
-    from . import PERFETTO_SUFFIXES, _ocular, _rendering
+    .ocular file): render it into a temporary trace of the output's format, as ``convert`` does (loops
+    the same way: a slice per run in JSON, and the trace alone, with no statistics), and merge that.
+    The render closes the slices a recording cut short left open: its trace is a finished Ocular trace,
+    copied in blocks like any other (not event by event)."""
+    from . import PERFETTO_SUFFIXES, _loops_code, _ocular, _rendering
 
     fmt = format or ("perfetto" if output.lower().endswith(PERFETTO_SUFFIXES) else "json")
     tmp = f"{os.path.abspath(output)}.{os.getpid()}.part{len(rendered)}.tmp"
@@ -566,7 +569,7 @@ def _render_part(p, f, output, format, rendered):
     f.close()
     try:
         with _rendering():
-            res = _ocular._render(p["path"], 1 if fmt == "perfetto" else 0, tmp, False)
+            res = _ocular._render(p["path"], 1 if fmt == "perfetto" else 0, tmp, False, _loops_code(None, fmt), False)
     except ValueError as exc:
         raise MergeError(f"{p['path']!r}: {exc}") from None
     if res["write_errno"]:
@@ -575,6 +578,9 @@ def _render_part(p, f, output, format, rendered):
         p["complete"] = False
         if not p["note"]:
             p["note"] = "the process did not finish its recording"
+    if res.get("damaged"):
+        p["damaged"] = res["damaged"]
+        p["note"] = f"{p['note']}; {res['damaged']}" if p["note"] else res["damaged"]
     if p["pid"] is None:
         p["pid"] = res["pid"]
     p["recording"] = p["path"]
@@ -662,7 +668,7 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
                 out = _JsonOut(f)
                 for p in items:
                     _merge_json_input(files[id(p)], p["path"], p, out, progress,
-                                      (trusted or "recording" in p) and p["complete"])
+                                      "recording" in p or (trusted and p["complete"]))
                 out.finish(items)
             else:
                 for p in items:

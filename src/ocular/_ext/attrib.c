@@ -389,7 +389,12 @@ int oc_attr_export(PyObject *func, uint32_t id) {
 /* GIL held: {"status": "on"|"off"|"absent", "windows", "window_ticks", "skipped", "other_tool"} */
 PyObject *oc_attr_summary(void) {
     const char *st = AT.status == OC_SAMPLING_ON ? "on" : "off";
-    return Py_BuildValue("{s:s,s:I,s:K,s:I,s:s,s:O}", "status", st, "windows", AT.nwin,
-                         "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
-                         AT.other, "incomplete", AT.failed ? Py_True : Py_False);
+    /* (read from the recording: a damaged one may hold any bytes there) */
+    PyObject *other = PyUnicode_DecodeUTF8(AT.other, (Py_ssize_t)strlen(AT.other), "replace");
+    if (!other)
+        return NULL;
+    PyObject *d = Py_BuildValue("{s:s,s:I,s:K,s:I,s:N,s:O}", "status", st, "windows", AT.nwin,
+                                "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
+                                other, "incomplete", AT.failed ? Py_True : Py_False);
+    return d;
 }

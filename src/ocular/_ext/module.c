@@ -269,7 +269,8 @@ PyDoc_STRVAR(render_doc,
              "stats: false renders a trace format (0, 1) alone: no statistics are kept, and\n"
              "_report_data() has none afterwards.\n"
              "The dict has the render's figures and the recording's pid, process_name (as recorded, or None),\n"
-             "clock, ns_per_tick, precise and python_hex (the recorded interpreter's PY_VERSION_HEX).\n"
+             "clock, ns_per_tick, precise and python_hex (the recorded interpreter's PY_VERSION_HEX), and damaged\n"
+             "(what was repaired to render a damaged recording, one line, or None).\n"
              "Raises ValueError for a file that is not a readable recording.");
 
 static PyObject *py_render(PyObject *mod, PyObject *args) {
@@ -322,6 +323,15 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         return NULL;
     }
     Py_DECREF(name);
+    /* a damaged recording: what the render repaired (None: nothing) */
+    char damage[512];
+    PyObject *dmg = oc_render_damage(damage, sizeof damage) ? PyUnicode_FromString(damage) : Py_NewRef(Py_None);
+    if (!dmg || PyDict_SetItemString(d, "damaged", dmg) < 0) {
+        Py_XDECREF(dmg);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(dmg);
     return d;
 }
 

@@ -401,7 +401,17 @@ typedef struct {
     uint32_t adaptive_len;
     uint64_t events;         /* records rendered */
     double wall_ns;          /* from the start of the session (or window) to its stop */
+    /* a damaged recording (render.c, check_clock and clamp_rec): what was repaired to render it */
+    uint64_t clamped;        /* records whose time went back (or leapt past the next) in their thread */
+    uint32_t damage;         /* OC_DAMAGE_* */
+    double bad_rate;         /* OC_DAMAGE_RATE: the recorded rate, and the one used */
+    double used_rate;
+    uint32_t bad_codes;      /* OC_DAMAGE_CODES: CODE blocks whose id is far out of sequence, skipped */
 } oc_rmeta;
+enum { OC_DAMAGE_RATE = 1, OC_DAMAGE_START = 2, OC_DAMAGE_CODES = 4 };
+/* What the render repaired in a damaged recording, one line ("the recording is damaged: ..."), or 0
+ * (buf empty) for a recording with no damage seen. */
+int oc_render_damage(char *buf, size_t n);
 extern oc_rmeta R;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
 /* what oc_stats_net takes off each gap, by the kind of the record that ends it: the recording's measured

@@ -107,6 +107,7 @@ typedef struct {
 
 typedef struct {
     long tid;
+    uint32_t idx;           /* its thread index in the recording (the slot is W.threads' own: thread_slot) */
     uint64_t prev_ts;
     int have_prev;
     frame *stack;
@@ -157,6 +158,10 @@ static struct {
     int progress;
     uint64_t progress_next_ns, progress_start_ns, progress_after_ns;
     const char *progress_name;
+    uint32_t *th_keys, *th_slots; /* thread index -> 1 + its slot (open addressing; th_slots 0: free) */
+    uint32_t th_cap;
+    uint64_t ts_lo, ts_hi;   /* ticks the calibration maps to times in [0, 2^62] ns (check_clock) */
+    uint32_t codes_seen;     /* CODE blocks indexed (a damaged id is one far out of their sequence) */
 } W;
 
 static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
@@ -746,7 +751,29 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     }
 }
 
-/* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k). */
+/* A record out of its thread's time order (a damaged recording; never in a sound one): rendered as a
+ * copy whose time is clamped to [the thread's last time, W.ts_hi], and counted.  A lone leap -- a time past
+ * the next record's (`next`: the thread's record after it, or NULL), which is not itself before the last --
+ * is brought down to the next record's time, so that one damaged record does not hold the rest of the
+ * thread at its time. */
+static const oc_rec *in_order(rthread *t, const oc_rec *r, const oc_rec *next, oc_rec *tmp) {
+    uint64_t lo = t->prev_ts, ts = r->ts;
+    if (next && ts > next->ts && next->ts >= lo)
+        ts = next->ts;
+    if (ts > W.ts_hi)
+        ts = W.ts_hi;
+    if (ts < lo)
+        ts = lo;
+    if (ts == r->ts)
+        return r;
+    R.clamped++;
+    *tmp = *r;
+    tmp->ts = ts;
+    return tmp;
+}
+
+/* Records [r, rend) of thread t, in the specialization given (LEAN, SLICE: above pop_frame_k).  Their
+ * times are in order (span_in_order). */
 static inline __attribute__((always_inline)) void process_block(rthread *t, const oc_rec *r, const oc_rec *rend,
                                                                 int lean, int slice, int nostats) {
     if (nostats) { /* (no calibration: no self time) */
@@ -766,11 +793,57 @@ static inline __attribute__((always_inline)) void process_block(rthread *t, cons
     }
 }
 
-/* The records of one span.  Progress is shown between blocks of 64K records; the record loop itself
- * tests nothing but what each record needs. */
-static void process_recs(rthread *t, const oc_rec *recs, uint32_t n) {
+/* The records' times rise from the thread's last one and stay within the clock's range: a sound
+ * recording's always do, and its spans are rendered with no test per record (a pass over the times
+ * costs a few instructions a record; a test in the record loop cost 11). */
+static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n, const oc_rec *after) {
+    if (!n)
+        return 1;
+    if (r[0].ts < t->prev_ts || r[n - 1].ts > W.ts_hi || (after && r[n - 1].ts > after->ts))
+        return 0;
+    const oc_rec *p = r + 1, *end = r + n;
+    uint64_t prev = r[0].ts;
+    for (; end - p >= 4; p += 4) { /* (four at a time: one branch) */
+        uint64_t a = p[0].ts, b = p[1].ts, c = p[2].ts, d = p[3].ts;
+        if ((a < prev) | (b < a) | (c < b) | (d < c))
+            return 0;
+        prev = d;
+    }
+    for (; p < end; p++) {
+        if (p->ts < prev)
+            return 0;
+        prev = p->ts;
+    }
+    return 1;
+}
+
+/* A span of a damaged recording: each record through in_order, in the record loop's general copy (the
+ * tests the specializations leave out are made at run time: the same result). */
+static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec *r, const oc_rec *send,
+                                                        const oc_rec *after) {
+    oc_rec tmp;
+    for (; r < send; r++) {
+        const oc_rec *rr = in_order(t, r, r + 1 < send ? r + 1 : after, &tmp);
+        if (W.nostats)
+            process_rec(t, rr, 1, 1, SLICE_ANY, 1);
+        else
+            process_rec(t, rr, 0, 0, SLICE_ANY, 0);
+    }
+}
+
+/* The records of one span (`after`: the thread's next record, in its next span, or NULL).  Progress is
+ * shown between blocks of 64K records; the record loop itself tests nothing but what each record needs. */
+static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_rec *after) {
     W.events += n;
     int lean = !oc_attr_on && !R.precise;
+    if (UNLIKELY(!span_in_order(t, recs, n, after))) { /* a damaged recording */
+        process_unordered(t, recs, recs + n, after);
+        if (UNLIKELY(W.progress)) {
+            W.done += n;
+            show_progress(0);
+        }
+        return;
+    }
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
         if (W.nostats)
@@ -802,6 +875,10 @@ static void open_cut_frames(rthread *t) {
         return;
     }
     uint64_t first_ts = t->spans[0].n ? t->spans[0].recs[0].ts : 0;
+    if (t->spans[0].n > 1 && t->spans[0].recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
+        first_ts = t->spans[0].recs[1].ts;
+    first_ts = first_ts < t->prev_ts ? t->prev_ts : first_ts > W.ts_hi ? W.ts_hi : first_ts;
+    t->prev_ts = first_ts;
     for (uint32_t s = 0; s < t->nspans; s++)
         for (uint32_t i = 0; i < t->spans[s].n; i++) {
             const oc_rec *r = &t->spans[s].recs[i];
@@ -875,12 +952,94 @@ static int read_calib(const uint8_t *p, uint32_t len) {
         return 1;
     }
     memcpy(&R.early_npt, p + 24, 8);
-    uint64_t knee = rd64(p + 32);
-    R.knee_tsc = UINT64_MAX; /* (so that to_ns converts the knee itself at the early rate) */
-    R.knee_ns = knee == UINT64_MAX ? UINT64_MAX : to_ns(knee);
-    R.knee_tsc = knee;
+    R.knee_tsc = rd64(p + 32);
+    R.knee_ns = UINT64_MAX; /* (check_clock: the knee at the early rate, once the rates are known good) */
     R.ns_per_tick = npt > 0 ? npt : R.early_npt;
     return npt > 0;
+}
+
+/* ---- a damaged recording ----
+ * Every time written must be finite and every thread's times must rise: the clock's mapping is checked
+ * once its blocks are read (check_clock), and a record whose time goes back or leaps is clamped as it
+ * is rendered (clamp_rec), so a child slice never begins before its parent nor ends after it. */
+#define NS_MAX ((uint64_t)1 << 62) /* ~146 years: every time written is below it */
+
+static int rate_ok(double r) { return r >= 1e-6 && r <= 1e6; } /* (false for NaN) */
+
+/* ticks from `from` while at `rate` the time stays at most NS_MAX (from `base` ns), at most 2^62 ticks */
+static uint64_t ticks_until_max(uint64_t from, uint64_t base, double rate) {
+    double d = base >= NS_MAX ? 0 : (double)(NS_MAX - base) / rate;
+    uint64_t span = d >= (double)NS_MAX ? NS_MAX : (uint64_t)d;
+    return from > UINT64_MAX - 1 - span ? UINT64_MAX - 1 : from + span;
+}
+
+/* The clock's mapping (header and CALIB blocks) made safe: rates finite and plausible, the start and
+ * the knee where they map into [0, NS_MAX]; W.ts_lo and W.ts_hi bound the ticks it maps there, monotonically.
+ * What had to be replaced is noted as damage. */
+static void check_clock(void) {
+    if (!rate_ok(R.early_npt) || !rate_ok(R.ns_per_tick)) {
+        double bad = !rate_ok(R.early_npt) ? R.early_npt : R.ns_per_tick;
+        double good = rate_ok(R.ns_per_tick) ? R.ns_per_tick : rate_ok(R.early_npt) ? R.early_npt : 1.0;
+        if (!rate_ok(R.early_npt))
+            R.early_npt = good;
+        if (!rate_ok(R.ns_per_tick))
+            R.ns_per_tick = good;
+        if (!(R.damage & OC_DAMAGE_RATE)) {
+            R.bad_rate = bad;
+            R.used_rate = good;
+        }
+        R.damage |= OC_DAMAGE_RATE;
+    }
+    if (R.mono0_ns > NS_MAX) {
+        R.mono0_ns = 0;
+        R.damage |= OC_DAMAGE_START;
+    }
+    if (R.knee_tsc != UINT64_MAX) {
+        if (R.knee_tsc < R.tsc0 || R.knee_tsc - R.tsc0 > NS_MAX ||
+            (double)R.mono0_ns + (double)(R.knee_tsc - R.tsc0) * R.early_npt > (double)NS_MAX) {
+            R.knee_tsc = R.knee_ns = UINT64_MAX; /* the early rate throughout */
+            R.damage |= OC_DAMAGE_START;
+        } else {
+            R.knee_ns = R.mono0_ns + (uint64_t)(int64_t)((double)(int64_t)(R.knee_tsc - R.tsc0) * R.early_npt);
+        }
+    } else {
+        R.knee_ns = UINT64_MAX;
+    }
+    double back = (double)R.mono0_ns / R.early_npt; /* ticks before tsc0 down to time 0 */
+    uint64_t before = back >= (double)NS_MAX ? NS_MAX : (uint64_t)back;
+    W.ts_lo = R.tsc0 > before ? R.tsc0 - before : 0;
+    W.ts_hi = R.knee_tsc != UINT64_MAX ? ticks_until_max(R.knee_tsc, R.knee_ns, R.ns_per_tick)
+                                       : ticks_until_max(R.tsc0, R.mono0_ns, R.early_npt);
+    if (W.ts_hi < W.ts_lo)
+        W.ts_hi = W.ts_lo;
+}
+
+int oc_render_damage(char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    if (!R.clamped && !R.damage)
+        return 0;
+#define ADD(...) (k < n ? (void)(k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__)) : (void)0)
+    ADD("the recording is damaged:");
+    const char *sep = " ";
+    if (R.clamped) {
+        ADD("%s%llu record%s clamped (time out of order in its thread)", sep, (unsigned long long)R.clamped,
+            R.clamped == 1 ? "" : "s");
+        sep = "; ";
+    }
+    if (R.damage & OC_DAMAGE_RATE) {
+        ADD("%sthe clock rate %g ns per tick is impossible: %g used", sep, R.bad_rate, R.used_rate);
+        sep = "; ";
+    }
+    if (R.damage & OC_DAMAGE_START) {
+        ADD("%sthe clock calibration's start or knee is out of range: replaced", sep);
+        sep = "; ";
+    }
+    if (R.damage & OC_DAMAGE_CODES)
+        ADD("%s%u code block%s with an id far out of sequence skipped (their calls render as <unknown code>)",
+            sep, R.bad_codes, R.bad_codes == 1 ? "" : "s");
+#undef ADD
+    return buf[0] != 0;
 }
 
 /* Length of the valid UTF-8 sequence at p[0..n) (n > 0), or 0 if it is not one. */
@@ -972,6 +1131,10 @@ static void free_render_state(void) {
         free(W.insn_prefix[i]);
     free(W.insn_prefix);
     free(W.same_top);
+    free(W.th_keys);
+    free(W.th_slots);
+    W.th_keys = W.th_slots = NULL;
+    W.th_cap = 0;
     W.threads = NULL;
     W.nthreads = 0;
     W.insn_prefix = NULL;
@@ -979,12 +1142,46 @@ static void free_render_state(void) {
     W.ncodes_alloc = 0;
 }
 
-/* R.nthreads: 1 + the highest thread index seen; W.nthreads: the capacity of both arrays */
-static int grow_threads(uint32_t idx) {
-    if (idx >= W.nthreads) {
-        if (idx > 10000000)
+/* The slot of thread index `idx` in W.threads and R.threads, a new one for an index not seen before, or -1
+ * (no memory).  Slots are given in the order threads first appear: a thread's state exists only for
+ * threads in the recording, whatever their index (a damaged one may be any 32-bit number).
+ * R.nthreads: the slots in use; W.nthreads: the capacity of both arrays. */
+static int64_t thread_slot(uint32_t idx) {
+    uint32_t mask = W.th_cap - 1, h = (idx * 2654435761u) & mask;
+    if (W.th_cap)
+        for (; W.th_slots[h]; h = (h + 1) & mask)
+            if (W.th_keys[h] == idx)
+                return W.th_slots[h] - 1;
+    uint32_t slot = R.nthreads;
+    if (slot == UINT32_MAX - 1)
+        return -1;
+    if ((uint64_t)(slot + 1) * 2 > W.th_cap) { /* (at most half full) */
+        uint32_t cap = W.th_cap ? W.th_cap * 2 : 64;
+        uint32_t *k = calloc(cap, sizeof *k), *v = calloc(cap, sizeof *v);
+        if (!k || !v) {
+            free(k);
+            free(v);
             return -1;
-        uint32_t n = idx + 64;
+        }
+        for (uint32_t i = 0; i < W.th_cap; i++)
+            if (W.th_slots[i]) {
+                uint32_t j = (W.th_keys[i] * 2654435761u) & (cap - 1);
+                while (v[j])
+                    j = (j + 1) & (cap - 1);
+                k[j] = W.th_keys[i];
+                v[j] = W.th_slots[i];
+            }
+        free(W.th_keys);
+        free(W.th_slots);
+        W.th_keys = k;
+        W.th_slots = v;
+        W.th_cap = cap;
+        mask = cap - 1;
+        for (h = (idx * 2654435761u) & mask; W.th_slots[h];)
+            h = (h + 1) & mask;
+    }
+    if (slot >= W.nthreads) {
+        uint32_t n = W.nthreads ? W.nthreads * 2 : 16;
         rthread *t = realloc(W.threads, n * sizeof *t);
         if (!t)
             return -1;
@@ -997,9 +1194,11 @@ static int grow_threads(uint32_t idx) {
         R.threads = th;
         W.nthreads = n;
     }
-    if (idx >= R.nthreads)
-        R.nthreads = idx + 1;
-    return 0;
+    W.th_keys[h] = idx;
+    W.th_slots[h] = slot + 1;
+    W.threads[slot].idx = idx;
+    R.nthreads = slot + 1;
+    return slot;
 }
 
 static int grow_codes(uint32_t id) {
@@ -1056,6 +1255,9 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             R.knee_tsc = R.knee_ns = UINT64_MAX;
             memcpy(R.clock, p + 48, 23);
             R.clock[23] = 0;
+            for (char *c = R.clock; *c; c++) /* (a clock's name is ASCII: anything else is damage) */
+                if (*c < 0x20 || *c > 0x7e)
+                    *c = '?';
             R.test_clock = strcmp(R.clock, "test") == 0;
             memcpy(R.cache_entries, p + 72, 256);
             R.python_hex = rd32(p + 328);
@@ -1076,6 +1278,14 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             uint32_t id = rd32(p), nu = rd32(p + 8), ql = rd32(p + 12), fl = rd32(p + 16);
             if ((uint64_t)20 + ql + fl + (uint64_t)nu * 6 != len)
                 BAD("corrupt code block");
+            /* ids are given in order and each is written once, nearly in order: an id far past the blocks
+             * seen is damage, skipped (the table is indexed by id: it would take that much memory) */
+            if ((uint64_t)id > 2 * (uint64_t)W.codes_seen + 65536) {
+                R.bad_codes++;
+                R.damage |= OC_DAMAGE_CODES;
+                break;
+            }
+            W.codes_seen++;
             if (grow_codes(id) < 0)
                 BAD("code id out of range");
             oc_codeent *e = &R.codes[id];
@@ -1106,8 +1316,9 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         case OC_BLK_THREAD: {
             if (len < 28)
                 BAD("corrupt thread block");
-            uint32_t idx = rd32(p), nl = rd32(p + 24);
-            if (nl != len - 28 || grow_threads(idx) < 0)
+            uint32_t nl = rd32(p + 24);
+            int64_t idx = nl == len - 28 ? thread_slot(rd32(p)) : -1;
+            if (idx < 0)
                 BAD("corrupt thread block");
             oc_thread *th = &R.threads[idx];
             th->tid = (long)rd64(p + 8);
@@ -1122,9 +1333,11 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         case OC_BLK_CHUNK: {
             if (len < 8)
                 BAD("corrupt chunk block");
-            uint32_t idx = rd32(p), n = rd32(p + 4);
-            if ((uint64_t)n * sizeof(oc_rec) != (uint64_t)len - 8 || grow_threads(idx) < 0)
+            uint32_t n = rd32(p + 4);
+            int64_t slot = (uint64_t)n * sizeof(oc_rec) == (uint64_t)len - 8 ? thread_slot(rd32(p)) : -1;
+            if (slot < 0)
                 BAD("corrupt chunk block");
+            uint32_t idx = (uint32_t)slot;
             rthread *t = &W.threads[idx];
             if (t->nspans == t->capspans) {
                 uint32_t cap = t->capspans ? t->capspans * 2 : 16;
@@ -1320,7 +1533,7 @@ static int add_pause_code(void) {
 }
 
 static inline void set_tid(uint32_t i) {
-    W.threads[i].tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)i;
+    W.threads[i].tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.threads[i].idx;
 }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
@@ -1341,7 +1554,9 @@ static void switch_thread(uint32_t i) {
 }
 
 static void render_span(rthread *t, uint32_t s, int drop) {
-    process_recs(t, t->spans[s].recs, t->spans[s].n);
+    /* (the thread's next record, if indexed: a damaged last time is known by it) */
+    const oc_rec *after = s + 1 < t->nspans && t->spans[s + 1].n ? t->spans[s + 1].recs : NULL;
+    process_recs(t, t->spans[s].recs, t->spans[s].n, after);
     if (!drop)
         return;
     /* done with these pages: out of the resident set (a long recording is mapped whole), 16 MiB at a
@@ -1367,6 +1582,7 @@ static void render_ref(uint32_t i, uint32_t s, int drop) {
     if (!t->started) {
         t->started = 1;
         set_tid(i);
+        t->prev_ts = W.ts_lo; /* (its records' times start there: in_order) */
         if (R.ring)
             open_cut_frames(t);
     }
@@ -1448,6 +1664,7 @@ static uint32_t live_step(void) {
     }
     if (!W.have_header || !W.calibrated || !W.norder)
         return 0;
+    check_clock();
     if (grow_code_arrays() < 0) {
         L.failed = 1;
         return 0;
@@ -1707,6 +1924,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         snprintf(res->error, sizeof res->error, "not an Ocular recording (empty or no header block)");
         goto out;
     }
+    check_clock();
     /* the trace alone (NOSTATS): a trace format asked for no statistics; a precise recording's loops
      * count their instructions from its records, which only the full record loop follows */
     if (!cont)
@@ -1732,6 +1950,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
                     W.stop_ticks = sp->recs[sp->n - 1].ts;
             }
     }
+    W.stop_ticks = W.stop_ticks < W.ts_lo ? W.ts_lo : W.stop_ticks > W.ts_hi ? W.ts_hi : W.stop_ticks;
     W.progress = progress && isatty(2);
     W.progress_name = out_path ? out_path : rec_path;
     W.progress_start_ns = mono_now_ns();
@@ -1776,7 +1995,9 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
         W.out.err = cerr;
     res->events = R.events = W.events;
     res->live_events = W.live_events;
-    R.wall_ns = (double)(int64_t)(to_ns(W.stop_ticks) - to_ns(R.ring && W.window_ticks ? W.window_ticks : R.tsc0));
+    uint64_t from = R.ring && W.window_ticks ? W.window_ticks : R.tsc0;
+    from = from < W.ts_lo ? W.ts_lo : from > W.ts_hi ? W.ts_hi : from;
+    R.wall_ns = (double)(int64_t)(to_ns(W.stop_ticks) - to_ns(from));
     if (R.wall_ns < 0)
         R.wall_ns = 0;
     res->bytes = W.out.total;

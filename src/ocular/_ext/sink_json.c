@@ -262,7 +262,11 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tracer\":\"ocular\",\"mode\":\"");
     put_str(o, precise ? "precise" : "adaptive");
     LIT(o, "\",\"clock\":\"");
-    put_str(o, clock);
+    for (const char *c = clock; *c; c++) { /* (render.c made it printable ASCII) */
+        if (*c == '"' || *c == '\\')
+            LIT(o, "\\");
+        put(o, c, 1);
+    }
     LIT(o, "\",\"ns_per_tick\":");
     oc_out_printf(o, "%.9g", R.ns_per_tick);
     LIT(o, ",\"threshold\":");
@@ -281,6 +285,14 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
                                  "calls as slices"
                                : "C call sites de-instrumented after the threshold: their later calls are not slices "
                                  "(their time is in the caller's)");
+        LIT(o, "\"");
+    }
+    char damage[512]; /* a damaged recording: what was repaired to render it (render.c) */
+    if (oc_render_damage(damage, sizeof damage)) {
+        LIT(o, ",\"damaged\":true,\"clamped_records\":");
+        put_u64(o, R.clamped);
+        LIT(o, ",\"damage\":\"");
+        put_str(o, damage); /* (plain ASCII, no quote or backslash) */
         LIT(o, "\"");
     }
     LIT(o, "}}\n");

@@ -1178,7 +1178,8 @@ static void free_state(void) {
     memset(&P, 0, sizeof P);
 }
 
-/* The thread names are final: re-emit each thread's descriptor, named. */
+/* The thread names are final: re-emit each thread's descriptor, named (and the process's, saying what was
+ * repaired, for a damaged recording). */
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
     if (P.active && !o->err) {
@@ -1210,6 +1211,29 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
             }
             pkt_end(o);
             free(unescaped);
+        }
+        char damage[512]; /* a damaged recording: the process track says what was repaired (render.c) */
+        if (oc_render_damage(damage, sizeof damage)) {
+            char *pname = json_unescape(R.process_name ? R.process_name : "python");
+            size_t n = strlen(pname ? pname : "python") + strlen(damage) + 8;
+            char *named = malloc(n);
+            if (named) {
+                snprintf(named, n, "%s [%s]", pname ? pname : "python", damage);
+                pbw *w = pkt_start();
+                pb_uint(w, TP_TIMESTAMP, max_ns);
+                pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
+                pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
+                pb_open(w, TP_TRACK_DESCRIPTOR);
+                pb_uint(w, TD_UUID, P.process_uuid);
+                pb_open(w, TD_PROCESS);
+                pb_int(w, PD_PID, R.pid);
+                pb_str(w, PD_PROCESS_NAME, named);
+                pb_close(w);
+                pb_close(w);
+                pkt_end(o);
+            }
+            free(named);
+            free(pname);
         }
         flush_batch(o);
     }
