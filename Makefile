@@ -104,8 +104,8 @@ test-installed: check-versions
 	  $$py -m venv $$d/venv && $$d/venv/bin/python -m pip install -q --upgrade pip && \
 	  $$d/venv/bin/python -m pip install -q -r requirements-test.txt && \
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
-	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
-	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl); \
+	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/*.whl && \
+	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/*.whl); \
 	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) -m "not quiet" $$t; } || exit 1; \
 	done
 
