@@ -48,7 +48,7 @@ check-versions: check-python
 .venv-%/.base:
 	@py=$$(for p in $(PYTHONS); do v=$$($$p -c 'import sys;print("%d.%d"%sys.version_info[:2])'); [ "$$v" = "$*" ] && echo $$p; done | head -1); \
 	test -n "$$py" || { echo "error: no python$* found"; exit 1; }; \
-	$$py -m venv .venv-$* && .venv-$*/bin/python -m pip install -q "setuptools>=68" && touch $@
+	$$py -m venv .venv-$* && .venv-$*/bin/python -m pip install -q "setuptools>=77" && touch $@
 
 .PRECIOUS: .venv-%/.base  # (kept: make would delete it as an intermediate of .ready)
 .venv-%/.ready: .venv-%/.base requirements-test.txt
