@@ -84,7 +84,7 @@ test: build
 	  echo "== tests on Python $$v"; s=$$SECONDS; \
 	  { export PYTHONPATH=src; $(call suite,.venv-$$v/bin/python -m pytest -q,tests); } || exit 1; \
 	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
-	done
+	done$(if $(MISSING),; echo "== not tested (not found, see the first lines): Python $(MISSING)")
 
 # test-installed: what users install.  For each interpreter: a wheel built from the tree (build/ leftovers of
 # earlier builds removed first), installed with the test dependencies into a fresh venv
