@@ -11,7 +11,10 @@ find_python = $(or $(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(1).*/bi
 ifdef PYTHON
 PYTHONS := $(PYTHON)
 else
-PYTHONS := $(strip $(foreach v,$(PYTHON_VERSIONS),$(call find_python,$(v))))
+$(foreach v,$(PYTHON_VERSIONS),$(eval PYTHON_$(v) := $(call find_python,$(v))))
+PYTHONS := $(strip $(foreach v,$(PYTHON_VERSIONS),$(PYTHON_$(v))))
+# MISSING: the versions asked for and not found; check-versions prints one line each (and does not fail)
+MISSING := $(strip $(foreach v,$(PYTHON_VERSIONS),$(if $(PYTHON_$(v)),,$(v))))
 ifeq ($(PYTHONS),)
 PYTHONS := $(shell command -v python3.15 python3.14 python3.13 python3.12 2>/dev/null)
 endif
@@ -19,35 +22,54 @@ endif
 FIRST := $(firstword $(PYTHONS))
 SRC := $(wildcard src/ocular/_ext/*.c src/ocular/_ext/*.h) setup.py
 
-.PHONY: all build example pythons test test-installed test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
+.PHONY: all build example pythons check-versions test test-installed test-asan test-valgrind test-stdlib bench bench-quick bench-memory clean check-python
 
 all: build
 
-# pythons: the interpreters make would use, one line each (version and path)
+# pythons: the interpreters make would use, one line each (version and path); the missing ones on stderr
 pythons:
 	@for p in $(PYTHONS); do echo "$$($$p -c 'import sys;print("%d.%d.%d"%sys.version_info[:3])') $$p"; done
+	@{ $(missing_lines) } >&2
 
 check-python:
 	@test -n "$(FIRST)" || { echo "error: no CPython >= 3.12 found (looked in $(PYENV_ROOT)/versions and $(OCULAR_PYTHONS); set PYTHON=...)"; exit 1; }
 
-# venv per interpreter with setuptools + test dependencies (requirements-test.txt)
-.venv-%/.ready: requirements-test.txt
+# check-versions: what the targets that run on every version need; one line per supported version not found
+# (skipped, not an error) with how to get it: ../shared/tools/get-python.sh where it exists (our machines)
+GET_PYTHON := $(wildcard $(CURDIR)/../shared/tools/get-python.sh)
+missing_lines = for v in $(MISSING); do \
+	  echo "== Python $$v not found, skipped: pyenv install $$v, or python$$v on PATH, or OCULAR_PYTHONS=DIR holding $$v/bin/python$$v$(if $(GET_PYTHON), (here: ../shared/tools/get-python.sh $$v $(OCULAR_PYTHONS)/$$v))"; \
+	done
+check-versions: check-python
+	@$(missing_lines)
+
+# venv per interpreter: .base holds what the build needs (setuptools: the package needs nothing but CPython),
+# .ready adds the test dependencies (requirements-test.txt)
+.venv-%/.base:
 	@py=$$(for p in $(PYTHONS); do v=$$($$p -c 'import sys;print("%d.%d"%sys.version_info[:2])'); [ "$$v" = "$*" ] && echo $$p; done | head -1); \
 	test -n "$$py" || { echo "error: no python$* found"; exit 1; }; \
-	$$py -m venv .venv-$* && .venv-$*/bin/python -m pip install -q --upgrade pip && \
+	$$py -m venv .venv-$* && .venv-$*/bin/python -m pip install -q "setuptools>=77" && touch $@
+
+.PRECIOUS: .venv-%/.base  # (kept: make would delete it as an intermediate of .ready)
+.venv-%/.ready: .venv-%/.base requirements-test.txt
+	@.venv-$*/bin/python -m pip install -q --upgrade pip && \
 	.venv-$*/bin/python -m pip install -q -r requirements-test.txt && touch $@
 
 VERSIONS = $(foreach p,$(PYTHONS),$(shell $(p) -c 'import sys;print("%d.%d"%sys.version_info[:2])'))
+EXAMPLE_VERSION = $(firstword $(VERSIONS))
 
-build: check-python $(foreach v,$(VERSIONS),.venv-$(v)/.ready)
-	@for v in $(VERSIONS); do \
-	  echo "== building ocular for Python $$v"; \
-	  .venv-$$v/bin/python setup.py -q build_ext --inplace 2>&1 | grep -v "^running\|^copying\|^creating" ; \
-	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
-	done
+# $(call build_ext,VERSION): the extension built in place (src/ocular) with .venv-VERSION
+build_ext = echo "== building ocular for Python $(1)"; \
+	.venv-$(1)/bin/python setup.py -q build_ext --inplace 2>&1 | grep -v "^running\|^copying\|^creating"; \
+	test $${PIPESTATUS[0]} -eq 0
 
-example: build
-	PYTHONPATH=src .venv-$(firstword $(VERSIONS))/bin/python -m ocular -o examples/ocular_trace.pftrace examples/primes.py
+build: check-versions $(foreach v,$(VERSIONS),.venv-$(v)/.ready)
+	@for v in $(VERSIONS); do $(call build_ext,$$v) || exit 1; done
+
+# example: one interpreter (the first found), a venv with nothing but setuptools, no test tooling
+example: check-python .venv-$(EXAMPLE_VERSION)/.base
+	@$(call build_ext,$(EXAMPLE_VERSION))
+	PYTHONPATH=src .venv-$(EXAMPLE_VERSION)/bin/python -m ocular -o examples/ocular_trace.pftrace examples/primes.py
 
 # PYTEST_JOBS: test processes at a time (pytest-xdist; default one per CPU, 1: no workers).  Each test runs
 # its traced programs in interpreters of their own, so two at a time share nothing but the CPUs.
@@ -62,7 +84,7 @@ test: build
 	  echo "== tests on Python $$v"; s=$$SECONDS; \
 	  { export PYTHONPATH=src; $(call suite,.venv-$$v/bin/python -m pytest -q,tests); } || exit 1; \
 	  echo "== tests on Python $$v: passed in $$((SECONDS - s)) s"; \
-	done
+	done$(if $(MISSING),; echo "== not tested (not found, see the first lines): Python $(MISSING)")
 
 # test-installed: what users install.  For each interpreter: a wheel built from the tree (build/ leftovers of
 # earlier builds removed first), installed with the test dependencies into a fresh venv
@@ -73,7 +95,7 @@ test: build
 # `quiet` (timings compared within a run: what the code does, not what the wheel holds) run in `make test` only.
 INSTALLED_FULL ?= $(VERSIONS)
 INSTALLED_SMOKE ?= tests/test_wheel.py tests/test_api.py tests/test_cli_report.py tests/test_formats.py
-test-installed: check-python
+test-installed: check-versions
 	@for v in $(VERSIONS); do \
 	  if echo " $(INSTALLED_FULL) " | grep -q " $$v "; then t=tests; else t="$(INSTALLED_SMOKE)"; fi; \
 	  echo "== tests against the installed wheel on Python $$v: $$t"; \
@@ -82,8 +104,8 @@ test-installed: check-python
 	  $$py -m venv $$d/venv && $$d/venv/bin/python -m pip install -q --upgrade pip && \
 	  $$d/venv/bin/python -m pip install -q -r requirements-test.txt && \
 	  $$d/venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w $$d/wheel . && \
-	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/ocular-*.whl && \
-	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/ocular-*.whl); \
+	  $$d/venv/bin/python -m pip install -q --no-deps $$d/wheel/*.whl && \
+	  { export OCULAR_TEST_INSTALLED=1 OCULAR_TEST_WHEEL=$$(ls $$d/wheel/*.whl); \
 	    $$d/venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_N) -m "not quiet" $$t; } || exit 1; \
 	done
 

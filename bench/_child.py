@@ -157,7 +157,7 @@ def _probe():
                 try:
                     from importlib.metadata import version as dist_version
 
-                    version = dist_version(mod)
+                    version = dist_version({"ocular": "ocular-profiler"}.get(mod, mod))
                 except Exception:
                     version = None
             out[mod] = {"ok": True, "version": str(version or "")}

@@ -46,6 +46,16 @@ def _installed_root():
 # of the package built with the sanitizers; `make test-installed` at the installed package's site-packages
 SRC = os.environ.get("OCULAR_TEST_SRC") or (_installed_root() if INSTALLED else os.path.join(ROOT, "src"))
 
+
+def is_ocular_file(path):
+    """Whether a recorded file name is one of Ocular's own files: under the directory of the package the
+    subprocesses import (SRC/ocular), not any path that merely contains the word (a checkout in ~/ocular,
+    with its venv's _distutils_hack or an editable install's import hook)."""
+    pkg = os.path.join(SRC, "ocular")
+    dirs = {os.path.join(os.path.abspath(pkg), ""), os.path.join(os.path.realpath(pkg), "")}
+    return any(p.startswith(d) for p in (os.path.abspath(path), os.path.realpath(path)) for d in dirs)
+
+
 # ---------------------------------------------------------------- watchdog ----
 TIMEOUT = float(os.environ.get("OCULAR_TEST_TIMEOUT") or 600)
 TEST_TIMEOUT = float(os.environ.get("OCULAR_TEST_TIMEOUT_TEST") or 1800)

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT, SRC, check_balanced, load_trace, python_cmd
+from conftest import ROOT, SRC, check_balanced, is_ocular_file, load_trace, python_cmd
 
 SCRIPT = """
 import json, re
@@ -61,7 +61,7 @@ def test_the_runner_is_never_recorded(tmp_path):
     pkg_files = {str(tmp_path / "pkg" / "__init__.py"), str(tmp_path / "pkg" / "tool.py")}
     assert [e["name"] for e in ev if e["args"]["file"] in pkg_files] == ["<module>", "<module>", "go"], ev
     files = {e["args"]["file"] for e in ev}
-    assert "<frozen importlib._bootstrap>" in files and not [f for f in files if "runpy" in f or "ocular" in f], files
+    assert "<frozen importlib._bootstrap>" in files and not [f for f in files if "runpy" in os.path.basename(f) or is_ocular_file(f)], files
     p = cli(["--threshold", "0", "-o", "c.json", "-c", "def f(): pass\nf()"], tmp_path)
     assert [e["name"] for e in load_trace(tmp_path / "c.json")["traceEvents"] if e["ph"] == "B"] == ["<module>", "f"]
     # C functions are their own slices, named as cProfile names them

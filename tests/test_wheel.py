@@ -2,7 +2,8 @@
 the extension) is in the wheel, and so is the extension.  Under `make test-installed`
 (OCULAR_TEST_INSTALLED=1) the installed package itself is checked against the source tree; otherwise a
 wheel is built from the source tree (pip wheel, no dependencies, no build isolation) and its file list
-checked (built from a clean copy of the tree: ~20 s, the extension is compiled)."""
+checked (built from a clean copy of the tree: ~20 s, the extension is compiled), and its name: the
+distribution's (pyproject.toml), not the package's (`ocular` on PyPI is another project)."""
 
 import glob
 import os
@@ -13,10 +14,13 @@ import sysconfig
 import zipfile
 
 import pytest
+import tomllib
 
 from conftest import INSTALLED, ROOT, SRC
 
 PKG = os.path.join(ROOT, "src", "ocular")
+with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    DIST = tomllib.load(f)["project"]["name"]
 
 
 def package_files():
@@ -46,6 +50,10 @@ def test_every_package_file_is_in_the_wheel(tmp_path):
             dirnames[:] = [d for d in dirnames if d != "__pycache__"]
             names |= {os.path.relpath(os.path.join(dirpath, n), SRC).replace(os.sep, "/") for n in filenames}
         check(names)
+        import importlib.metadata
+
+        dist = importlib.metadata.distribution(DIST)  # installed under the distribution's name
+        assert os.path.dirname(str(dist.locate_file("ocular"))) == SRC, (dist.locate_file("ocular"), SRC)
         return
     wheel = os.environ.get("OCULAR_TEST_WHEEL")
     if not wheel:
@@ -60,6 +68,11 @@ def test_every_package_file_is_in_the_wheel(tmp_path):
         if p.returncode != 0 and "No module named pip" in p.stderr:
             pytest.skip("this interpreter has no pip to build the wheel with")
         assert p.returncode == 0, p.stdout + p.stderr
-        wheel = glob.glob(str(tmp_path / "ocular-*.whl"))[0]
+        (wheel,) = glob.glob(str(tmp_path / "*.whl"))
+    # a wheel's file name and METADATA carry the distribution's name (normalized in the file name)
+    assert os.path.basename(wheel).startswith(DIST.replace("-", "_") + "-"), (wheel, DIST)
     with zipfile.ZipFile(wheel) as z:
-        check(set(z.namelist()))
+        names = set(z.namelist())
+        check(names)
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        assert f"\nName: {DIST}\n" in z.read(meta).decode(), meta
