@@ -145,8 +145,12 @@ def _events_for(mode):
 def _arm_running():
     """C functions: a code object's calls are armed when it registers, at its first event; those already
     running when tracing starts (every thread's frames) are registered now, so that their calls from here
-    on are recorded."""
-    for frame in sys._current_frames().values():
+    on are recorded (an audit hook that refuses sys._current_frames: this thread's only)."""
+    try:
+        frames = list(sys._current_frames().values())
+    except Exception:
+        frames = [sys._getframe()]
+    for frame in frames:
         while frame is not None:
             _ocular._arm_code(frame.f_code)
             frame = frame.f_back

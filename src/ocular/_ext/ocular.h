@@ -154,10 +154,10 @@ typedef struct {
     uint32_t probe;          /* adaptive: 1 once an instruction probe was armed on this code (2: it failed) */
     uint32_t insn_done;      /* an instruction site passed the threshold: no more INSTRUCTION records */
     uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to S.probe_after */
-    uint32_t calls;          /* C functions: 1 once CALL was armed on this code (a local event), 2 if it is
-                                left unarmed (it names sys.setprofile: codeinfo.c oc_arm_calls) */
     PyObject *code;          /* the code object this is the extra of (borrowed: it frees this) */
     uint32_t open;           /* threshold > 0: recorded activations not yet ended, on every thread */
+    uint32_t calls;          /* C functions: 1 once CALL was armed on this code (a local event), 2 if it is
+                                left unarmed (it names sys.setprofile: codeinfo.c arm_calls) */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
     uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
