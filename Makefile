@@ -167,7 +167,7 @@ test-valgrind: build
 # test-stdlib: CPython's own test modules, untraced and then under `python -m ocular` in both modes: same
 # exit status, same regrtest summary, valid trace (tests/stdlib_compare.py); the modules that differ under
 # any sys.monitoring tool are compared with a no-op tool instead (docs/stdlib-differences.md).
-# STDLIB_SET=ci: 36 of the 63 modules, without the longest (what .ci/run uses on every interpreter).
+# STDLIB_SET=ci: 40 of the 71 modules, without the longest (what .ci/run uses on every interpreter).
 # STDLIB_JOBS: modules compared at a time (default: one per CPU; each module's own runs stay in sequence).
 STDLIB_SET ?= full
 STDLIB_JOBS ?= $(shell nproc 2>/dev/null || echo 1)

@@ -84,6 +84,9 @@ FULL = [
     # a program's own co_extra index (test_code's CoExtra tests: Ocular's per-code data is not in co_extra), no
     # GC object per code object (test_descr's slots tests count them), doctest's own tracing
     "test_code", "test_descr", "test_doctest",
+    # profilers beside Ocular: cProfile (sys.monitoring), the pure-Python profile module and plain
+    # sys.setprofile users (which once got a c_return of sys.setprofile itself: 'Bad return')
+    "test_cprofile", "test_profile", "test_sys_setprofile",
 ]
 # Modules whose result changes under any sys.monitoring tool (docs/stdlib-differences.md): compared with
 # the no-op tool in the same mode, never skipped.
@@ -92,21 +95,19 @@ INHERENT = {
     "test_dis": "it disassembles live code, which shows INSTRUMENTED_* opcodes while a tool has events set",
     "test_opcache": "3.13 precise mode, 3.14 both modes: instrumentation turns specialization off where it "
                     "expects specialized forms",
-    "test_cprofile": "its test_profile cases use sys.setprofile, and CPython also delivers c_return to a "
-                     "setprofile user wherever any tool monitors CALL (Ocular's C functions): 'Bad return'",
     "test_tracemalloc": "test_get_traced_memory expects a zero peak between clear_traces() and the next call, but "
                         "CPython makes an int object (28 bytes) for the instruction offset it passes to any tool's "
                         "CALL callback, at call sites past offset 256",
     "test_pdb": "3.13.0 and 3.14, adaptive mode: with another tool's events set, pdb stops at --Return-- of "
                 "the function that called set_trace() instead of at its next line",
 }
-# What CI runs on every interpreter (with the INHERENT modules: 37 in all, 4-6 min on a loaded 2-core
+# What CI runs on every interpreter (with the INHERENT modules: 39 in all, 4-6 min on a loaded 2-core
 # machine): the first dozen but test_asyncio.test_tasks (the longest), and a cross-section of the rest.
 CI = [n for n in FULL[:12] if n != "test_asyncio.test_tasks"] + [
     "test_class", "test_scope", "test_super", "test_raise", "test_exception_group", "test_except_star",
     "test_patma", "test_listcomps", "test_asyncgen", "test_contextlib_async", "test_types", "test_dataclasses",
     "test_enum", "test_typing", "test_inspect", "test_traceback", "test_sys_settrace", "test_collections",
-    "test_set", "test_struct",
+    "test_set", "test_struct", "test_cprofile", "test_profile", "test_sys_setprofile",
     # 2-6 s a run (loaded 2-core machine); test_subprocess (18-25 s a run on 3.12, 27-34 s on 3.13 and 3.15)
     # is in the full set only
     TEST_POSIX,

@@ -133,15 +133,30 @@ class TraceResult(dict):
             raise AttributeError(name) from None
 
 
-def _events_for(mode, c_functions=False):
+def _events_for(mode):
+    """The events set globally.  C functions' CALL (with the C_RETURN and C_RAISE it brings) is a local
+    event, set on each code object as it registers (codeinfo.c: so that code calling sys.setprofile can
+    be left out)."""
     ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
     names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
     if mode == "precise":
         names.append("INSTRUCTION")
-    if c_functions:
-        names += ["CALL", "C_RETURN", "C_RAISE"]
     return names
+
+
+def _arm_running():
+    """C functions: a code object's calls are armed when it registers, at its first event; those already
+    running when tracing starts (every thread's frames) are registered now, so that their calls from here
+    on are recorded (an audit hook that refuses sys._current_frames: this thread's only)."""
+    try:
+        frames = list(sys._current_frames().values())
+    except Exception:
+        frames = [sys._getframe()]
+    for frame in frames:
+        while frame is not None:
+            _ocular._arm_code(frame.f_code)
+            frame = frame.f_back
 
 
 def _cache_entries():
@@ -427,7 +442,7 @@ def _register(tool_id, mode, callbacks):
             continue  # 3.14+: registered as BRANCH_LEFT/RIGHT below
         mon.register_callback(tool_id, getattr(mon.events, name), callbacks[name])
     mask = 0
-    for name in _events_for(mode, "CALL" in callbacks):
+    for name in _events_for(mode):
         ev = getattr(mon.events, name)
         if name not in callbacks:  # BRANCH_LEFT/RIGHT share the BRANCH handler
             mon.register_callback(tool_id, ev, callbacks["BRANCH"])
@@ -810,7 +825,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                     threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
                     loops=loops_code, thread_roots=bool(thread_roots), near_zero=near_zero)
     try:
+        if "CALL" in callbacks:
+            _ocular._calls(tid, _mon.set_local_events, _mon.events.CALL)
         _register(tid, mode, callbacks)
+        if "CALL" in callbacks:
+            _arm_running()
         # what one event costs, by kind, for the renderer to take off (before probes and windows exist)
         settings["own_cost"] = _ocular._owncost_measure(*owncost)
         if mode == "adaptive":

@@ -241,6 +241,57 @@ void oc_internal_error(const char *msg) {
     }
 }
 
+/* ---- C functions: CALL is a local event ----
+ * CALL (with the C_RETURN and C_RAISE it brings) is set on each code object of the session as it
+ * registers -- at its first event, a PY_START or PY_RESUME before any of its calls run -- rather than
+ * globally, so that a code object can be left out.  One is: a code object that names sys.setprofile
+ * or sys._setprofileallthreads (`sys.setprofile(f)`, threading's `_sys.setprofile(_profile_hook)`).
+ * CPython runs a setprofile user on sys.monitoring, and it delivers C_RETURN to every tool armed at a
+ * call site when the call returns, when the call was dispatched as an instrumented CALL (because any
+ * tool monitored CALL there).  The call that installs the profile function is such a call where we
+ * armed CALL: the profile function then gets a c_return for sys.setprofile with no c_call before it,
+ * which the pure-Python `profile` module stops on ("Bad return").  Switching our events off when the
+ * `sys.setprofile` audit event fires comes too late: the call is already dispatched.  So that code's
+ * calls are not armed (its own C calls are not recorded; those of the functions it calls are).
+ * Excluded code objects (Ocular's own, filters) are never armed: no CALL events reach us from them. */
+static int names_setprofile(PyCodeObject *co) {
+    PyObject *names = co->co_names;
+    if (!names || !PyTuple_Check(names))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *n = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_Check(n))
+            continue;
+        Py_ssize_t len = PyUnicode_GET_LENGTH(n);
+        if ((len == 10 && PyUnicode_CompareWithASCIIString(n, "setprofile") == 0) ||
+            (len == 21 && PyUnicode_CompareWithASCIIString(n, "_setprofileallthreads") == 0))
+            return 1;
+    }
+    return 0;
+}
+
+unsigned long oc_local_events(const oc_codeextra *ex) {
+    return (ex->probe == 1 ? S.insn_event : 0) | (ex->calls == 1 ? S.call_event : 0);
+}
+
+/* Arm CALL on a registered code object of this session (once; the caller keeps any exception in flight). */
+static void arm_calls(oc_codeextra *ex) {
+    if (!S.arm_calls || ex->calls || (ex->flags & CF_EXCLUDED))
+        return;
+    if (names_setprofile((PyCodeObject *)ex->code)) {
+        ex->calls = 2;
+        return;
+    }
+    ex->calls = 1;
+    PyObject *r = PyObject_CallFunction(S.arm_calls, "iOk", S.tool_id, ex->code, oc_local_events(ex));
+    if (r) {
+        Py_DECREF(r);
+    } else {
+        ex->calls = 0; /* (a code object sys.monitoring refuses: its C calls are not recorded) */
+        PyErr_Clear();
+    }
+}
+
 oc_codeextra *oc_code_register(PyCodeObject *co) {
     oc_codeextra *ex = oc_codemap_get(&S.codes, (PyObject *)co);
     if (ex && ex->gen == S.gen)
@@ -344,6 +395,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     ex->nunits = e->nunits;
     ex->id = id;
     S.ncodes = id + 1;
+    arm_calls(ex);
     return ex;
 }
 

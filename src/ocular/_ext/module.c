@@ -234,6 +234,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     }
     oc_sampling_stop();
     Py_CLEAR(S.set_local_events);
+    Py_CLEAR(S.arm_calls);
     S.probe_after = 0;
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
@@ -405,7 +406,7 @@ static PyObject *py_live_codes(PyObject *mod, PyObject *unused) {
 }
 
 static int disabled_here(const oc_codeextra *ex) { return ex->flags || ex->sites_disabled; }
-static int probed_here(const oc_codeextra *ex) { return ex->probe == 1; }
+static int probed_here(const oc_codeextra *ex) { return ex->probe == 1 || ex->calls == 1; }
 
 /* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later
  * session (or another tool) starts from armed sites. */
@@ -448,8 +449,42 @@ static PyObject *py_probes(PyObject *mod, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Code objects an instruction probe set local events on this session (3.12/3.13 clear them at stop:
- * free_tool_id leaves local events in place). */
+PyDoc_STRVAR(calls_doc, "_calls(tool_id, set_local_events, CALL)\n\n"
+                        "C functions: arm CALL on each code object of the session as it registers (a local\n"
+                        "event: codeinfo.c); after _start, before the callbacks are registered.");
+
+static PyObject *py_calls(PyObject *mod, PyObject *args) {
+    (void)mod;
+    int tool_id;
+    PyObject *fn;
+    unsigned long ev;
+    if (!PyArg_ParseTuple(args, "iOk:_calls", &tool_id, &fn, &ev))
+        return NULL;
+    if (!S.active || !S.c_functions) {
+        PyErr_SetString(PyExc_RuntimeError, "ocular: _calls needs a session recording C functions");
+        return NULL;
+    }
+    S.tool_id = tool_id;
+    S.call_event = ev;
+    Py_XSETREF(S.arm_calls, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+/* _arm_code(code): register a code object that is already running (a frame on some thread's stack when
+ * tracing starts), which arms its calls: it would register only at its next event. */
+static PyObject *py_arm_code(PyObject *mod, PyObject *code) {
+    (void)mod;
+    if (!PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "_arm_code() needs a code object");
+        return NULL;
+    }
+    if (S.active && S.arm_calls && !oc_code_register((PyCodeObject *)code))
+        PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* Code objects we set local events on this session: instruction probes, C functions' CALL (3.12/3.13
+ * clear them at stop: free_tool_id leaves local events in place). */
 static PyObject *py_probed_codes(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     PyObject *out = PyList_New(0);
@@ -788,7 +823,9 @@ static PyMethodDef methods[] = {
     {"_dump", py_dump, METH_O, "Ring mode: write the kept window as a recording at the given path."},
     {"_disabled_codes", py_disabled_codes, METH_NOARGS, "Code objects with sites disabled this session."},
     {"_probes", py_probes, METH_VARARGS, probes_doc},
-    {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with an instruction probe this session."},
+    {"_probed_codes", py_probed_codes, METH_NOARGS, "Code objects with local events of ours this session."},
+    {"_calls", py_calls, METH_VARARGS, calls_doc},
+    {"_arm_code", py_arm_code, METH_O, "Register a running code object (arms its C calls)."},
     {"_replace", py_replace, METH_VARARGS,
      "_replace(src, dst): rename src over dst (exchanged, then the old file removed, where possible)."},
     {"_live_codes", py_live_codes, METH_NOARGS,

@@ -417,13 +417,13 @@ static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit, uint3
  * blocks and iterations it overlaps out of their figures.  Costs one call into sys.monitoring per hot
  * loop; the probe's events are bounded by its length times the instructions per iteration. */
 static __attribute__((noinline)) void arm_probe(oc_codeextra *ex) {
-    ex->probe = 2;
+    ex->probe = 1; /* (its local events: INSTRUCTION, with CALL if armed) */
     PyObject *exc = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, ex->code, S.insn_event);
+    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, ex->code, oc_local_events(ex));
     if (r) {
-        ex->probe = 1;
         Py_DECREF(r);
     } else {
+        ex->probe = 2;
         PyErr_Clear(); /* (a code object sys.monitoring refuses: no probe, the blocks stay even) */
     }
     PyErr_SetRaisedException(exc);

@@ -157,6 +157,8 @@ typedef struct {
     uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to S.probe_after */
     PyObject *code;          /* the code object this is the extra of (borrowed: it frees this) */
     uint32_t open;           /* threshold > 0: recorded activations not yet ended, on every thread */
+    uint32_t calls;          /* C functions: 1 once CALL was armed on this code (a local event), 2 if it is
+                                left unarmed (it names sys.setprofile: codeinfo.c arm_calls) */
     uint32_t *edge_hits;   /* per unit: JUMP/BRANCH hits at this source; lazily allocated */
     uint32_t *insn_hits;   /* per unit: INSTRUCTION hits; lazily allocated */
     uint32_t *call_hits;   /* per unit: CALL hits of C functions at this call site; lazily allocated */
@@ -256,6 +258,9 @@ typedef struct {
                                      instruction probes (NULL: none) */
     int tool_id;
     unsigned long insn_event;     /* sys.monitoring.events.INSTRUCTION */
+    PyObject *arm_calls;          /* C functions: sys.monitoring.set_local_events, for CALL on each code
+                                     object as it registers (NULL: C functions are not recorded) */
+    unsigned long call_event;     /* sys.monitoring.events.CALL */
     uint32_t probe_after;         /* threshold 0 with probes: back jumps of a code before its probe (0: off) */
     uint32_t insn_limit;          /* executions of an instruction site recorded (0: all): the threshold, or
                                      OC_PROBE_LEN for threshold-0 probes */
@@ -295,6 +300,7 @@ int oc_codeinfo_init(void);
 PyObject *oc_code_object(oc_codeent *e); /* new reference to the live code object, or NULL (no error) */
 void oc_codetable_snapshot(void);        /* GIL held: every entry's flags/enters from its extra */
 oc_codeextra *oc_code_register(PyCodeObject *co);   /* slow path; NULL on failure */
+unsigned long oc_local_events(const oc_codeextra *ex); /* the local events Ocular set on its code object */
 int32_t *oc_line_table(PyCodeObject *co, uint32_t nunits, int *from_table); /* malloc'd; NULL: no memory */
 void oc_codetable_clear(void);
 static inline oc_codeent *oc_code_entry(uint32_t id) {
