@@ -10,6 +10,7 @@ import collections
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -723,7 +724,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
 def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
     """multiprocessing.Pool.terminate() kills fork workers busy in C code with SIGTERM and joins them:
-    it returns, traced as untraced (it hung for good when Ocular caught SIGTERM in the workers)."""
+    it returns, traced as untraced (it hung for good when Ocular caught SIGTERM in the workers in Python);
+    each worker saves its trace first (save_on_signals, which the runner turns on)."""
     prog = tmp_path / "pool.py"
     prog.write_text(POOL_TERMINATE)
     cmd = [sys.executable] + (["-m", "ocular", "--no-report", "-q", "-o", str(tmp_path / "t.json")] if traced else [])
@@ -739,9 +741,13 @@ def test_pool_terminate_ends_workers_busy_in_c(traced, tmp_path):
             pass
     assert p.returncode == 0, err
     assert f"workers exit codes: [{-signal.SIGTERM}, {-signal.SIGTERM}]" in out, out + err
-    if traced:  # the killed workers' recordings are in the session's private directory, not beside t.json
+    if traced:  # save_on_signals: the SIGTERMed workers saved their traces (t.<pid>.json), left no recording
         assert leftovers(str(tmp_path)) == [], os.listdir(tmp_path)
-        assert [len(files) for files in runs_in(tmp_path / "xdg").values()] == [2], runs_in(tmp_path / "xdg")
+        assert all(not files for files in runs_in(tmp_path / "xdg").values()), runs_in(tmp_path / "xdg")
+        workers = [f for f in os.listdir(tmp_path) if re.fullmatch(r"t\.\d+\.json", f)]
+        assert len(workers) >= 2, os.listdir(tmp_path)  # (the two workers, and any other process forked)
+        for f in workers:
+            load_trace(tmp_path / f)
 
 
 POSIX_EXEC = """

@@ -747,7 +747,9 @@ def test_several_outputs_when_the_recording_fills_the_disk(tmp_path):
         res = ocular.convert(str(kept), str(tmp_path / "cut.json"), statistics=False)
         assert not res["complete"]
         leaves = names(load_trace(res.output)["traceEvents"]).count("leaf")
-        assert 1000 < leaves < 100000, leaves
+        # (how many fit depends on how far the JSON rendered live beside the recording, on the same 256 KiB,
+        # had got: 852-3,000 seen)
+        assert 300 < leaves < 100000, leaves
 
 
 # ---------------------------------------------------------------------------------------------
