@@ -96,8 +96,8 @@ INHERENT = {
     "test_opcache": "3.13 precise mode, 3.14 both modes: instrumentation turns specialization off where it "
                     "expects specialized forms",
     "test_tracemalloc": "test_get_traced_memory expects a zero peak between clear_traces() and the next call, but "
-                        "CPython makes an int object (28 bytes) for the instruction offset it passes to any tool's "
-                        "CALL callback, at call sites past offset 256",
+                        "CPython makes an int object (28 bytes) for the instruction offset it passes to a tool's "
+                        "CALL callback, at call sites past offset 256 (3.12, 3.13; on 3.14+ Ocular ends as untraced)",
     "test_pdb": "3.13.0 and 3.14, adaptive mode: with another tool's events set, pdb stops at --Return-- of "
                 "the function that called set_trace() instead of at its next line",
 }
@@ -212,7 +212,9 @@ def compare_module(spec, py, args, modes, tool_id, tmp):
         rc, out, t = run(cmd, args.timeout)
         got = summary(out)
         problem = ""
-        if rc != want_rc:
+        if name in INHERENT and rc == base_rc and got == base_sum:
+            problem = check_trace(trace) or stray_files(tmp, f"{name}.{mode}.")  # as untraced: better than any tool
+        elif rc != want_rc:
             problem = f"exit status {rc} != {want_rc} ({against})"
         elif name in INHERENT and tests_run(got) != tests_run(want_sum):
             problem = f"tests run {tests_run(got)} != {tests_run(want_sum)} ({against})"
