@@ -1076,6 +1076,73 @@ static unsigned utf8_seq(const uint8_t *p, uint32_t n) {
     return len;
 }
 
+/* The code table's names, bytecode and line tables (R.codes): allocated from blocks of NA_BLOCK bytes, freed
+ * together (free_meta).  A malloc per string took 24-32 bytes for the usual short name, four strings and
+ * two arrays per code, with a name's JSON-escaped form a copy of it as a rule: 300,000 codes held ~150 MB
+ * at stop.  Now a name's escaped form is the name itself when escaping changes nothing, and a file name
+ * the same as the last code's is shared. */
+#define NA_BLOCK ((size_t)1 << 20)
+static struct {
+    char *blk;        /* the current block; its first 8 bytes link the previous one */
+    size_t used, cap;
+    const char *last_fn, *last_fn_esc; /* the last code's file name (raw, escaped) */
+    size_t last_fn_len;
+} NA;
+
+static void *na_alloc(size_t n) {
+    n = (n + 7) & ~(size_t)7;
+    if (!NA.blk || NA.used + n > NA.cap) {
+        size_t cap = n + 8 > NA_BLOCK ? n + 8 : NA_BLOCK;
+        char *b = malloc(cap);
+        if (!b)
+            return NULL;
+        memcpy(b, &NA.blk, sizeof NA.blk);
+        NA.blk = b;
+        NA.used = 8;
+        NA.cap = cap;
+    }
+    void *r = NA.blk + NA.used;
+    NA.used += n;
+    return r;
+}
+
+static char *na_strdup(const char *s, size_t n) {
+    char *r = na_alloc(n + 1);
+    if (r) {
+        memcpy(r, s, n);
+        r[n] = 0;
+    }
+    return r;
+}
+
+static void na_free(void) {
+    while (NA.blk) {
+        char *prev;
+        memcpy(&prev, NA.blk, sizeof prev);
+        free(NA.blk);
+        NA.blk = prev;
+    }
+    memset(&NA, 0, sizeof NA);
+}
+
+/* A name of the code table: raw (valid UTF-8) and JSON-escaped, in the arena (the escaped one is the raw
+ * one when nothing needed escaping); 0, or -1 (no memory). */
+static char *utf8_name(const uint8_t *p, uint32_t n, uint32_t *outn);
+static int na_name(const uint8_t *p, uint32_t n, const char **raw, const char **esc) {
+    uint32_t rn = 0;
+    char *r = utf8_name(p, n, &rn);
+    char *e = r ? oc_json_escape(r, rn) : NULL;
+    int rc = -1;
+    if (e) {
+        *raw = na_strdup(r, rn);
+        *esc = strcmp(e, r) == 0 ? *raw : na_strdup(e, strlen(e));
+        rc = *raw && *esc ? 0 : -1;
+    }
+    free(r);
+    free(e);
+    return rc;
+}
+
 /* A name as the recording holds it, made valid UTF-8 (a damaged recording's bytes: each invalid byte
  * becomes U+FFFD, so every output stays valid JSON and protobuf strings); NUL-terminated, its length in
  * *outn.  A healthy recording's names are valid already (recorded with backslashreplace). */
@@ -1111,16 +1178,8 @@ static char *clean_name(const uint8_t *p, uint32_t n, uint32_t *outn) {
 }
 
 static void free_meta(void) {
-    for (uint32_t i = 0; i < R.ncodes; i++) {
-        oc_codeent *e = &R.codes[i];
-        free(e->qualname);
-        free(e->filename);
-        free(e->qualname_raw);
-        free(e->filename_raw);
-        free(e->code);
-        free(e->lines);
-    }
-    free(R.codes);
+    free(R.codes); /* (their names, bytecode and lines are in the arena) */
+    na_free();
     for (uint32_t i = 0; i < R.nthreads; i++) {
         free(R.threads[i].name);
         free(R.threads[i].name_raw);
@@ -1359,25 +1418,36 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             if (e->qualname)
                 break; /* written twice: the first one holds */
             const char *q = (const char *)p + 20, *f = q + ql;
-            uint32_t qn = 0, fn = 0;
-            e->qualname_raw = utf8_name((const uint8_t *)q, ql, &qn);
-            e->filename_raw = utf8_name((const uint8_t *)f, fl, &fn);
-            e->qualname = e->qualname_raw ? oc_json_escape(e->qualname_raw, qn) : NULL;
-            e->filename = e->filename_raw ? oc_json_escape(e->filename_raw, fn) : NULL;
+            const char *qr = NULL, *qe = NULL, *fr = NULL, *fe = NULL;
+            if (NA.last_fn && NA.last_fn_len == fl && memcmp(NA.last_fn, f, fl) == 0) {
+                fr = NA.last_fn; /* (the same file as the last code's, as a rule; valid UTF-8 as it is) */
+                fe = NA.last_fn_esc;
+            } else if (na_name((const uint8_t *)f, fl, &fr, &fe) == 0) {
+                NA.last_fn = fr;
+                NA.last_fn_esc = fe;
+                NA.last_fn_len = strlen(fr);
+            }
+            if (!fr || na_name((const uint8_t *)q, ql, &qr, &qe) < 0)
+                BAD("out of memory reading the code table");
+            e->qualname_raw = (char *)qr;
+            e->qualname = (char *)qe;
+            e->filename_raw = (char *)fr;
+            e->filename = (char *)fe;
             e->firstlineno = (int)rd32(p + 4);
             e->nunits = nu;
             if (nu) {
-                e->code = malloc((size_t)nu * 2 + 1);
-                e->lines = malloc(((size_t)nu + 1) * 4);
-                if (e->code)
-                    memcpy(e->code, f + fl, (size_t)nu * 2);
-                if (e->lines) {
-                    memcpy(e->lines, f + fl + (size_t)nu * 2, (size_t)nu * 4);
-                    e->lines[nu] = -1;
+                e->code = na_alloc((size_t)nu * 2 + 1);
+                e->lines = na_alloc(((size_t)nu + 1) * 4);
+                if (!e->code || !e->lines) {
+                    e->code = NULL;
+                    e->lines = NULL;
+                    e->nunits = 0;
+                    BAD("out of memory reading the code table");
                 }
+                memcpy(e->code, f + fl, (size_t)nu * 2);
+                memcpy(e->lines, f + fl + (size_t)nu * 2, (size_t)nu * 4);
+                e->lines[nu] = -1;
             }
-            if (!e->qualname || !e->filename || !e->qualname_raw || !e->filename_raw)
-                BAD("out of memory reading the code table");
             break;
         }
         case OC_BLK_THREAD: {
@@ -1618,12 +1688,12 @@ static int name_output(const char *out_path) {
 /* The recorded pauses are slices of a code id made up after every recorded one. */
 static int add_pause_code(void) {
     W.pause_code = R.ncodes;
-    return grow_codes(W.pause_code) < 0 || !(R.codes[W.pause_code].qualname = strdup(OC_PAUSE_NAME)) ||
-                   !(R.codes[W.pause_code].qualname_raw = strdup(OC_PAUSE_NAME)) ||
-                   !(R.codes[W.pause_code].filename = strdup("<ocular>")) ||
-                   !(R.codes[W.pause_code].filename_raw = strdup("<ocular>"))
-               ? -1
-               : 0;
+    if (grow_codes(W.pause_code) < 0)
+        return -1;
+    oc_codeent *e = &R.codes[W.pause_code];
+    e->qualname = e->qualname_raw = na_strdup(OC_PAUSE_NAME, strlen(OC_PAUSE_NAME));
+    e->filename = e->filename_raw = na_strdup("<ocular>", 8);
+    return e->qualname && e->filename ? 0 : -1;
 }
 
 static inline void set_tid(uint32_t i) {
@@ -1981,6 +2051,7 @@ void oc_render_live_fork_child(void) {
     memset(&W, 0, sizeof W);
     W.out.fd = -1;
     memset(&R, 0, sizeof R);
+    memset(&NA, 0, sizeof NA);
     oc_stats_abandon();
     L.rec_path = L.out_path = NULL; /* a one-time leak: they may be in use */
     live_free();
