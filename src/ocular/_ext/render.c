@@ -1181,7 +1181,8 @@ static void free_meta(void) {
     free(R.codes); /* (their names, bytecode and lines are in the arena) */
     na_free();
     for (uint32_t i = 0; i < R.nthreads; i++) {
-        free(R.threads[i].name);
+        if (R.threads[i].name != R.threads[i].name_raw) /* (the same string when nothing needed escaping) */
+            free(R.threads[i].name);
         free(R.threads[i].name_raw);
     }
     free(R.threads);
@@ -1465,6 +1466,10 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             if (nl && !th->name_raw) {
                 th->name_raw = clean_name(p + 28, nl, &nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
+                if (th->name && strcmp(th->name, th->name_raw) == 0) { /* (one copy: it stays to the end) */
+                    free(th->name);
+                    th->name = th->name_raw;
+                }
             }
             if ((rd32(p + 4) & OC_THREAD_ENDED) && !W.ix[idx].ended) {
                 /* the thread ended: when rendering reaches this point its state is freed (end_thread) */
