@@ -1,13 +1,13 @@
 """Ocular benchmark runner: ``python -m bench``.
 
     python -m bench [--quick] [--repeats R] [--python 3.13|/path/to/python]
-                    [--micro] [--pyperformance] [--e2e] [--nowait] [--memory] [--callgrind]
+                    [--micro] [--pyperformance] [--e2e] [--nowait] [--memory] [--memory-profile] [--callgrind]
                     [--workloads a,b] [--configs x,y] [--size W=N]
                     [--benchmarks a,b] [--memory-events N] [--memory-format F]
                     [--no-setup] [--cpu N] [--output bench/results.md]
                     [--plot bench/results.png] [--list]
 
-Six sections, each in fresh child processes, interleaved over rounds,
+Seven sections, each in fresh child processes, interleaved over rounds,
 medians reported (callgrind: instruction counts, one run each):
 
 - micro (bench/micro.py): our workloads under every configuration, only the
@@ -21,11 +21,13 @@ medians reported (callgrind: instruction counts, one run each):
   wall time against its CPU time and the floor's wall time, pauses;
 - memory (bench/memory.py): 100M events recorded to a file and in the flight
   recorder: peak RSS, recorder throughput, pauses, dropped events;
+- memory_profile (bench/memory_profile.py, --memory-profile): peak RSS of every
+  output against events, threads ever started and functions;
 - callgrind (bench/callgrind.py, needs valgrind): instructions of the
   program's thread and of every thread, render instructions per event,
   render cost against loop-body length and stack depth.
 
-With no section flag all six run, except that --workloads/--configs/--size
+With no section flag all seven run, except that --workloads/--configs/--size
 alone select the micro suite.  The report goes to bench/results.md and the
 overhead plot to bench/results.png (gnuplot; skipped with the reason printed
 when gnuplot is missing).  Children run under .venv-bench-X.Y at the
@@ -42,7 +44,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import callgrind, e2e, memory, micro, nowait, pyperf_suite
+from bench import callgrind, e2e, memory, memory_profile, micro, nowait, pyperf_suite
 from bench.common import (
     BENCH_DIR,
     Context,
@@ -59,7 +61,7 @@ from bench.configs import CONFIGS
 from bench.plot import plot
 from bench.workloads import WORKLOADS
 
-SECTIONS = ("micro", "pyperformance", "e2e", "nowait", "memory", "callgrind")
+SECTIONS = ("micro", "pyperformance", "e2e", "nowait", "memory", "memory_profile", "callgrind")
 
 
 def main(argv=None) -> int:
@@ -82,6 +84,9 @@ def main(argv=None) -> int:
                      help="fib(26) at threshold 0: the traced thread's wall vs CPU time, pauses")
     sec.add_argument("--memory", action="store_true",
                      help="100M events, file and flight recorder: peak RSS, throughput, pauses")
+    sec.add_argument("--memory-profile", dest="memory_profile", action="store_true",
+                     help="peak RSS of every output against events, threads ever started and functions "
+                          "(bench/memory_profile.py)")
     sec.add_argument("--callgrind", action="store_true",
                      help="instruction counts (valgrind): every thread, render Ir/event and its "
                           "independence of the program's shape (more options: python -m "
@@ -188,6 +193,8 @@ def main(argv=None) -> int:
             sec = nowait.run(ctx, args.repeats)
         elif name == "callgrind":
             sec = callgrind.run(ctx)
+        elif name == "memory_profile":
+            sec = memory_profile.run(ctx)
         else:
             sec = memory.run(ctx, args.memory_events, args.memory_format, args.repeats)
         log("bench: section {} done in {:.0f} s".format(name, time.perf_counter() - t0))

@@ -136,6 +136,18 @@ def python_cmd():
     return shlex.split(os.environ.get("OCULAR_TEST_WRAPPER", "")) + [sys.executable]
 
 
+# Peak RSS of a command: run it from a small wrapper (ru_maxrss of a forked child counts its parent's RSS at
+# the fork, so the measured process is not forked from pytest): prints the command's output, then its
+# exit status and the peak RSS in KiB (RUSAGE_CHILDREN) on the last line.
+RSS_CHILD = """
+import resource, subprocess, sys
+p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(p.stdout)
+sys.stderr.write(p.stderr)
+print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
 def run_py(code, *args, cwd=None, env=None, timeout=120, check=True):
     """Run `code` (dedented) in a fresh interpreter (this one) with src/ on sys.path."""
     e = dict(os.environ)

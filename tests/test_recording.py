@@ -741,13 +741,7 @@ def _decoded(path):
 # Runs a command and prints, last, its exit status and peak RSS in KiB: a child's ru_maxrss counts the RSS
 # of the process it was forked from (the test runner's, large after a few tests), so the command is
 # started from this small process and measured as its child (RUSAGE_CHILDREN).
-RSS_CHILD = """
-import resource, subprocess, sys
-p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stdout.write(p.stdout)
-sys.stderr.write(p.stderr)
-print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-"""
+from conftest import RSS_CHILD  # noqa: E402  (peak RSS of a command run from a small wrapper)
 
 
 def test_a_huge_thread_index_costs_no_memory(tmp_path, sound_recording):

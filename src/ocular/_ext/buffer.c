@@ -73,7 +73,7 @@ static void enqueue(oc_tbuf *b) {
 #endif
     c->n = (uint32_t)(b->pos - c->recs);
     c->next = NULL;
-    if (c->n == 0) {
+    if (c->n == 0 && !c->ended) {
         oc_chunk_put_free(c);
     } else {
         if (S.q_tail)
@@ -97,6 +97,14 @@ static void thread_exit(void *p) {
     oc_tbuf *b = p;
     pthread_mutex_lock(&S.lock);
     if (b->gen == tgen && S.active) {
+        /* its last chunk says the thread ended (the recorder writes that after it): an empty one if need be */
+        if (!b->chunk && (b->chunk = oc_chunk_get()) != NULL) {
+            b->chunk->thread_idx = b->thread_idx;
+            b->chunk->tid = b->thread_idx < S.nthreads ? S.threads[b->thread_idx].tid : 0;
+            b->pos = b->chunk->recs;
+        }
+        if (b->chunk)
+            b->chunk->ended = 1;
         enqueue(b);
         if (b->thread_idx < S.nthreads)
             S.threads[b->thread_idx].exited = 1;
@@ -290,6 +298,7 @@ oc_tbuf *oc_buffer_slow(void) {
         c->thread_idx = b->thread_idx;
         c->tid = S.threads[b->thread_idx].tid;
         c->n = 0;
+        c->ended = 0;
         b->chunk = c;
         b->pos = c->recs;
         b->limit = c->recs + OC_CHUNK_RECS - 1; /* one record kept for a two-record event */

@@ -103,6 +103,7 @@ typedef struct oc_chunk {
     uint32_t thread_idx;
     uint32_t n;
     long tid;
+    int ended;             /* the thread's last chunk (handed over as it exits): its end is recorded after it */
     oc_rec recs[OC_CHUNK_RECS];
 } oc_chunk;
 
@@ -490,6 +491,9 @@ typedef struct {
     /* optional: a slice, at its end; cut: it began before a flight-recorder window (begin_ns is the
      * window's edge) */
     void (*slice)(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut);
+    /* optional: the thread ended (its last event was given): what the sink keeps for it may go (a thread
+     * of the same tid that comes later is a new one) */
+    void (*thread_end)(oc_out *o, long tid);
 } oc_sink;
 /* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
 enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT };
+enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT, Q_THREAD_END };
 
 /* An operation is 2-6 words: the first holds the kind (low 8 bits), the code id (bits 8-39) and a
  * slice's cut flag (bit 40); times and figures follow.  The thread id is an operation of its own,
@@ -74,6 +74,9 @@ static long run_block(const uint64_t *w, uint32_t n, long tid) {
             break;
         case Q_BEGIN_CUT:
             s->begin_cut(o, tid, *w++, code);
+            break;
+        case Q_THREAD_END:
+            s->thread_end(o, tid);
             break;
         }
     }
@@ -201,6 +204,13 @@ static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns,
     Q.wp = w + 6;
 }
 
+static void q_thread_end(oc_out *o, long tid) {
+    (void)o;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_THREAD_END;
+    Q.wp = w + 1;
+}
+
 static void q_header(oc_out *o) { (void)o; }
 static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
@@ -228,7 +238,8 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     /* the same optional parts as the real sink: the renderer chooses its calls by them */
     Q.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
                        .loop = q_loop, .begin_cut = s->begin_cut ? q_begin_cut : NULL,
-                       .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL};
+                       .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL,
+                       .thread_end = s->thread_end ? q_thread_end : NULL};
     Q.real = s;
     Q.out = out;
     Q.blk = Q.cons = Q.ready = 0;

@@ -137,13 +137,13 @@ static void write_code(oc_out *o, uint32_t id) {
 }
 
 /* lock held (thread names and the table are published under it) */
-static void write_thread(oc_out *o, uint32_t idx) {
+static void write_thread(oc_out *o, uint32_t idx, uint32_t flags) {
     oc_thread *t = &S.threads[idx];
     const char *name = t->name_raw ? t->name_raw : "";
     uint32_t nl = (uint32_t)strlen(name);
     block(o, OC_BLK_THREAD, 28 + nl);
     put_u32(o, idx);
-    put_u32(o, 0);
+    put_u32(o, flags);
     put_u64(o, (uint64_t)t->tid);
     put_u64(o, (uint64_t)t->ident);
     put_u32(o, nl);
@@ -164,7 +164,7 @@ static void write_new_threads(oc_out *o, int final) {
     for (uint32_t i = 0; i < S.nthreads; i++) {
         uint32_t state = S.threads[i].name_raw ? 2 : 1;
         if (RC.thread_written[i] < state && (state == 2 || final || !RC.thread_written[i])) {
-            write_thread(o, i);
+            write_thread(o, i, 0);
             RC.thread_written[i] = state;
         }
     }
@@ -293,7 +293,7 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     for (uint32_t id = 0; id < S.ncodes; id++)
         write_code(&o, id);
     for (uint32_t i = 0; i < S.nthreads; i++)
-        write_thread(&o, i);
+        write_thread(&o, i, 0);
     uint64_t first = UINT64_MAX, events = 0;
     for (oc_chunk *c = RC.ring_head; c; c = c->next)
         if (c->n && c->recs[0].ts < first)
@@ -305,10 +305,14 @@ static int dump_locked(const char *path, uint64_t end_ticks) {
     put_u64(&o, first);
     for (oc_chunk *c = RC.ring_head; c; c = c->next) {
         write_chunk(&o, c);
+        if (c->ended && c->thread_idx < S.nthreads)
+            write_thread(&o, c->thread_idx, OC_THREAD_ENDED);
         events += c->n;
     }
     for (oc_chunk *c = S.q_head; c; c = c->next) { /* full, not yet moved into the ring */
         write_chunk(&o, c);
+        if (c->ended && c->thread_idx < S.nthreads)
+            write_thread(&o, c->thread_idx, OC_THREAD_ENDED);
         events += c->n;
     }
     events += oc_buffer_write_partial(&o, write_chunk);
@@ -551,6 +555,8 @@ static void *recorder_main(void *arg) {
         if (UNLIKELY(RC.test_delay_us))
             usleep((useconds_t)RC.test_delay_us);
         pthread_mutex_lock(&S.lock);
+        if (c->ended && c->thread_idx < S.nthreads) /* (the thread table is published under the lock) */
+            write_thread(&RC.out, c->thread_idx, OC_THREAD_ENDED);
         oc_chunk_put_free(c);
     }
     if (signaled) {

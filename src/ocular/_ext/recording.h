@@ -26,7 +26,7 @@ enum oc_block {
      * (raw UTF-8), u8 code[2*nunits] (de-instrumented bytecode), i32 lines[nunits] (line per code unit,
      * -1: none) */
     OC_BLK_CODE = 2,
-    /* u32 thread_idx, u32 pad, i64 tid, u64 ident, u32 name_len, name (raw UTF-8) */
+    /* u32 thread_idx, u32 flags (OC_THREAD_ENDED), i64 tid, u64 ident, u32 name_len, name (raw UTF-8) */
     OC_BLK_THREAD = 3,
     /* u32 thread_idx, u32 n, then n records of 16 bytes: {u64 ts (clock ticks), u32 code_id, u32 info
      * (kind in the low 4 bits, payload above: see enum oc_kind in ocular.h)} */
@@ -55,6 +55,9 @@ enum oc_block {
     OC_BLK_OWNCOST = 11,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
+/* THREAD block flags.  OC_THREAD_ENDED: the thread ended; written after its last CHUNK block (no chunk of
+ * its index follows), so a renderer frees what it kept for the thread there (0 in older recordings) */
+enum { OC_THREAD_ENDED = 1 };
 
 /* OC_REC_F_NEAR_ZERO: function starts were de-instrumented after the threshold too (near-zero mode):
  * the function figures past it are samples and estimates */

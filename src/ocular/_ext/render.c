@@ -46,6 +46,11 @@
 oc_rmeta R;
 
 #define NLOOPS 4
+/* The recording's pages, once indexed and once rendered, leave the resident set this many bytes at a
+ * time (madvise MADV_DONTNEED: a system call, and a TLB shootdown on the process's other CPUs, per step).
+ * 4 MiB: a rendered output's resident memory within twice the recording run's, whatever its length
+ * (16 MiB: fib(30)'s .pftrace 55 MB against 20 MB for .ocular). */
+#define OC_DROP_STEP (4u << 20)
 
 typedef struct {
     uint32_t src, dest;     /* units; src == UINT32_MAX: free slot */
@@ -105,9 +110,19 @@ typedef struct {
     uint32_t thread, span; /* a chunk of the recording: its thread and its index among the thread's */
 } span_ref;
 
+/* What the index keeps of a thread (by slot, for every thread in the recording): its chunks not yet
+ * rendered.  A thread's render state (rthread, below) exists only from its first rendered chunk until its
+ * end is rendered (the THREAD block that says it ended, or the end of the recording). */
+typedef struct {
+    span *spans;            /* this thread's chunks, in order (freed once the thread's end is rendered) */
+    uint32_t nspans, capspans;
+    uint32_t idx;           /* its thread index in the recording (the slot is W.threads' own: thread_slot) */
+    uint8_t ended;          /* its end was indexed: a later chunk of its index is another thread's */
+} tindex;
+
 typedef struct {
     long tid;
-    uint32_t idx;           /* its thread index in the recording (the slot is W.threads' own: thread_slot) */
+    uint32_t slot;          /* its slot in W.threads, W.ix and R.threads */
     uint64_t prev_ts;
     int have_prev;
     frame *stack;
@@ -118,8 +133,6 @@ typedef struct {
     int far_pending;
     uint64_t pause_begin;   /* pending K_PAUSE */
     uint32_t prev_code;     /* code id of the previous record */
-    span *spans;            /* this thread's chunks, in order */
-    uint32_t nspans, capspans;
     uint8_t started;        /* its first chunk was rendered (its tid set, its cut frames opened) */
     oc_attr_thread attr;    /* sampling windows: this thread's cursor (attrib.c) */
     int mark, sampled;      /* a K_MARK record came before this one */
@@ -131,8 +144,9 @@ typedef struct {
 static struct {
     oc_out out;
     const oc_sink *sink;
-    rthread *threads;
-    uint32_t nthreads;
+    rthread **threads;       /* by slot: a thread's render state while it is rendered, else NULL */
+    tindex *ix;              /* by slot: every thread's indexed chunks */
+    uint32_t nthreads;       /* the capacity of threads, ix and R.threads */
     uint64_t events, total, done;
     uint64_t stop_ticks;
     int complete;
@@ -162,6 +176,8 @@ static struct {
     uint32_t th_cap;
     uint64_t ts_lo, ts_hi;   /* ticks the calibration maps to times in [0, 2^62] ns (check_clock) */
     uint32_t codes_seen;     /* CODE blocks indexed (a damaged id is one far out of their sequence) */
+    uint64_t last_ts;        /* the latest last record of a chunk indexed */
+    size_t index_dropped;    /* the recording's pages below this offset were dropped after indexing */
 } W;
 
 static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
@@ -864,7 +880,8 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_re
 /* Flight-recorder window: the frames already open at the thread's first kept record, outermost
  * first, from the ends that match nothing before them; opened at that record's time, marked cut. */
 static void open_cut_frames(rthread *t) {
-    if (!t->nspans)
+    const tindex *x = &W.ix[t->slot];
+    if (!x->nspans)
         return;
     uint32_t cap = 64, n = 0, sp = 0, spcap = 64;
     uint32_t(*ends)[2] = malloc(cap * sizeof *ends);
@@ -874,14 +891,14 @@ static void open_cut_frames(rthread *t) {
         free(depths);
         return;
     }
-    uint64_t first_ts = t->spans[0].n ? t->spans[0].recs[0].ts : 0;
-    if (t->spans[0].n > 1 && t->spans[0].recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
-        first_ts = t->spans[0].recs[1].ts;
+    uint64_t first_ts = x->spans[0].n ? x->spans[0].recs[0].ts : 0;
+    if (x->spans[0].n > 1 && x->spans[0].recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
+        first_ts = x->spans[0].recs[1].ts;
     first_ts = first_ts < t->prev_ts ? t->prev_ts : first_ts > W.ts_hi ? W.ts_hi : first_ts;
     t->prev_ts = first_ts;
-    for (uint32_t s = 0; s < t->nspans; s++)
-        for (uint32_t i = 0; i < t->spans[s].n; i++) {
-            const oc_rec *r = &t->spans[s].recs[i];
+    for (uint32_t s = 0; s < x->nspans; s++)
+        for (uint32_t i = 0; i < x->spans[s].n; i++) {
+            const oc_rec *r = &x->spans[s].recs[i];
             uint32_t kind = OC_KIND(r->info), p = rdepth(OC_KIND(r->info), OC_PAYLOAD(r->info));
             if (is_enter(kind)) {
                 while (sp > 0 && depths[sp - 1] >= p)
@@ -1059,6 +1076,73 @@ static unsigned utf8_seq(const uint8_t *p, uint32_t n) {
     return len;
 }
 
+/* The code table's names, bytecode and line tables (R.codes): allocated from blocks of NA_BLOCK bytes, freed
+ * together (free_meta).  A malloc per string took 24-32 bytes for the usual short name, four strings and
+ * two arrays per code, with a name's JSON-escaped form a copy of it as a rule: 300,000 codes held ~150 MB
+ * at stop.  Now a name's escaped form is the name itself when escaping changes nothing, and a file name
+ * the same as the last code's is shared. */
+#define NA_BLOCK ((size_t)1 << 20)
+static struct {
+    char *blk;        /* the current block; its first 8 bytes link the previous one */
+    size_t used, cap;
+    const char *last_fn, *last_fn_esc; /* the last code's file name (raw, escaped) */
+    size_t last_fn_len;
+} NA;
+
+static void *na_alloc(size_t n) {
+    n = (n + 7) & ~(size_t)7;
+    if (!NA.blk || NA.used + n > NA.cap) {
+        size_t cap = n + 8 > NA_BLOCK ? n + 8 : NA_BLOCK;
+        char *b = malloc(cap);
+        if (!b)
+            return NULL;
+        memcpy(b, &NA.blk, sizeof NA.blk);
+        NA.blk = b;
+        NA.used = 8;
+        NA.cap = cap;
+    }
+    void *r = NA.blk + NA.used;
+    NA.used += n;
+    return r;
+}
+
+static char *na_strdup(const char *s, size_t n) {
+    char *r = na_alloc(n + 1);
+    if (r) {
+        memcpy(r, s, n);
+        r[n] = 0;
+    }
+    return r;
+}
+
+static void na_free(void) {
+    while (NA.blk) {
+        char *prev;
+        memcpy(&prev, NA.blk, sizeof prev);
+        free(NA.blk);
+        NA.blk = prev;
+    }
+    memset(&NA, 0, sizeof NA);
+}
+
+/* A name of the code table: raw (valid UTF-8) and JSON-escaped, in the arena (the escaped one is the raw
+ * one when nothing needed escaping); 0, or -1 (no memory). */
+static char *utf8_name(const uint8_t *p, uint32_t n, uint32_t *outn);
+static int na_name(const uint8_t *p, uint32_t n, const char **raw, const char **esc) {
+    uint32_t rn = 0;
+    char *r = utf8_name(p, n, &rn);
+    char *e = r ? oc_json_escape(r, rn) : NULL;
+    int rc = -1;
+    if (e) {
+        *raw = na_strdup(r, rn);
+        *esc = strcmp(e, r) == 0 ? *raw : na_strdup(e, strlen(e));
+        rc = *raw && *esc ? 0 : -1;
+    }
+    free(r);
+    free(e);
+    return rc;
+}
+
 /* A name as the recording holds it, made valid UTF-8 (a damaged recording's bytes: each invalid byte
  * becomes U+FFFD, so every output stays valid JSON and protobuf strings); NUL-terminated, its length in
  * *outn.  A healthy recording's names are valid already (recorded with backslashreplace). */
@@ -1094,18 +1178,11 @@ static char *clean_name(const uint8_t *p, uint32_t n, uint32_t *outn) {
 }
 
 static void free_meta(void) {
-    for (uint32_t i = 0; i < R.ncodes; i++) {
-        oc_codeent *e = &R.codes[i];
-        free(e->qualname);
-        free(e->filename);
-        free(e->qualname_raw);
-        free(e->filename_raw);
-        free(e->code);
-        free(e->lines);
-    }
-    free(R.codes);
+    free(R.codes); /* (their names, bytecode and lines are in the arena) */
+    na_free();
     for (uint32_t i = 0; i < R.nthreads; i++) {
-        free(R.threads[i].name);
+        if (R.threads[i].name != R.threads[i].name_raw) /* (the same string when nothing needed escaping) */
+            free(R.threads[i].name);
         free(R.threads[i].name_raw);
     }
     free(R.threads);
@@ -1118,12 +1195,32 @@ static void free_meta(void) {
     memset(&R, 0, sizeof R);
 }
 
+/* A thread's render state, and its indexed chunks, are gone (its end was rendered; or the render's). */
+static void free_thread(uint32_t i) {
+    rthread *t = W.threads[i];
+    if (t) {
+        if (W.cur == i + 1)
+            W.cur = 0; /* (its frames are popped: none links same_top) */
+        free(t->stack);
+        free(t);
+        W.threads[i] = NULL;
+    }
+    free(W.ix[i].spans);
+    W.ix[i].spans = NULL;
+    W.ix[i].nspans = W.ix[i].capspans = 0;
+}
+
 static void free_render_state(void) {
     for (uint32_t i = 0; i < W.nthreads; i++) {
-        free(W.threads[i].stack);
-        free(W.threads[i].spans);
+        if (W.threads[i]) {
+            free(W.threads[i]->stack);
+            free(W.threads[i]);
+        }
+        free(W.ix[i].spans);
     }
     free(W.threads);
+    free(W.ix);
+    W.ix = NULL;
     free(W.order);
     W.order = NULL;
     W.norder = W.caporder = 0;
@@ -1142,20 +1239,46 @@ static void free_render_state(void) {
     W.ncodes_alloc = 0;
 }
 
+/* A new slot for thread index idx (not in the table), or -1 (no memory).  R.nthreads: the slots in use;
+ * W.nthreads: the capacity of W.threads, W.ix and R.threads. */
+static int64_t add_slot(uint32_t idx) {
+    uint32_t slot = R.nthreads;
+    if (slot >= W.nthreads) {
+        uint32_t n = W.nthreads ? W.nthreads * 2 : 16;
+        rthread **t = realloc(W.threads, n * sizeof *t);
+        if (!t)
+            return -1;
+        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
+        W.threads = t;
+        tindex *x = realloc(W.ix, n * sizeof *x);
+        if (!x)
+            return -1;
+        memset(x + W.nthreads, 0, (n - W.nthreads) * sizeof *x);
+        W.ix = x;
+        oc_thread *th = realloc(R.threads, n * sizeof *th);
+        if (!th)
+            return -1;
+        memset(th + W.nthreads, 0, (n - W.nthreads) * sizeof *th);
+        R.threads = th;
+        W.nthreads = n;
+    }
+    W.ix[slot].idx = idx;
+    R.nthreads = slot + 1;
+    return slot;
+}
+
 /* The slot of thread index `idx` in W.threads and R.threads, a new one for an index not seen before, or -1
  * (no memory).  Slots are given in the order threads first appear: a thread's state exists only for
- * threads in the recording, whatever their index (a damaged one may be any 32-bit number).
- * R.nthreads: the slots in use; W.nthreads: the capacity of both arrays. */
+ * threads in the recording, whatever their index (a damaged one may be any 32-bit number). */
 static int64_t thread_slot(uint32_t idx) {
     uint32_t mask = W.th_cap - 1, h = (idx * 2654435761u) & mask;
     if (W.th_cap)
         for (; W.th_slots[h]; h = (h + 1) & mask)
             if (W.th_keys[h] == idx)
                 return W.th_slots[h] - 1;
-    uint32_t slot = R.nthreads;
-    if (slot == UINT32_MAX - 1)
+    if (R.nthreads >= UINT32_MAX - 1)
         return -1;
-    if ((uint64_t)(slot + 1) * 2 > W.th_cap) { /* (at most half full) */
+    if ((uint64_t)(R.nthreads + 1) * 2 > W.th_cap) { /* (at most half full) */
         uint32_t cap = W.th_cap ? W.th_cap * 2 : 64;
         uint32_t *k = calloc(cap, sizeof *k), *v = calloc(cap, sizeof *v);
         if (!k || !v) {
@@ -1180,24 +1303,28 @@ static int64_t thread_slot(uint32_t idx) {
         for (h = (idx * 2654435761u) & mask; W.th_slots[h];)
             h = (h + 1) & mask;
     }
-    if (slot >= W.nthreads) {
-        uint32_t n = W.nthreads ? W.nthreads * 2 : 16;
-        rthread *t = realloc(W.threads, n * sizeof *t);
-        if (!t)
-            return -1;
-        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
-        W.threads = t;
-        oc_thread *th = realloc(R.threads, n * sizeof *th);
-        if (!th)
-            return -1;
-        memset(th + W.nthreads, 0, (n - W.nthreads) * sizeof *th);
-        R.threads = th;
-        W.nthreads = n;
-    }
+    int64_t slot = add_slot(idx);
+    if (slot < 0)
+        return -1;
     W.th_keys[h] = idx;
-    W.th_slots[h] = slot + 1;
-    W.threads[slot].idx = idx;
-    R.nthreads = slot + 1;
+    W.th_slots[h] = (uint32_t)slot + 1;
+    return slot;
+}
+
+/* A chunk of thread index `idx` after the end of the thread that had it, slot `old` (a damaged
+ * recording): a new slot for the index from now on, with that thread's ids. */
+static int64_t thread_reslot(uint32_t idx, uint32_t old) {
+    if (R.nthreads >= UINT32_MAX - 1)
+        return -1;
+    int64_t slot = add_slot(idx);
+    if (slot < 0)
+        return -1;
+    uint32_t mask = W.th_cap - 1, h = (idx * 2654435761u) & mask;
+    while (W.th_keys[h] != idx || !W.th_slots[h])
+        h = (h + 1) & mask;
+    W.th_slots[h] = (uint32_t)slot + 1;
+    R.threads[slot].tid = R.threads[old].tid;
+    R.threads[slot].ident = R.threads[old].ident;
     return slot;
 }
 
@@ -1292,25 +1419,36 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             if (e->qualname)
                 break; /* written twice: the first one holds */
             const char *q = (const char *)p + 20, *f = q + ql;
-            uint32_t qn = 0, fn = 0;
-            e->qualname_raw = utf8_name((const uint8_t *)q, ql, &qn);
-            e->filename_raw = utf8_name((const uint8_t *)f, fl, &fn);
-            e->qualname = e->qualname_raw ? oc_json_escape(e->qualname_raw, qn) : NULL;
-            e->filename = e->filename_raw ? oc_json_escape(e->filename_raw, fn) : NULL;
+            const char *qr = NULL, *qe = NULL, *fr = NULL, *fe = NULL;
+            if (NA.last_fn && NA.last_fn_len == fl && memcmp(NA.last_fn, f, fl) == 0) {
+                fr = NA.last_fn; /* (the same file as the last code's, as a rule; valid UTF-8 as it is) */
+                fe = NA.last_fn_esc;
+            } else if (na_name((const uint8_t *)f, fl, &fr, &fe) == 0) {
+                NA.last_fn = fr;
+                NA.last_fn_esc = fe;
+                NA.last_fn_len = strlen(fr);
+            }
+            if (!fr || na_name((const uint8_t *)q, ql, &qr, &qe) < 0)
+                BAD("out of memory reading the code table");
+            e->qualname_raw = (char *)qr;
+            e->qualname = (char *)qe;
+            e->filename_raw = (char *)fr;
+            e->filename = (char *)fe;
             e->firstlineno = (int)rd32(p + 4);
             e->nunits = nu;
             if (nu) {
-                e->code = malloc((size_t)nu * 2 + 1);
-                e->lines = malloc(((size_t)nu + 1) * 4);
-                if (e->code)
-                    memcpy(e->code, f + fl, (size_t)nu * 2);
-                if (e->lines) {
-                    memcpy(e->lines, f + fl + (size_t)nu * 2, (size_t)nu * 4);
-                    e->lines[nu] = -1;
+                e->code = na_alloc((size_t)nu * 2 + 1);
+                e->lines = na_alloc(((size_t)nu + 1) * 4);
+                if (!e->code || !e->lines) {
+                    e->code = NULL;
+                    e->lines = NULL;
+                    e->nunits = 0;
+                    BAD("out of memory reading the code table");
                 }
+                memcpy(e->code, f + fl, (size_t)nu * 2);
+                memcpy(e->lines, f + fl + (size_t)nu * 2, (size_t)nu * 4);
+                e->lines[nu] = -1;
             }
-            if (!e->qualname || !e->filename || !e->qualname_raw || !e->filename_raw)
-                BAD("out of memory reading the code table");
             break;
         }
         case OC_BLK_THREAD: {
@@ -1323,10 +1461,28 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             oc_thread *th = &R.threads[idx];
             th->tid = (long)rd64(p + 8);
             th->ident = (unsigned long)rd64(p + 16);
-            W.threads[idx].tid = th->tid;
+            if (W.threads[idx])
+                W.threads[idx]->tid = th->tid;
             if (nl && !th->name_raw) {
                 th->name_raw = clean_name(p + 28, nl, &nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
+                if (th->name && strcmp(th->name, th->name_raw) == 0) { /* (one copy: it stays to the end) */
+                    free(th->name);
+                    th->name = th->name_raw;
+                }
+            }
+            if ((rd32(p + 4) & OC_THREAD_ENDED) && !W.ix[idx].ended) {
+                /* the thread ended: when rendering reaches this point its state is freed (end_thread) */
+                if (W.norder == W.caporder) {
+                    uint32_t cap = W.caporder ? W.caporder * 2 : 256;
+                    span_ref *o = realloc(W.order, cap * sizeof *o);
+                    if (!o)
+                        BAD("out of memory indexing the recording");
+                    W.order = o;
+                    W.caporder = cap;
+                }
+                W.order[W.norder++] = (span_ref){(uint32_t)idx, UINT32_MAX};
+                W.ix[idx].ended = 1;
             }
             break;
         }
@@ -1335,12 +1491,16 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 BAD("corrupt chunk block");
             uint32_t n = rd32(p + 4);
             int64_t slot = (uint64_t)n * sizeof(oc_rec) == (uint64_t)len - 8 ? thread_slot(rd32(p)) : -1;
+            if (slot >= 0 && W.ix[slot].ended)
+                slot = thread_reslot(rd32(p), (uint32_t)slot);
             if (slot < 0)
                 BAD("corrupt chunk block");
             uint32_t idx = (uint32_t)slot;
-            rthread *t = &W.threads[idx];
+            tindex *t = &W.ix[idx];
+            if (n && rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec)) > W.last_ts) /* (a recording cut short ends there) */
+                W.last_ts = rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec));
             if (t->nspans == t->capspans) {
-                uint32_t cap = t->capspans ? t->capspans * 2 : 16;
+                uint32_t cap = t->capspans ? t->capspans * 2 : 2;
                 span *s = realloc(t->spans, cap * sizeof *s);
                 if (!s)
                     BAD("out of memory indexing the recording");
@@ -1412,6 +1572,15 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         off += OC_BLK_HDR + len;
         off = (off + 7) & ~(size_t)7; /* blocks start at multiples of 8 */
         *offp = off;
+        if (UNLIKELY(off - W.index_dropped >= OC_DROP_STEP)) {
+            /* indexed: these pages out of the resident set, OC_DROP_STEP at a time (rendering reads them again,
+             * from the page cache; a long recording would otherwise be resident whole before rendering) */
+            uintptr_t lo = ((uintptr_t)(base + W.index_dropped) + 4095) & ~(uintptr_t)4095;
+            uintptr_t hi = ((uintptr_t)(base + off)) & ~(uintptr_t)4095;
+            if (hi > lo)
+                madvise((void *)lo, hi - lo, MADV_DONTNEED);
+            W.index_dropped = off;
+        }
     }
     return 0;
 }
@@ -1424,7 +1593,7 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
     (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
 }
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
-const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL};
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL, NULL};
 
 /* ---- the driver ---- */
 
@@ -1524,16 +1693,16 @@ static int name_output(const char *out_path) {
 /* The recorded pauses are slices of a code id made up after every recorded one. */
 static int add_pause_code(void) {
     W.pause_code = R.ncodes;
-    return grow_codes(W.pause_code) < 0 || !(R.codes[W.pause_code].qualname = strdup(OC_PAUSE_NAME)) ||
-                   !(R.codes[W.pause_code].qualname_raw = strdup(OC_PAUSE_NAME)) ||
-                   !(R.codes[W.pause_code].filename = strdup("<ocular>")) ||
-                   !(R.codes[W.pause_code].filename_raw = strdup("<ocular>"))
-               ? -1
-               : 0;
+    if (grow_codes(W.pause_code) < 0)
+        return -1;
+    oc_codeent *e = &R.codes[W.pause_code];
+    e->qualname = e->qualname_raw = na_strdup(OC_PAUSE_NAME, strlen(OC_PAUSE_NAME));
+    e->filename = e->filename_raw = na_strdup("<ocular>", 8);
+    return e->qualname && e->filename ? 0 : -1;
 }
 
 static inline void set_tid(uint32_t i) {
-    W.threads[i].tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.threads[i].idx;
+    W.threads[i]->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.ix[i].idx;
 }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
@@ -1543,41 +1712,59 @@ static void switch_thread(uint32_t i) {
     if (W.cur == i + 1 || W.nostats)
         return;
     if (W.cur) {
-        const rthread *o = &W.threads[W.cur - 1];
+        const rthread *o = W.threads[W.cur - 1];
         for (uint32_t k = o->n; k-- > 0;)
             W.same_top[o->stack[k].code_id] = o->stack[k].prev_same;
     }
-    const rthread *t = &W.threads[i];
+    const rthread *t = W.threads[i];
     for (uint32_t k = 0; k < t->n; k++)
         W.same_top[t->stack[k].code_id] = k + 1;
     W.cur = i + 1;
 }
 
 static void render_span(rthread *t, uint32_t s, int drop) {
+    const tindex *x = &W.ix[t->slot];
     /* (the thread's next record, if indexed: a damaged last time is known by it) */
-    const oc_rec *after = s + 1 < t->nspans && t->spans[s + 1].n ? t->spans[s + 1].recs : NULL;
-    process_recs(t, t->spans[s].recs, t->spans[s].n, after);
+    const oc_rec *after = s + 1 < x->nspans && x->spans[s + 1].n ? x->spans[s + 1].recs : NULL;
+    const oc_rec *recs = x->spans[s].recs;
+    uint32_t n = x->spans[s].n;
+    process_recs(t, recs, n, after);
     if (!drop)
         return;
-    /* done with these pages: out of the resident set (a long recording is mapped whole), 16 MiB at a
+    /* done with these pages: out of the resident set (a long recording is mapped whole), OC_DROP_STEP at a
      * time from the first page not dropped yet -- every madvise is a system call and a TLB shootdown on
      * the CPUs of the process's other threads (the program's, while recording; pipe.c's or out.c's
      * writer's after it).  Rendering thread by thread goes back in the file: the step starts again
      * there (a page dropped before its time is read again).  The pages stay in the file: nothing is lost. */
-    uintptr_t lo = ((uintptr_t)t->spans[s].recs + 4095) & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)(t->spans[s].recs + t->spans[s].n)) & ~(uintptr_t)4095;
+    uintptr_t lo = ((uintptr_t)recs + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)(recs + n)) & ~(uintptr_t)4095;
     if (!W.drop_from || lo < W.drop_from)
         W.drop_from = lo;
-    if (hi >= W.drop_from + (16u << 20)) {
+    if (hi >= W.drop_from + OC_DROP_STEP) {
         madvise((void *)W.drop_from, hi - W.drop_from, MADV_DONTNEED);
         W.drop_from = hi;
     }
 }
 
+/* Thread slot i's render state, made at its first rendered chunk (NULL: no memory) */
+static rthread *rthread_of(uint32_t i) {
+    rthread *t = W.threads[i];
+    if (LIKELY(t != NULL))
+        return t;
+    t = calloc(1, sizeof *t);
+    if (t)
+        t->slot = i;
+    return W.threads[i] = t;
+}
+
 /* Chunk s of thread i; a thread's first chunk sets its tid and, in a flight-recorder window, opens the
  * frames already running when the window began. */
 static void render_ref(uint32_t i, uint32_t s, int drop) {
-    rthread *t = &W.threads[i];
+    rthread *t = rthread_of(i);
+    if (!t) {
+        W.out.err = W.out.err ? W.out.err : ENOMEM;
+        return;
+    }
     switch_thread(i);
     if (!t->started) {
         t->started = 1;
@@ -1589,14 +1776,36 @@ static void render_ref(uint32_t i, uint32_t s, int drop) {
     render_span(t, s, drop);
 }
 
-/* Slices still open at the end close at the stop (a recording cut short: at the thread's last record). */
-static void close_thread(uint32_t i) {
-    rthread *t = &W.threads[i];
-    if (!t->n)
+/* Slices still open at the end close at the stop (a recording cut short, or a thread that ended: at the
+ * thread's last record). */
+static void close_thread(uint32_t i, int ended) {
+    rthread *t = W.threads[i];
+    if (!t || !t->n)
         return;
     switch_thread(i);
-    uint64_t end = W.complete ? W.stop_ticks : t->prev_ts;
+    uint64_t end = W.complete && !ended ? W.stop_ticks : t->prev_ts;
     pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
+}
+
+/* The end of thread slot i is rendered (its THREAD block says it ended): its open slices close, and all
+ * its state but its name and ids (R.threads) is freed -- what a render keeps depends on the threads
+ * alive at once, not on the threads ever seen. */
+static void end_thread(uint32_t i) {
+    rthread *t = W.threads[i];
+    if (t) {
+        close_thread(i, 1);
+        if (W.sink->thread_end && t->started)
+            W.sink->thread_end(&W.out, t->tid);
+    }
+    free_thread(i);
+}
+
+/* An entry of W.order: a chunk, or a thread's end */
+static inline void render_order(uint32_t k) {
+    if (W.order[k].span == UINT32_MAX)
+        end_thread(W.order[k].thread);
+    else
+        render_ref(W.order[k].thread, W.order[k].span, 1);
 }
 
 /* the k-th chunk to render: in the recording's order (file_order), else thread 0's first */
@@ -1679,13 +1888,18 @@ static uint32_t live_step(void) {
     }
     while (L.known < R.ncodes && R.codes[L.known].qualname)
         L.known++;
-    uint32_t done0 = L.done, avail = W.file_order ? W.norder : W.threads[0].nspans;
+    uint32_t done0 = L.done, avail = W.file_order ? W.norder : W.ix[0].nspans;
     while (L.done < avail && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
         /* the code table entries a chunk needs are usually written before it, but not always (a
          * thread's last chunk, handed over as it exits, comes before the codes it registered): a chunk
          * naming a code not in the table yet waits, if need be for the render at stop */
         span_ref ref = next_ref(L.done);
-        const span *sp = &W.threads[ref.thread].spans[ref.span];
+        if (ref.span == UINT32_MAX) { /* a thread's end */
+            end_thread(ref.thread);
+            L.done++;
+            continue;
+        }
+        const span *sp = &W.ix[ref.thread].spans[ref.span];
         uint32_t top = 0;
         for (uint32_t i = 0; i < sp->n; i++) {
             uint32_t k = OC_KIND(sp->recs[i].info), id = sp->recs[i].code_id;
@@ -1842,6 +2056,7 @@ void oc_render_live_fork_child(void) {
     memset(&W, 0, sizeof W);
     W.out.fd = -1;
     memset(&R, 0, sizeof R);
+    memset(&NA, 0, sizeof NA);
     oc_stats_abandon();
     L.rec_path = L.out_path = NULL; /* a one-time leak: they may be in use */
     live_free();
@@ -1942,14 +2157,8 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&W.sink, &W.out) == 0;
     if (!piped && out_path && format == OC_FORMAT_JSON && two_cpus)
         oc_out_async_start(&W.out);
-    if (!W.complete) { /* cut short: end where the last record of any thread is */
-        for (uint32_t i = 0; i < W.nthreads; i++)
-            for (uint32_t s = 0; s < W.threads[i].nspans; s++) {
-                const span *sp = &W.threads[i].spans[s];
-                if (sp->n && sp->recs[sp->n - 1].ts > W.stop_ticks)
-                    W.stop_ticks = sp->recs[sp->n - 1].ts;
-            }
-    }
+    if (!W.complete && W.last_ts > W.stop_ticks) /* cut short: end where the last record of any thread is */
+        W.stop_ticks = W.last_ts;
     W.stop_ticks = W.stop_ticks < W.ts_lo ? W.ts_lo : W.stop_ticks > W.ts_hi ? W.ts_hi : W.stop_ticks;
     W.progress = progress && isatty(2);
     W.progress_name = out_path ? out_path : rec_path;
@@ -1959,14 +2168,17 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
     if (W.file_order) { /* the threads' chunks interleaved, as recorded (what rendering while recording did) */
         for (uint32_t k = first0; k < W.norder; k++)
-            render_ref(W.order[k].thread, W.order[k].span, 1);
-        for (uint32_t i = 0; i < W.nthreads; i++)
-            close_thread(i);
-    } else { /* thread by thread */
-        for (uint32_t i = 0; i < W.nthreads; i++) {
-            for (uint32_t s = i == 0 ? first0 : 0; s < W.threads[i].nspans; s++)
+            render_order(k);
+        for (uint32_t i = 0; i < R.nthreads; i++)
+            close_thread(i, 0);
+    } else { /* thread by thread (each one's state freed once it is rendered) */
+        for (uint32_t i = 0; i < R.nthreads; i++) {
+            for (uint32_t s = i == 0 ? first0 : 0; s < W.ix[i].nspans; s++)
                 render_ref(i, s, 1);
-            close_thread(i);
+            close_thread(i, W.ix[i].ended);
+            if (W.sink->thread_end && W.threads[i] && W.threads[i]->started)
+                W.sink->thread_end(&W.out, W.threads[i]->tid);
+            free_thread(i);
         }
     }
     if (piped)
@@ -2015,10 +2227,10 @@ out:
         live_free();
     else
         munmap(map, size);
-    for (uint32_t i = 0; i < W.nthreads; i++) { /* the spans pointed into the mapping */
-        free(W.threads[i].spans);
-        W.threads[i].spans = NULL;
-        W.threads[i].nspans = W.threads[i].capspans = 0;
+    for (uint32_t i = 0; i < R.nthreads; i++) { /* the spans pointed into the mapping */
+        free(W.ix[i].spans);
+        W.ix[i].spans = NULL;
+        W.ix[i].nspans = W.ix[i].capspans = 0;
     }
     return rc;
 }

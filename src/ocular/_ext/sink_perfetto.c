@@ -265,7 +265,7 @@ typedef struct {
 
 typedef struct {
     long tid;
-    uint32_t num;          /* its index in P.th, plus 1 */
+    uint32_t num;          /* the sequence's number among the trace's (from 1): who wrote c->th, lr->th */
     uint32_t seq;          /* trusted_packet_sequence_id */
     uint64_t uuid;         /* its thread track */
     uint64_t last_ns;      /* value of the sequence's incremental clock */
@@ -333,6 +333,8 @@ static struct {
     pf_thread *th;
     pf_thread *cur;            /* the thread of the last packet while the sink is writing, else NULL */
     uint32_t nth, cap_th;
+    uint32_t next_num;         /* a thread's num: unique among the sequences of the trace */
+    uint64_t ended_ns;         /* the latest timestamp of the threads that ended (and left P.th) */
     uint32_t own_seq;          /* the renderer's own sequence; threads follow it */
     uint32_t next_seq;
     code_te *codes;            /* by code id */
@@ -649,7 +651,7 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
     pf_thread *t = &P.th[P.nth++];
     memset(t, 0, sizeof *t);
     t->tid = tid;
-    t->num = P.nth; /* (already counted) */
+    t->num = ++P.next_num; /* (not its index: an ended thread's entry is given to the next thread) */
     t->seq = P.next_seq++;
     t->uuid = thread_uuid(tid);
     t->last_ns = ts;
@@ -719,6 +721,22 @@ static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
     if (LIKELY(t != NULL && t->tid == tid))
         return t;
     return thread_slow(o, tid, ts);
+}
+
+/* The thread ended: its entry goes (the last one takes its place), so that P.th holds the threads alive at
+ * once; its descriptor is named at the footer on the renderer's own sequence.  A thread of the same tid
+ * later on gets a new sequence on the same track. */
+static void pf_thread_end(oc_out *o, long tid) {
+    (void)o;
+    for (uint32_t i = 0; i < P.nth; i++)
+        if (P.th[i].tid == tid) {
+            if (P.th[i].last_ns > P.ended_ns)
+                P.ended_ns = P.th[i].last_ns;
+            free(P.th[i].names);
+            P.th[i] = P.th[--P.nth];
+            P.cur = NULL;
+            break;
+        }
 }
 
 /* ---- interned data of one packet ---- */
@@ -1183,7 +1201,7 @@ static void free_state(void) {
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
     if (P.active && !o->err) {
-        uint64_t max_ns = P.mono0; /* the latest timestamp written */
+        uint64_t max_ns = P.mono0 > P.ended_ns ? P.mono0 : P.ended_ns; /* the latest timestamp written */
         for (uint32_t k = 0; k < P.nth; k++)
             if (P.th[k].last_ns > max_ns)
                 max_ns = P.th[k].last_ns;
@@ -1249,4 +1267,5 @@ const oc_sink oc_sink_perfetto = {
     .footer = pf_footer,
     .begin_cut = NULL,
     .loop_run = NULL,
+    .thread_end = pf_thread_end,
 };

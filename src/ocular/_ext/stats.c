@@ -33,6 +33,7 @@ void oc_stats_reset(void) {
         free(oc_cs[i].block_end);
         free(oc_cs[i].loops);
         free(oc_cs[i].callees_deinst);
+        free(oc_cs[i].callers_more);
     }
     free(oc_cs);
     oc_cs = NULL;
@@ -106,10 +107,19 @@ void oc_stats_caller(oc_code_stat *c, uint32_t caller) {
     if (caller == UINT32_MAX)
         return;
     uint32_t k = 0;
-    while (k < OC_CALLERS && c->callers[k] && c->callers[k] != caller + 1)
+    while (k < OC_CALLERS && oc_stats_caller_at(c, k) && oc_stats_caller_at(c, k) != caller + 1)
         k++;
-    if (k < OC_CALLERS && !c->callers[k])
+    if (k >= OC_CALLERS || oc_stats_caller_at(c, k))
+        return;
+    if (k < 2) {
         c->callers[k] = caller + 1;
+        return;
+    }
+    if (!c->callers_more && !(c->callers_more = calloc(OC_CALLERS - 2, sizeof *c->callers_more))) {
+        failed = 1;
+        return;
+    }
+    c->callers_more[k - 2] = caller + 1;
 }
 
 static void deinst_callee(uint32_t caller, uint32_t callee) {
@@ -144,8 +154,8 @@ void oc_stats_finish(void) {
     uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes;
     for (uint32_t id = 0; id < n; id++)
         if (R.codes[id].flags & CF_START_DISABLED)
-            for (uint32_t k = 0; k < OC_CALLERS && oc_cs[id].callers[k]; k++)
-                deinst_callee(oc_cs[id].callers[k] - 1, id);
+            for (uint32_t k = 0; k < OC_CALLERS && oc_stats_caller_at(&oc_cs[id], k); k++)
+                deinst_callee(oc_stats_caller_at(&oc_cs[id], k) - 1, id); /* (may move oc_cs: get) */
 }
 
 static int units(oc_code_stat *c, uint32_t id) {
@@ -401,11 +411,11 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
             "enters", e->enters, "loops", loops, "units", unitd);
         uint32_t ncallers = 0; /* the code ids of its first OC_CALLERS callers */
-        while (ncallers < OC_CALLERS && c->callers[ncallers])
+        while (ncallers < OC_CALLERS && oc_stats_caller_at(c, ncallers))
             ncallers++;
         PyObject *callers = d ? PyTuple_New(ncallers) : NULL;
         for (uint32_t k = 0; callers && k < ncallers; k++) {
-            PyObject *v = PyLong_FromUnsignedLong(c->callers[k] - 1);
+            PyObject *v = PyLong_FromUnsignedLong(oc_stats_caller_at(c, k) - 1);
             if (!v) {
                 Py_CLEAR(callers);
                 break;

@@ -36,8 +36,16 @@ typedef struct {
     uint32_t *callees_deinst;   /* callees de-instrumented after the threshold: their later calls are in
                                    this function's self time, unmeasured */
     uint32_t ncallees, capcallees;
-    uint32_t callers[OC_CALLERS]; /* 1 + the code ids of the first functions that called this one, 0: free */
+    /* 1 + the code ids of the first OC_CALLERS functions that called this one, 0: free; the first two here,
+     * the others in callers_more (allocated at a third caller: most functions never have one) */
+    uint32_t callers[2];
+    uint32_t *callers_more;
 } oc_code_stat;
+
+/* the k-th (< OC_CALLERS) caller kept, 1 + its code id, or 0 */
+static inline uint32_t oc_stats_caller_at(const oc_code_stat *c, uint32_t k) {
+    return k < 2 ? c->callers[k] : c->callers_more ? c->callers_more[k - 2] : 0;
+}
 
 extern oc_code_stat *oc_cs; /* by code id */
 extern uint32_t oc_ncs;
