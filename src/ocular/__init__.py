@@ -696,7 +696,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         Function starts and returns are never de-instrumented (but with ``near_zero``).
     near_zero: near-zero overhead: function starts and returns are de-instrumented after
         ``deinstrument_threshold`` calls too, so a hot function's later calls are not recorded: its
-        calls and times past the threshold are samples (marked ``*``) or estimates from the sampling
+        calls and times past the threshold are lower bounds (marked ``>``) or estimates from the sampling
         windows (marked ``~``) in every output.  Default False: every call is counted and timed.
     exclude / include_only: list or tuple of file-name patterns; a pattern with ``*?[`` is matched with
         fnmatch against the whole file name, otherwise as a substring.  Ocular's own files are always
