@@ -213,22 +213,28 @@ def _short(path, width):
     return ".../" + parts[-1]
 
 
+def _library_part(p):
+    """The part of a path (with slashes) after site-packages or a standard library directory, and whether
+    that directory is one this interpreter knows (site-packages, its own standard library) rather than
+    another machine's standard library: (None, False) for neither."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in p:
+            return p.split(marker, 1)[1], True
+    for d in _STDLIB_DIRS:
+        d = d.replace("\\", "/")
+        if p.startswith(d):
+            return p[len(d):], True
+    m = _STDLIB_RE.search(p)
+    return (p[m.end():], False) if m else (None, False)
+
+
 def package(path):
     """The package a file belongs to, as a user names it: the top directory under site-packages, the
     standard library's module (``re``, ``json``), or the file's own directory name."""
     p = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in p:
-            top = p.split(marker, 1)[1].split("/", 1)[0]
-            return top[:-3] if top.endswith(".py") else top
-    for d in _STDLIB_DIRS:
-        d = d.replace("\\", "/")
-        if p.startswith(d):
-            top = p[len(d):].split("/", 1)[0]
-            return top[:-3] if top.endswith(".py") else top
-    m = _STDLIB_RE.search(p)
-    if m:
-        top = p[m.end():].split("/", 1)[0]
+    rest, _ = _library_part(p)
+    if rest is not None:
+        top = rest.split("/", 1)[0]
         return top[:-3] if top.endswith(".py") else top
     if p.startswith("<frozen "):
         return p[len("<frozen "):-1].split(".", 1)[0]
@@ -239,13 +245,9 @@ def short_path(path):
     """A file as a user reads it: under site-packages or the standard library, the part after it
     (``docutils/nodes.py``); under the working directory, relative to it; else as recorded."""
     p = path.replace("\\", "/")
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in p:
-            return p.split(marker, 1)[1]
-    for d in _STDLIB_DIRS:
-        d = d.replace("\\", "/")
-        if p.startswith(d):
-            return p[len(d):]
+    rest, known = _library_part(p)
+    if known:
+        return rest
     try:
         cwd = os.getcwd().replace("\\", "/").rstrip("/") + "/"
     except OSError:

@@ -27,9 +27,9 @@ import html
 import json
 import os
 import re
-import sys
 
 from .. import _ocular
+from .._report import _OCULAR_DIR, _STDLIB_DIRS, _STDLIB_RE
 
 MIN_FRACTION = 0.0005  # icicle: frames narrower than this share of their thread are left out
 HTML_KEEP = 100000  # function rows the page keeps (by self time): a big program's every function
@@ -76,9 +76,7 @@ def _marks(f, field):
 
 
 _SITE_RE = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
-_STDLIB_RE = re.compile(r"[/\\]lib[/\\]python3\.\d+t?[/\\]")  # any interpreter's standard library
-_STDLIB_DIR = os.path.join(getattr(sys, "_stdlib_dir", None) or os.path.dirname(os.__file__), "")
-_OCULAR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB_DIR = _STDLIB_DIRS[0]  # (the report's: this interpreter's standard library, and any interpreter's by _STDLIB_RE)
 
 
 def project_dir(files, cwd=None):
