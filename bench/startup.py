@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
-import sys
 import tempfile
 
-from bench.common import REPO, print_and_write
+from bench.callgrind import read_totals, valgrind_cmd
+from bench.common import REPO, md_table, print_and_write, resolve_python
 
 MODULES = "import sys; print(len(sys.modules))"
 
@@ -31,21 +30,20 @@ def _env():
 
 def _instructions(cmd, env, tmp):
     out = os.path.join(tmp, "cg.out")
-    p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd], env=env,
-                       capture_output=True, text=True, cwd=tmp, timeout=600)
-    m = re.search(r"Collected : (\d+)", p.stderr)
-    if p.returncode != 0 or not m:
+    p = subprocess.run(valgrind_cmd("valgrind", out) + cmd, env=env, capture_output=True, text=True, cwd=tmp,
+                       timeout=600)
+    if p.returncode != 0:
         raise RuntimeError(f"{cmd}: exit {p.returncode}\n{p.stderr[-2000:]}")
-    return int(m.group(1))
+    return read_totals(out)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--python", default=None, help="interpreter: a path or X.Y (default: this one)")
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--output", default="-", help="also write the markdown here ('-': only print it)")
     a = ap.parse_args(argv)
-    a.python = os.path.abspath(a.python) if os.sep in a.python else a.python
+    a.python = resolve_python(a.python)
     env = _env()
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "empty.py")
@@ -69,15 +67,13 @@ def main(argv=None):
                 n = _instructions(cmd, env, tmp)
                 counts[name] = min(counts.get(name, n), n)
     base = counts["empty script"]
-    rows = ["| run | instructions | above the empty script | modules in the program's sys.modules |",
-            "|---|---:|---:|---:|"]
-    for name, n in counts.items():
-        rows.append(f"| {name} | {n:,} | {n - base:,} | {modules[name]} |")
+    rows = [(name, f"{n:,}", f"{n - base:,}", modules[name]) for name, n in counts.items()]
     ratio = (counts["python -m ocular"] - base) / max(1, counts["python -m cProfile"] - base)
     version = subprocess.run([a.python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
                              text=True).stdout.strip()
     report = (f"# Start-up on an empty script (callgrind, CPython {version}, minimum of {a.runs} runs)\n\n"
-              + "\n".join(rows) + f"\n\nOcular ÷ cProfile, above the empty script: **{ratio:.2f}** (target ≤ 0.8)\n")
+              + md_table(("run", "instructions", "above the empty script", "modules in the program's sys.modules"),
+                         rows, left=1) + f"\n\nOcular ÷ cProfile, above the empty script: **{ratio:.2f}** (target ≤ 0.8)\n")
     print_and_write(report, a.output, "bench.startup")
 
 

@@ -569,7 +569,7 @@ def _parse_signals(value):
     """save_on_signals= as a tuple of signal numbers (empty: off)."""
     if value is None or value is False:
         return ()
-    import signal
+    import _signal as signal  # (the C module: signal.py's enums cost ~5 M instructions at start-up)
 
     if value is True:
         return tuple(int(getattr(signal, name)) for name in SAVE_SIGNALS)
@@ -582,6 +582,8 @@ def _parse_signals(value):
         if isinstance(sig, bool) or not isinstance(sig, int):
             raise TypeError(f"save_on_signals: {sig!r} is not a signal number (signal.SIGTERM, signal.SIGHUP)")
         if int(sig) not in allowed:
+            import signal
+
             try:
                 name = signal.Signals(sig).name
             except ValueError:
@@ -604,8 +606,7 @@ _chain_busy = []  # signals that arrived while _on_chained_signal saved (each ca
 def _arm_signals(sigs, s):
     """save_on_signals: the C handler where the signal does its default, the Python wrapper where the
     program has a Python handler (main thread only: elsewhere it is left as it is)."""
-    import shlex
-    import signal
+    import _signal as signal  # (as _parse_signals)
 
     out, fmt = s["output"], s["format"]
     if not out:
@@ -616,12 +617,11 @@ def _arm_signals(sigs, s):
         render = -1
     else:
         render = {"json": 0, "perfetto": 1, "speedscope": 4}.get(fmt, -1)
-    if _cli_outputs:
-        convert_args = " ".join(f"-o {shlex.quote(o)}" for o in _cli_outputs)
-    elif out and render == -1:
-        convert_args = f"-o {shlex.quote(out)}"
-    else:
-        convert_args = None
+    convert_args = None  # the convert command's -o, for a signal that keeps the recording (shlex only then)
+    if _cli_outputs or (out and render == -1):
+        import shlex
+
+        convert_args = " ".join(f"-o {shlex.quote(o)}" for o in (_cli_outputs or [out]))
     bits = _ocular._signals_arm(sigs, render, convert_args, _signals_verbose)
     s["signals"] = sigs
     for i, name in enumerate(SAVE_SIGNALS):
@@ -667,7 +667,7 @@ def _release_signals():
     """After a stop: the program's chained handlers back where Ocular's wrapper still is; the C handler
     disarmed (a signal that arrived during the stop ends the process now, by itself)."""
     if _chained:
-        import signal
+        import _signal as signal
 
         for sig, old in list(_chained.items()):
             with contextlib.suppress(ValueError, OSError, TypeError):
@@ -802,8 +802,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
 
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
     _save_before_exec()
-    if ring_bytes or save_sigs:
-        import signal  # noqa: F401  (likewise: SIGUSR2's handler, and save_on_signals', once tracing runs)
+    if ring_bytes:
+        import signal  # noqa: F401  (likewise: SIGUSR2's handler, once tracing runs; save_on_signals uses _signal)
     tid = _acquire_tool(tool_id)
     try:
         rec = _recording_name(path)
