@@ -122,7 +122,10 @@ LOG = os.environ.get("OCULAR_EXACT_LOG")  # a file to append one JSON line per a
 
 def _base_env():
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([SRC, PRELOAD_DIR] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    # PROG_DIR too: the preloading imports then cache its finder in both runs (cProfile puts the script's
+    # directory on sys.path after sitecustomize ran, Ocular before its last import: the program's first import
+    # would look into it with one more path hook under one of them)
+    e["PYTHONPATH"] = os.pathsep.join([SRC, PRELOAD_DIR, PROG_DIR] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
     for k in ("OCULAR_EXACT_PRELOAD", "OCULAR_EXACT_SEQUENTIAL", "OCULAR_EXACT_SIZE"):
         e.pop(k, None)
     return e
