@@ -235,3 +235,53 @@ def test_entry_points_name_the_slowest_tests(tmp_path):
                  "test_generated.py"], tmp_path)
     section = t.stderr.split("Entry points into your code", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     assert section[0].split()[4] == "test_slow" and section[1].split()[4] == "test_roundtrip", section
+
+
+COST_RISES = '''
+def work(i, calls=[0]):
+    calls[0] += 1
+    s = 0
+    for k in range(4 if calls[0] <= 200 else 60):   # the hot loop: cheap in its recorded calls
+        s += k ^ i
+    return s
+
+def main():
+    t = 0
+    for i in range(3000):                              # a driver loop: its first 500 jumps recorded
+        t += work(i)
+    return t
+
+main()
+'''
+
+
+def test_golden_a_loop_that_went_on_unrecorded_is_listed_from_its_function():
+    """A function whose loop gets hot after its back edge was de-instrumented (threshold 500: 125 calls of 4
+    iterations): the loop is still ranked first, its own time estimated from the function's measured self
+    time (~), its recorded figures marked as its first iterations; the driver's loop, one long call, is a
+    lower bound (>).  Deterministic: the test clock, one tick per clock read."""
+    p = run_py(f"""
+        import json, ocular, ocular._ocular as o
+        o._set_test_clock(True)
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=500, include_only=["/golden/rises.py"],
+                             report=False)
+        exec(compile({COST_RISES!r}, "/golden/rises.py", "exec"), {{}})
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        print(json.dumps(dict(rep=rep.to_dict(), text=rep.format(width=120))))
+    """)
+    res = json.loads(p.stdout)
+    text, rep = res["text"], res["rep"]
+    loops = {lp["function"]: lp for lp in rep["loops"]}
+    work, main = loops["work"], loops["main"]
+    fn = {f["name"]: f for f in rep["functions"]}
+    # work's back edge: 500 jumps recorded (125 calls), 375 of them timed iterations; before, unmarked
+    assert work["sample"] and work["iterations"] == 375 and work["own_estimated"], work
+    assert work["own_ns"] <= fn["work"]["self_ns"] and work["estimated_iterations"] > 375, (work, fn["work"])
+    assert main["sample"] and not main["own_estimated"], main
+    section = text.split("Hot loops (by their own time", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert [ln.split()[-2] for ln in section] == ["work", "main"], section
+    assert section[0].split()[0].startswith("~") and section[0].split()[1].startswith("~"), section
+    assert section[1].split()[0].startswith(">") and "(first)" in section[1], section
+    assert text.count("~ = estimated") == 1 and "for a loop whose jumps were de-instrumented" in text, text
+    assert "~" in rep["notation"] and ">" in rep["notation"] and "(first)" in rep["notation"], rep["notation"]

@@ -336,7 +336,7 @@ class Report:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
         self._entry_points(data["functions"])
-        self._loops.sort(key=lambda r: r["self_cycles_per_iteration"] * r["timed_iterations"], reverse=True)
+        self._loops.sort(key=lambda r: r["own_cycles"], reverse=True)
 
     @property
     def loops(self):
@@ -550,6 +550,18 @@ class Report:
         lo, hi = lp["dest"], lp["src"]
         it = lp["iterations"] or 1
         timed = lp.get("timed_iterations", lp["iterations"]) or 1  # (iterations an instruction probe slowed: untimed)
+        # its back edge was de-instrumented: `threshold` back jumps recorded (each run's first too; the
+        # threshold's own hit answers DISABLE unrecorded), or its function's start was (near-zero)
+        sample = bool(f["deinstrumented"] or lp.get("jumps", lp["iterations"] + 2) >= self.threshold > 0)
+        own = lp["self_cycles"] / timed * lp["iterations"]  # (its untimed iterations at the timed ones' mean)
+        own_estimated = False
+        if sample and f.get("looped_self") and lp["self_cycles"]:
+            # the function's self time is measured in full (every call is counted and timed): the loop's share
+            # of it in the calls where its iterations were recorded, extended to all of it
+            est = min(1.0, own / f["looped_self"]) * f["self"]
+            if est > own:
+                own, own_estimated = est, True
+        per_it = lp["self_cycles"] / timed
         return {
             "category": category(f["file"], self._user_files),
             "function": f["name"],
@@ -563,11 +575,16 @@ class Report:
             "self_cycles_per_iteration": lp["self_cycles"] / timed,
             "ns_per_iteration": lp["cycles"] / timed * ns,
             "instructions_per_iteration": lp["instructions"] / it,
-            "deinstrumented": f["deinstrumented"] or lp["iterations"] >= self.threshold - 2 > 0,
-            # the figures are its first iterations': its back edge was de-instrumented at the threshold (the
-            # threshold's own hit answers DISABLE unrecorded, and the first back edge starts the first measured
-            # iteration: threshold - 2 measured), or its function's start was (near-zero)
-            "sample": bool(f["deinstrumented"] or lp["iterations"] >= self.threshold - 2 > 0),
+            "deinstrumented": sample,
+            # the figures are its first iterations' (see `sample` above)
+            "sample": sample,
+            # its own time (callees excluded), what loops are ranked by: measured, or (own_estimated) for a
+            # loop whose iterations went on unrecorded, its share of its function's self time in its recorded
+            # iterations applied to all of that self time, and its iterations at the recorded ones' mean cost
+            "own_cycles": own,
+            "own_ns": own * ns,
+            "own_estimated": own_estimated,
+            "estimated_iterations": round(own / per_it) if own_estimated and per_it else None,
             "timed_iterations": lp.get("timed_iterations", lp["iterations"]),
             "self_ns_per_iteration": lp["self_cycles"] / timed * ns,
             "split": None,  # once its rows are built: "instructions", "probe" or "even"
@@ -579,9 +596,7 @@ class Report:
     def hot_loops(self, n=TOP_LOOPS, all_code=True):
         """The hottest loops by their own time (the loop's own instructions, callees excluded), the top n
         (all_code=False: the user's own code's first, then the others')."""
-        def own(r):
-            return r["self_cycles_per_iteration"] * r["timed_iterations"]
-        ranked = sorted(self._loops, key=own, reverse=True)
+        ranked = sorted(self._loops, key=lambda r: r["own_cycles"], reverse=True)
         if not all_code:  # the user's own loops first, then the others' (a thin driver's are few)
             ranked = [lp for lp in ranked if lp["category"] == USER] + [lp for lp in ranked if lp["category"] != USER]
         out = ranked[:n]
@@ -660,7 +675,14 @@ class Report:
                         f"{'s' if sw.get('windows', 0) != 1 else ''}, {_fmt_ns(sw.get('window_ns', 0))})")
         if used.get("lower_bound"):
             out[">"] = ("at least: counted until de-instrumented; no sampling window saw the rest")
-        if any(lp["sample"] for lp in (self._loops if loops is None else loops)):
+        loops = self._loops if loops is None else loops
+        if any(lp["own_estimated"] for lp in loops):
+            what = ("for a loop whose jumps were de-instrumented: its share of its function's self time in its "
+                    "recorded iterations, applied to all of that self time")
+            out["~"] = f"{out['~']}; {what}" if "~" in out else f"estimated: {what}"
+        if any(lp["sample"] and not lp["own_estimated"] for lp in loops):
+            out[">"] = (f"{out['>']}; " if ">" in out else "at least: ") + "a loop's own time in its recorded iterations"
+        if any(lp["sample"] for lp in loops):
             out["(first)"] = "a loop's first iterations only (its jumps were then de-instrumented)"
         return out
 
@@ -845,9 +867,10 @@ class Report:
             out.append("Hot loops (by their own time: the loop's instructions, callees excluded)")
             out.append(f"{'own':>10} {'iterations':>12} {'per iter':>9}  loop")
             for lp in hot:
-                own = lp["self_cycles_per_iteration"] * lp["timed_iterations"] * ns
-                it = f"{lp['iterations']:,}" + (" (first)" if lp["sample"] else "")
-                line = (f"{('>' if lp['sample'] else '') + _fmt_ns(own):>10} {it:>12} "
+                mark = "~" if lp["own_estimated"] else ">" if lp["sample"] else ""
+                it = (f"~{lp['estimated_iterations']:,}" if lp["own_estimated"]
+                      else f"{lp['iterations']:,}" + (" (first)" if lp["sample"] else ""))
+                line = (f"{mark + _fmt_ns(lp['own_ns']):>10} {it:>12} "
                         f"{_fmt_ns(lp['self_cycles_per_iteration'] * ns):>9}  {lp['function']}")
                 loc = f"{short_path(lp['file'])}:{lp['line']}"
                 room = None if width is None else width - len(line) - 2
@@ -919,6 +942,9 @@ class Report:
         out.append("")
         it = (f"first {lp['iterations']:,} iterations (then de-instrumented)" if lp["sample"]
               else f"{lp['iterations']:,} iterations")
+        if lp["own_estimated"]:
+            it += (f", ~{_fmt_ns(lp['own_ns'])} of its own in all (~{lp['estimated_iterations']:,} iterations, "
+                   f"from its function's measured self time)")
         where = lp["file"] if width is None else short_path(lp["file"])
         head = (f"Hot loop {lp['function']} at {where}:{lp['line']} - {it}, "
                 f"{lp['cycles_per_iteration']:.0f} cycles ({_fmt_ns(lp['ns_per_iteration'])}) per iteration with its "

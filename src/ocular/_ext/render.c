@@ -275,6 +275,8 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     }
     uint64_t incl = f->self + f->child;
     W.same_top[f->code_id] = f->prev_same;
+    if (f->loops_on)
+        oc_stats_looped(f->code_id, f->self);
     /* total time counts each recursion tree once: a counted activation adds what its counted
      * same-code descendants did not already add; an uncounted one passes theirs down */
     oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
@@ -447,6 +449,8 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         if (src > hit->src)
             hit->src = src;
     } else {
+        if (!W.nostats)
+            oc_stats_loop_start(f->code_id, src, dest);
         hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
         if (hit->src != UINT32_MAX)
             end_run(t, f, hit);

@@ -209,11 +209,8 @@ void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe) {
     c->unit_count[unit]++;
 }
 
-void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
-                   uint64_t insns, int timed) {
-    oc_code_stat *c = get(id);
-    if (!c)
-        return;
+/* the loop of code stat c whose header is dest (created; NULL: out of memory) */
+static oc_loop_stat *loop_of(oc_code_stat *c, uint32_t src, uint32_t dest) {
     oc_loop_stat *l = NULL;
     for (uint32_t i = 0; i < c->nloops; i++)
         if (c->loops[i].dest == dest) { /* one loop per header; continue edges included */
@@ -228,7 +225,7 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
             oc_loop_stat *n = realloc(c->loops, cap * sizeof *n);
             if (!n) {
                 failed = 1;
-                return;
+                return NULL;
             }
             c->loops = n;
             c->caploops = cap;
@@ -238,6 +235,32 @@ void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, ui
         l->src = src;
         l->dest = dest;
     }
+    return l;
+}
+
+/* A back jump that starts a run of the loop (the run's first iteration has no start: not counted) */
+void oc_stats_loop_start(uint32_t id, uint32_t src, uint32_t dest) {
+    oc_code_stat *c = get(id);
+    oc_loop_stat *l = c ? loop_of(c, src, dest) : NULL;
+    if (l)
+        l->jumps++;
+}
+
+/* The frames of code `id` in which a loop recorded a back jump: their self ticks (the loops' share of
+ * the function's self time in them extends to its unrecorded iterations, see _report.py's _loop) */
+void oc_stats_looped(uint32_t id, uint64_t self) {
+    oc_code_stat *c = get(id);
+    if (c)
+        c->looped_self += self;
+}
+
+void oc_stats_loop(uint32_t id, uint32_t src, uint32_t dest, uint64_t cycles, uint64_t self_cycles,
+                   uint64_t insns, int timed) {
+    oc_code_stat *c = get(id);
+    oc_loop_stat *l = c ? loop_of(c, src, dest) : NULL;
+    if (!l)
+        return;
+    l->jumps++;
     l->iterations++;
     l->insns += insns;
     if (!timed)
@@ -326,8 +349,11 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             goto fail;
         for (uint32_t i = 0; i < c->nloops; i++) {
             oc_loop_stat *l = &c->loops[i];
-            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
+            if (!l->iterations) /* (only runs of one iteration: nothing timed) */
+                continue;
+            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
                                         "iterations", (unsigned long long)l->iterations,
+                                        "jumps", (unsigned long long)l->jumps,
                                         "timed_iterations", (unsigned long long)l->timed,
                                         "cycles", (unsigned long long)l->cycles,
                                         "self_cycles", (unsigned long long)l->self_cycles,
@@ -398,7 +424,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             }
         }
         PyObject *d = Py_BuildValue(
-            "{s:N,s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}",
+            "{s:N,s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}",
             "untraced_callees", untraced, "code", code_obj,
             "bytecode", bytecode, "lines", lines,
             "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
@@ -406,7 +432,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             "firstlineno", e->firstlineno,
             "calls", (unsigned long long)c->calls, "segments", (unsigned long long)c->segments,
             "truncated", (unsigned long long)c->truncated, "incl", (unsigned long long)c->incl,
-            "self", (unsigned long long)c->self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)(c->segments ? c->min : 0),
+            "self", (unsigned long long)c->self, "looped_self", (unsigned long long)c->looped_self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)(c->segments ? c->min : 0),
             "max", (unsigned long long)c->max,
             "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
             "enters", e->enters, "loops", loops, "units", unitd);

@@ -17,12 +17,14 @@ typedef struct {
     uint32_t src, dest;
     uint64_t iterations, cycles, self_cycles, insns;
     uint64_t timed; /* iterations whose cycles are counted (not those an instruction probe slowed) */
+    uint64_t jumps; /* back jumps recorded, each run's first too: `threshold` of them, its site was disabled */
 } oc_loop_stat;
 
 typedef struct {
     uint64_t calls, segments, truncated;
     uint64_t incl, self;        /* ticks, compensated; incl counts each recursion tree once */
     uint64_t incl_all;          /* sum of every segment's inclusive ticks (for the mean) */
+    uint64_t looped_self;       /* self ticks of its segments in which a loop recorded a back jump */
     double sq;                  /* sum of squares of per-segment inclusive ticks */
     uint64_t min, max;          /* min: UINT64_MAX until the first segment */
     uint64_t *unit_cycles;      /* per unit: block (adaptive) or instruction (precise) self ticks */
@@ -53,6 +55,8 @@ extern uint32_t oc_ncs;
 void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,
                          uint32_t caller);
 void oc_stats_caller(oc_code_stat *c, uint32_t caller);
+void oc_stats_loop_start(uint32_t id, uint32_t src, uint32_t dest);
+void oc_stats_looped(uint32_t id, uint64_t self);
 void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
 
 static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uint64_t self, uint64_t total_add) {

@@ -155,7 +155,8 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
     loops = [{"function": lp["function"], "file": fidx(lp["file"]), "line": lp["line"],
               "iterations": lp["iterations"],
               # its own time: the loop's instructions, callees excluded (the report ranks loops by it)
-              "own_ns": lp.get("self_ns_per_iteration", 0) * lp.get("timed_iterations", lp["iterations"]),
+              "own_ns": lp.get("own_ns", lp.get("self_ns_per_iteration", 0) * lp.get("timed_iterations", lp["iterations"])),
+              "own_estimated": bool(lp.get("own_estimated")), "estimated_iterations": lp.get("estimated_iterations"),
               "ns": lp.get("self_ns_per_iteration", lp["ns_per_iteration"]), "insns": lp["instructions_per_iteration"],
               "sample": bool(lp.get("sample", lp.get("deinstrumented"))),
               "note": lp.get("note"),
@@ -302,10 +303,12 @@ else{
     h.appendChild(el("th",i>3?{"class":"l"}:{},c));});
   lt.appendChild(h);
   D.loops.forEach(function(lp){var tr=el("tr",{"class":"loop"}),p=file(lp.file);
-    tr.appendChild(el("td",{"class":"num"},(lp.sample?">":"")+ms(lp.own_ns)));
+    var own=el("td",{"class":"num"},(lp.own_estimated?"~":lp.sample?">":"")+ms(lp.own_ns));
+    if(lp.own_estimated)own.setAttribute("title","estimated: its share of its function's self time in its recorded iterations, applied to all of that self time");
+    tr.appendChild(own);
     tr.appendChild(el("td",{"class":"num"},human(lp.ns)));
-    var it=el("td",{"class":"num"},num(lp.iterations)+(lp.sample?" (first)":""));
-    if(lp.sample)it.setAttribute("title","its first iterations only: its jumps were then de-instrumented");
+    var it=el("td",{"class":"num"},lp.own_estimated?"~"+num(lp.estimated_iterations):num(lp.iterations)+(lp.sample?" (first)":""));
+    if(lp.sample)it.setAttribute("title",lp.own_estimated?"estimated from its first "+num(lp.iterations)+" iterations: its jumps were then de-instrumented":"its first iterations only: its jumps were then de-instrumented");
     tr.appendChild(it);
     tr.appendChild(el("td",{"class":"num"},lp.insns.toFixed(1)));
     tr.appendChild(el("td",{"class":"l name",title:lp["function"]},lp["function"]));
