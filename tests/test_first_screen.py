@@ -2,10 +2,11 @@
 
 Real third-party programs installed from PyPI by the test setup (requirements-test.txt): docutils rendering a
 generated 4,000-line document, and pytest running a generated test module.  At the default settings, against
-cProfile's own profile of the same program (tottime): the report's first 40 lines name cProfile's first
-function and 3 of its top 5 (cProfile's own cost per call is charged to the caller's tottime, which lifts callers
-of many cheap functions above their real rank: the issue asks all five, which this does not meet); no line is longer than the width asked for, and no name is cut; no ``<string>`` row sits
-among the user's code.  Rankings are timings: the tests are ``quiet`` (run alone) and a program is run up to
+cProfile's own profile of the same program (tottime): the report's first 40 lines name each of cProfile's top 5
+(a function row, or a hot loop's), or, for a Python function left out, an untraced sampling profiler (py-spy)
+agrees it is not among the program's top 10 (cProfile's own cost per call is charged to the caller's tottime,
+which lifts callers of many cheap functions above their real rank); no line is longer than the width asked for,
+and no name is cut; no ``<string>`` row sits among the user's code.  Rankings are timings: the tests are ``quiet`` (run alone) and a program is run up to
 three times before its comparison fails (another process's load can reorder close rows).
 
 Golden tests of the layout use the deterministic test clock (one tick per clock read): the marks and their
@@ -17,7 +18,9 @@ import os
 import pstats
 import random
 import re
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -52,16 +55,40 @@ def _cprofile_top(cmd, cwd, n=5):
 
 
 def _named(screen, fn):
-    """Whether a first-screen line names cProfile's function `fn`."""
+    """Whether a first-screen line names cProfile's function `fn`: a function row, or a hot loop's (the
+    function's name and file, at the loop's line), or its name alone where the row had no room for where it
+    lives (a narrow terminal); generated code is named with the file it was compiled as."""
     file, line, name = fn
     for ln in screen:
         if file == "~":
             if f"<{name}>" in ln or name in ln:
                 return True
-        elif re.search(rf"[ .]{re.escape(name)}\b.*\b{re.escape(file)}:{line}\b", ln) or \
-                (f"{file}:{line}" in ln and name in ln):
+        elif re.search(rf"[ .]{re.escape(name)}\b.*\b{re.escape(file)}:\d+\b", ln) or \
+                (f"{file}:{line}" in ln and name in ln) or \
+                re.search(rf"[ .]{re.escape(name)}  \[generated: {re.escape(file)}\]$", ln) or \
+                re.search(rf"(^| |\.){re.escape(name)}$", ln):
             return True
     return False
+
+
+def _py_spy_ranks(cmd, cwd):
+    """An untraced sampling profiler's ranking of the program's Python functions by self time (py-spy,
+    400 samples a second): {(file basename, name): rank from 1}.  py-spy names a frame
+    ``Class.method (path:current line)``; C functions' time is their Python caller's."""
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    out = os.path.join(cwd, "spy.txt")
+    p = subprocess.run([spy, "record", "-r", "400", "--format", "raw", "-o", out, "--", *python_cmd(), *cmd],
+                       cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    self_n = {}
+    with open(out) as f:
+        for ln in f:
+            stack, n = ln.rstrip("\n").rsplit(" ", 1)
+            m = re.match(r"(.*) \((.*):\d+\)$", stack.split(";")[-1])
+            if m:
+                key = (os.path.basename(m.group(2)), m.group(1).rsplit(".", 1)[-1])
+                self_n[key] = self_n.get(key, 0) + int(n)
+    return {k: i + 1 for i, k in enumerate(sorted(self_n, key=self_n.get, reverse=True))}
 
 
 def _docutils_program(d):
@@ -95,17 +122,32 @@ def _pytest_program(d):
     return ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_generated.py"]
 
 
-PROGRAMS = {"docutils": _docutils_program, "pytest": _pytest_program}
+def _networkx_program(d):
+    """a real pytest suite of a pure-Python library: networkx's shortest-path tests (in its wheel)"""
+    return ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "networkx.algorithms.shortest_paths"]
+
+
+def _black_program(d):
+    """black (mypyc-compiled where its wheel is) checking a 6,000-line file: two standard-library modules"""
+    src = "".join(open(os.path.join(os.path.dirname(os.__file__), m)).read() for m in ("argparse.py", "typing.py"))
+    (d / "big.py").write_text(src)
+    return ["-m", "black", "-q", "--diff", "big.py"]
+
+
+PROGRAMS = {"docutils": _docutils_program, "pytest": _pytest_program, "networkx": _networkx_program,
+            "black": _black_program}
+INSTALLED_BY_TESTS = {"docutils": "docutils", "networkx": "networkx", "black": "black"}  # requirements-test.txt
 
 
 @pytest.mark.quiet  # (rankings compared: another test's load beside a run reorders close rows)
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
-@pytest.mark.parametrize("width", [80, 160])
-def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width):
-    if name == "docutils":
-        pytest.importorskip("docutils", reason="docutils is installed by requirements-test.txt")
+# (each program at one width, two programs at each: 80 columns drops where a function lives from long rows)
+@pytest.mark.parametrize("name,width", [("docutils", 80), ("networkx", 80), ("pytest", 160), ("black", 160)])
+def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monkeypatch):
+    if name in INSTALLED_BY_TESTS:
+        pytest.importorskip(INSTALLED_BY_TESTS[name], reason=f"{name} is installed by requirements-test.txt")
+    monkeypatch.setenv("BLACK_CACHE_DIR", str(tmp_path / "black-cache"))  # (black checks every run afresh)
     cmd = PROGRAMS[name](tmp_path)
-    misses = []
+    misses, spy = [], {}
     for attempt in range(3):
         top = _cprofile_top(cmd, tmp_path)
         p = _ocular(["--width", str(width), "--report", "rep.txt", "-o", "t.pftrace", *cmd], tmp_path)
@@ -115,17 +157,20 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width):
         long = [ln for ln in lines if len(ln) > width]
         assert not long, f"lines longer than {width}:\n" + "\n".join(long)
         mine = text.split("Your code (by self time)\n", 1)[1].split("\n\n", 1)[0]
-        assert "<string>" not in mine, mine
+        assert "<string>" not in mine and "argmap_" not in mine, mine  # (networkx's generated wrappers)
         screen = lines[:FIRST_SCREEN]
         misses = [fn for fn in top if not _named(screen, fn)]
-        # cProfile charges its own cost per call to the caller's tottime, which lifts functions that make many
-        # cheap calls over their real rank (docutils' make_transitions: 3rd in cProfile's, 15th-25th in ours
-        # and py-spy's), while Ocular's estimates give de-instrumented C calls their own rows: its first
-        # must be named, and 3 of its top 5
-        if top[0] not in misses and len(misses) <= 2:
+        if not misses:
             return
-    pytest.fail(f"{name}: cProfile's top-5 by tottime {top}; not named in the first {FIRST_SCREEN} lines: {misses}\n"
-                + "\n".join(screen))
+        # cProfile charges its own cost per call to the caller's tottime, which lifts functions that make many
+        # cheap calls over their real rank; a Python function of its top 5 may be left out only where an
+        # untraced sampling profiler agrees it is not among the program's top 10 (C functions: py-spy gives
+        # their time to their callers, so it cannot say)
+        spy = _py_spy_ranks(cmd, tmp_path)
+        if all(fn[0] != "~" and spy.get((fn[0], fn[2]), 10 ** 6) > 10 for fn in misses):
+            return
+    pytest.fail(f"{name}: cProfile's top-5 by tottime {top}; not named in the first {FIRST_SCREEN} lines: {misses}; "
+                f"py-spy's ranks: {[spy.get((fn[0], fn[2])) for fn in misses]}\n" + "\n".join(screen))
 
 
 GOLDEN = '''
@@ -283,5 +328,5 @@ def test_golden_a_loop_that_went_on_unrecorded_is_listed_from_its_function():
     assert [ln.split()[-2] for ln in section] == ["work", "main"], section
     assert section[0].split()[0].startswith("~") and section[0].split()[1].startswith("~"), section
     assert section[1].split()[0].startswith(">") and "(first)" in section[1], section
-    assert text.count("~ = estimated") == 1 and "for a loop whose jumps were de-instrumented" in text, text
+    assert text.count("~ = estimated") == 1 and "a loop's own time: from its function's measured self time" in text, text
     assert "~" in rep["notation"] and ">" in rep["notation"] and "(first)" in rep["notation"], rep["notation"]

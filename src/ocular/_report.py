@@ -176,8 +176,8 @@ def category(path, user_files=()):
         return USER
     if path.startswith("<frozen "):
         return "frozen importlib"
-    if path.startswith("<") and path.endswith(">"):  # exec/eval/compile of a string: dataclass, namedtuple and
-        return GENERATED                             # attrs methods, templates (not the user's own lines)
+    if path.startswith("<"):  # exec/eval/compile of a string: dataclass, namedtuple and attrs methods, templates,
+        return GENERATED      # networkx's "<class '...argmap'> compilation 58" (not the user's own lines)
     if path.startswith(_OCULAR_DIR):
         return "ocular"
     if "site-packages" in path or "dist-packages" in path:
@@ -677,8 +677,7 @@ class Report:
             out[">"] = ("at least: counted until de-instrumented; no sampling window saw the rest")
         loops = self._loops if loops is None else loops
         if any(lp["own_estimated"] for lp in loops):
-            what = ("for a loop whose jumps were de-instrumented: its share of its function's self time in its "
-                    "recorded iterations, applied to all of that self time")
+            what = "a loop's own time: from its function's measured self time (see Hot loop)"
             out["~"] = f"{out['~']}; {what}" if "~" in out else f"estimated: {what}"
         if any(lp["sample"] and not lp["own_estimated"] for lp in loops):
             out[">"] = (f"{out['>']}; " if ">" in out else "at least: ") + "a loop's own time in its recorded iterations"
