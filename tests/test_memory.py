@@ -101,6 +101,26 @@ def test_many_threads_recording_converts_in_bounded_memory(tmp_path):
         assert mb < 100, f"convert to {out}: {mb:.0f} MB"
 
 
+def test_the_profile_formats_of_many_threads_keep_1000_trees(tmp_path):
+    """The profile formats (pstats, gecko, folded, HTML...) are written from a call tree per thread: past
+    1,000 threads the others share one tree, named as merged, so 20,000 short threads render .pstats and
+    .gecko.json under 100 MB (.pstats took 277 MB), with every call still counted (pstats sums the threads anyway)."""
+    import pstats
+    prog = script(tmp_path, "threads.py", THREADS)
+    out, gecko = tmp_path / "t.pstats", tmp_path / "t.gecko.json"
+    status, mb, err = peak(tmp_path, "-m", "ocular", "--threshold", "0", "--no-report", "-o", str(out), "-o",
+                           str(gecko), prog, "20000")
+    assert status == 0, err
+    assert mb < 100, f".pstats and .gecko.json of 20,000 threads: {mb:.0f} MB"
+    calls = {k[2]: v[1] for k, v in pstats.Stats(str(out)).stats.items()}
+    assert calls["work"] == 20000 and calls["mid"] == 60000 and calls["leaf"] == 60000, calls
+    names = [t["name"] for t in json.loads(gecko.read_text())["threads"]]
+    merged = [n for n in names if "threads (merged: past the first 1000)" in n]
+    assert len(merged) == 1 and len(names) == 1001, (len(names), names[:3], merged)
+    # the main thread and 999 workers apart, the other 19,001 workers merged
+    assert int(merged[0].split()[0]) == 20000 - 999, merged
+
+
 def test_ended_threads_render_whole_and_named(tmp_path):
     """A thread's state freed at its end changes nothing in the trace: every thread keeps its name and its
     slices, balanced, rendered while recording (JSON) and by convert; a chunk of a thread index after that
