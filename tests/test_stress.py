@@ -317,7 +317,7 @@ def work(n):
 
 
 def test_os_exit_leaves_no_final_file(tmp_path):
-    """os._exit() skips atexit, so the session is never stopped.  Expect (documented in the README's
+    """os._exit() skips atexit, so the session is never stopped.  Expect (documented in docs/internals.md,
     Guarantees): the exit status is the one given, nothing exists under the final name, and the
     recording <output>.<pid>.tmp is left, holding what the recorder had put on disk (possibly nothing
     yet: it starts writing ~2 ms in), which renders."""

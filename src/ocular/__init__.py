@@ -709,7 +709,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     format: "json" (Chrome trace JSON), "perfetto" (native Perfetto protobuf) or "recording" (Ocular's
         raw recording, rendered later by ``python -m ocular convert``; nothing is rendered at stop and
         no report is printed); by default chosen from the output's suffix: .pftrace, .perfetto-trace
-        or .pb mean protobuf, .ocular a recording, anything else JSON.  Profile formats (README):
+        or .pb mean protobuf, .ocular a recording, anything else JSON.  Profile formats (docs/formats.md):
         "pstats" (.pstats, .prof), "folded" (.folded, .collapsed), "speedscope" (.speedscope.json),
         "gecko" (Firefox Profiler, .gecko.json), "pprof" (.pb.gz, .pprof), "html" (.html).
     thread_roots: folded stacks start with their thread's name (default: threads summed).
