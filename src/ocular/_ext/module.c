@@ -4,6 +4,7 @@
  * in Python; this module hands out the C callbacks.
  */
 #include "ocular.h"
+#include "deflate.h"
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -635,6 +636,28 @@ static PyObject *py_set_test_clock(PyObject *mod, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* tests only (tests/test_deflate.py), between renders: the Perfetto sink's encoder (one state per process) */
+static PyObject *py_deflate(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer in;
+    int fresh = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &in, &fresh))
+        return NULL;
+    if (S.active) {
+        PyBuffer_Release(&in);
+        PyErr_SetString(PyExc_RuntimeError, "_deflate is for tests, not while tracing");
+        return NULL;
+    }
+    if (fresh)
+        oc_z_start();
+    uint8_t *out = NULL;
+    size_t cap = 0, n = oc_deflate(in.buf, (size_t)in.len, &out, &cap);
+    PyBuffer_Release(&in);
+    PyObject *r = n ? PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)n) : PyErr_NoMemory();
+    free(out);
+    return r;
+}
+
 static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     int tsc = oc_clock_init();
@@ -840,6 +863,9 @@ static PyMethodDef methods[] = {
     {"_mute_thread", py_mute_thread, METH_O, "_mute_thread(on): this thread records nothing while on; returns whether it was muted."},
     {"_after_fork_child", py_after_fork_child, METH_VARARGS, after_fork_child_doc},
     {"_set_test_clock", py_set_test_clock, METH_O, "Replace the TSC with a counter (tests only)."},
+    {"_deflate", py_deflate, METH_VARARGS,
+     "_deflate(data, fresh=False) -> bytes: data as one zlib stream by the Perfetto sink's encoder, coded\n"
+     "with the previous call's symbol counts as consecutive batches are (fresh: forget them). Tests only."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},
     {NULL, NULL, 0, NULL},
 };
