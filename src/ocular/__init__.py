@@ -461,12 +461,16 @@ def _process_name():
     return name.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 script name stays valid text
 
 
-PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb")
-RECORDING_SUFFIX = ".ocular"
-FORMATS = ("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko", "pprof", "html")
-# what _start is told (the C renderer's code: 2 = nothing; the profile formats render through _formats)
-_FORMAT_CODES = {"json": 0, "perfetto": 1, "recording": 2, None: 2,
-                 "pstats": 2, "folded": 2, "speedscope": 2, "gecko": 2, "pprof": 2, "html": 2}
+PERFETTO_SUFFIXES = _formats.BY_NAME["perfetto"].suffixes
+RECORDING_SUFFIX = _formats.BY_NAME["recording"].suffixes[0]
+FORMATS = _formats.NAMES
+
+
+def _start_code(fmt):
+    """what _start is told: the C timeline sink to render into while recording (0 JSON, 1 Perfetto), else 2
+    (nothing while recording: the recording is kept, or rendered at stop)"""
+    f = _formats.BY_NAME.get(fmt)
+    return f.render if f is not None and f.live else _formats.RENDER_STATS
 
 
 def _format_for(output, fmt):
@@ -477,12 +481,8 @@ def _format_for(output, fmt):
             if inner != "json":  # only JSON is written gzip-compressed: the rest would be JSON under its name
                 raise ValueError(f"ocular: {str(output)!r}: only Chrome JSON is written gzip-compressed (.json.gz); "
                                  f"write {str(output)[:-3]!r} and compress it")
-        if low.endswith(RECORDING_SUFFIX):
-            return "recording"
-        profile = _formats.suffix_format(low)
-        if profile:
-            return profile
-        return "perfetto" if low.endswith(PERFETTO_SUFFIXES) else "json"
+        f = _formats.suffix_format(low)
+        return f.name if f is not None else "json"
     if not isinstance(fmt, str):
         raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
     if fmt not in FORMATS:
@@ -613,10 +613,10 @@ def _arm_signals(sigs, s):
         render = -1
     elif fmt == "recording":
         render = -2
-    elif out.lower().endswith(".gz"):
-        render = -1
+    elif out.lower().endswith(".gz") or _formats.BY_NAME[fmt].render == _formats.RENDER_TREE:
+        render = -1  # (the call-tree formats are written in Python; gzip too)
     else:
-        render = {"json": 0, "perfetto": 1, "speedscope": 4}.get(fmt, -1)
+        render = _formats.BY_NAME[fmt].render  # a C sink: rendered by the recorder thread, no Python needed
     convert_args = None  # the convert command's -o, for a signal that keeps the recording (shlex only then)
     if _cli_outputs or (out and render == -1):
         import shlex
@@ -816,7 +816,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             callbacks = _ocular._start(
                 mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
                 excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-                _FORMAT_CODES[fmt if path else None], rec, ring_bytes, loops_code, c_functions, near_zero,
+                _start_code(fmt if path else None), rec, ring_bytes, loops_code, c_functions, near_zero,
             )
     except BaseException:
         _release_tool(tid, ())
@@ -931,7 +931,7 @@ def _note_partial(fmt, out, rendered):
     """A format with no place for a note of its own gets a line on stderr when a part of its figures is
     partial (functions or C call sites de-instrumented: _formats.partial_note); a Chrome JSON trace too
     large for the browser viewers that read it as one string gets one saying so (_formats.json_size_note)."""
-    note = _formats.partial_note(rendered) if fmt in _formats.NOTE_ON_STDERR else None
+    note = _formats.partial_note(rendered) if fmt and _formats.BY_NAME[fmt].note_on_stderr else None
     if note:
         _print_err(f"ocular: {out}: partial: {note}")
     # a Chrome JSON trace past what the browser viewers read (the size on disk: not after .json.gz's gzip)

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 
-from . import _ocular
+from . import _formats, _ocular
 
 # the sys.path entry Python made for this runner (the working directory for `-m ocular`, the script's
 # directory for the `ocular` command), which the program's own entry replaces (_Program.run)
@@ -49,14 +49,28 @@ its status; a program that exited 0 gives 74, with "ocular: the program exited 0
 written: <cause>" on stderr.  2: an option or output refused before the program runs.
 See README.md and docs/formats.md."""
 
-CONVERT_EPILOG = """The format comes from each output's suffix: .pftrace/.perfetto-trace/.pb = native Perfetto
-protobuf; .pstats/.prof = pstats (cProfile's format); .folded/.collapsed = folded stacks;
-.speedscope.json = speedscope; .gecko.json = Firefox Profiler; .pb.gz/.pprof = pprof; .html = a
-self-contained HTML page; anything else = Chrome trace JSON.  A recording cut short (its process was
-killed) renders up to its last complete block.  A damaged recording renders into valid outputs whose
-repairs are said on stderr and in a JSON trace's otherData (damaged, clamped_records, damage): records
-whose time goes back in their thread are clamped, so that slices nest; one it cannot read is refused
-(exit status 1).
+
+
+def _wrap(text, width=110):
+    """text in lines of at most width, broken at spaces (textwrap costs start-up; this is all it needs)"""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join(lines + [line])
+
+
+# the suffixes from the format table (ocular._formats.TABLE)
+CONVERT_EPILOG = _wrap("The format comes from each output's suffix: " + "; ".join(
+    f"{'/'.join(f.suffixes)} = {f.what}" for f in _formats.TABLE if f.name not in ("json", "recording")) +
+    "; anything else = Chrome trace JSON.") + """
+""" + _wrap("A recording cut short (its process was killed) renders up to its last complete block.  A damaged "
+            "recording renders into valid outputs whose repairs are said on stderr and in a JSON trace's "
+            "otherData (damaged, clamped_records, damage): records whose time goes back in their thread are "
+            "clamped, so that slices nest; one it cannot read is refused (exit status 1).") + """
 examples:
   python -m ocular convert run.ocular -o run.json -o run.pftrace
   python -m ocular convert run.ocular -o run.pstats -o run.folded -o run.html
@@ -112,8 +126,7 @@ def build_parser():
     p.add_argument("--tool-id", type=int, default=None, choices=range(6), metavar="ID",
                    help="sys.monitoring tool id 0-5 (default: the first free of 3, 4, 5; 0-2 belong to pdb, "
                         "coverage and cProfile)")
-    p.add_argument("--format", choices=("json", "perfetto", "recording", "pstats", "folded", "speedscope", "gecko",
-                                        "pprof", "html"), default=None,
+    p.add_argument("--format", choices=_formats.NAMES, default=None,
                    help="output format (default: from the output's suffix: .pftrace/.perfetto-trace/.pb = "
                         "native Perfetto protobuf, .ocular = the raw recording, rendered later by 'convert', "
                         ".json.gz = gzip-compressed Chrome trace JSON, profile suffixes as listed below, anything "
@@ -198,7 +211,7 @@ def build_merge_parser():
     p.add_argument("-o", "--output", required=True, metavar="PATH",
                    help="the merged trace: Perfetto protobuf for .pftrace/.perfetto-trace/.pb, else Chrome trace "
                         "JSON; a suffix of another format (.json.gz, .pstats, .html, .ocular, ...) is refused")
-    p.add_argument("--format", choices=("json", "perfetto"), default=None,
+    p.add_argument("--format", choices=_formats.TIMELINES, default=None,
                    help="format of the inputs and the output (default: from the output's suffix)")
     p.add_argument("-q", "--quiet", action="store_true", help="do not print what was merged")
     return p
@@ -418,7 +431,7 @@ def build_attach_parser():
     _add_recording_args(p)
     p.add_argument("-o", "--output", default="ocular_trace.pftrace", metavar="PATH",
                    help="trace file, relative to this command's directory (default: %(default)s)")
-    p.add_argument("--format", choices=("json", "perfetto", "recording"), default=None,
+    p.add_argument("--format", choices=_formats.TIMELINES + ("recording",), default=None,
                    help="trace format (default: from the output's suffix, as for tracing a program: "
                         ".pftrace/.perfetto-trace/.pb = Perfetto protobuf, .ocular = the raw recording, "
                         ".json.gz = gzip-compressed Chrome trace JSON, anything else = Chrome trace JSON)")
@@ -485,7 +498,7 @@ def _run(argv=None):
             follow_fmt = ocular._format_for(ns.output, ns.format)
         except (ValueError, TypeError) as exc:
             parser.error(_message(exc))
-        if len(outputs) > 1 or follow_fmt not in ("json", "perfetto"):
+        if len(outputs) > 1 or follow_fmt not in _formats.TIMELINES:
             parser.error("--follow merges timelines: give one output, a .json or .pftrace trace")
         if ns.ring:
             parser.error("--ring keeps one process's newest events in memory; it cannot go with --follow, which "

@@ -24,23 +24,47 @@ import os
 
 from .. import _ocular
 
-# format name -> suffixes (checked longest first by ocular._format_for)
-SUFFIXES = {
-    "speedscope": (".speedscope.json",),
-    "gecko": (".gecko.json",),
-    "pstats": (".pstats", ".prof"),
-    "folded": (".folded", ".collapsed"),
-    "pprof": (".pb.gz", ".pprof"),
-    "html": (".html", ".htm"),
-}
-TREE_FORMATS = ("pstats", "folded", "pprof", "gecko", "html")
-C_CODES = {"speedscope": 4}
-TIMELINE_CODES = {"json": 0, "perfetto": 1}  # _ocular._render's codes (2: statistics only)
-RENDER_TREE = 3
+class Format:
+    """One output format: every list of formats, CLI choice and dispatch is derived from TABLE below.
+
+    name: the `format=` / `--format` name; suffixes: what `-o` names it by (matched longest first over
+    all formats; a suffix no format has is Chrome JSON); render: ``_ocular._render``'s code for it (0
+    Chrome JSON, 1 Perfetto, 3 the call tree, written in Python by `writer`, 4 speedscope; None: the
+    recording itself, nothing rendered); live: rendered while the program runs (a C timeline sink fed as
+    the recording grows); timeline: every event in time order, so --follow and merge can merge several
+    processes' outputs; note_on_stderr: the file has no place for a note of its own, so what in it is
+    partial is said on stderr; what: one line for the help."""
+
+    __slots__ = ("name", "suffixes", "render", "writer", "live", "timeline", "note_on_stderr", "what")
+
+    def __init__(self, name, suffixes, render, writer=None, live=False, timeline=False, note_on_stderr=False,
+                 what=""):
+        self.name, self.suffixes, self.render, self.writer = name, suffixes, render, writer
+        self.live, self.timeline, self.note_on_stderr, self.what = live, timeline, note_on_stderr, what
 
 
-# formats with no place for a note of their own: a line on stderr says what in them is partial
-NOTE_ON_STDERR = ("pstats", "folded", "speedscope", "perfetto")
+RENDER_JSON, RENDER_PERFETTO, RENDER_STATS, RENDER_TREE, RENDER_SPEEDSCOPE = 0, 1, 2, 3, 4  # (_ocular._render)
+
+TABLE = (
+    Format("json", (".json",), RENDER_JSON, live=True, timeline=True,
+           what="Chrome trace JSON (any suffix no other format has; .json.gz: gzip-compressed)"),
+    Format("perfetto", (".pftrace", ".perfetto-trace", ".pb"), RENDER_PERFETTO, live=True, timeline=True,
+           note_on_stderr=True, what="native Perfetto protobuf, compressed"),
+    Format("recording", (".ocular",), None, what="the raw recording, rendered later by 'convert'"),
+    Format("speedscope", (".speedscope.json",), RENDER_SPEEDSCOPE, note_on_stderr=True,
+           what="speedscope's evented profiles, one per thread"),
+    Format("gecko", (".gecko.json",), RENDER_TREE, "_gecko", what="the Firefox Profiler's processed format"),
+    Format("pstats", (".pstats", ".prof"), RENDER_TREE, "_pstats", note_on_stderr=True,
+           what="marshal data that pstats.Stats loads, as cProfile writes it"),
+    Format("folded", (".folded", ".collapsed"), RENDER_TREE, "_folded", note_on_stderr=True,
+           what="folded stacks, self nanoseconds"),
+    Format("pprof", (".pb.gz", ".pprof"), RENDER_TREE, "_pprof", what="gzipped profile.proto"),
+    Format("html", (".html", ".htm"), RENDER_TREE, "_html", what="one self-contained page"),
+)
+BY_NAME = {f.name: f for f in TABLE}
+NAMES = tuple(f.name for f in TABLE)
+TIMELINES = tuple(f.name for f in TABLE if f.timeline)
+_BY_SUFFIX = sorted(((suf, f) for f in TABLE for suf in f.suffixes), key=lambda x: -len(x[0]))
 
 
 def partial_note(rendered):
@@ -78,21 +102,20 @@ def json_size_note(nbytes, path="trace.json"):
 
 
 def suffix_format(path):
-    """The format a suffix names, or None."""
+    """The format a suffix names (a Format), or None (Chrome JSON, by default)."""
     low = str(path).lower()
-    for fmt, sufs in SUFFIXES.items():
-        if low.endswith(sufs):
-            return fmt
+    for suf, f in _BY_SUFFIX:
+        if low.endswith(suf):
+            return f
     return None
 
 
 def split_suffix(path):
     """(root, suffix), the suffix whole for the two-part ones (x.speedscope.json -> x, .speedscope.json)."""
     low = str(path).lower()
-    for sufs in SUFFIXES.values():
-        for suf in sufs:
-            if low.endswith(suf):
-                return path[:-len(suf)], path[-len(suf):]
+    for suf, f in _BY_SUFFIX:
+        if low.endswith(suf) and f.name != "json":
+            return path[:-len(suf)], path[-len(suf):]
     return os.path.splitext(path)
 
 
@@ -134,32 +157,25 @@ class CallTree:
 
 
 def _write(fmt, tree, path, options):
+    import importlib
+
     tree.note = partial_note(options.get("rendered"))
-    if fmt == "pstats":
-        from ._pstats import write
-    elif fmt == "folded":
-        from ._folded import write
-    elif fmt == "pprof":
-        from ._pprof import write
-    elif fmt == "gecko":
-        from ._gecko import write
-    else:
-        from ._html import write
-    write(tree, path, options)
+    importlib.import_module(f".{BY_NAME[fmt].writer}", __name__).write(tree, path, options)
 
 
 def render(rec, fmt, tmp, progress, options=None):
-    """Render the recording rec into tmp as fmt ('json', 'perfetto', or one of SUFFIXES; None: statistics
+    """Render the recording rec into tmp as fmt (a name in TABLE but "recording"; None: statistics
     only).  options: thread_roots (folded stacks), with_code (HTML: the session's code objects are alive),
     loops (0 iterations, 1 runs, 2 off: the timeline's loop events), gzip (JSON: compress, for .json.gz),
     stats (False: a JSON or Perfetto trace alone, no statistics kept).
     Returns _ocular._render's dict (bytes: the size written; write_errno set if the file could not be
     written)."""
     options = options or {}
-    if fmt in C_CODES:
-        return _ocular._render(rec, C_CODES[fmt], tmp, progress)
-    if fmt not in TREE_FORMATS:
-        rendered = _ocular._render(rec, TIMELINE_CODES.get(fmt, 2), tmp, progress, options.get("loops") or 0,
+    code = BY_NAME[fmt].render if fmt else RENDER_STATS
+    if code == RENDER_SPEEDSCOPE:
+        return _ocular._render(rec, code, tmp, progress)
+    if code != RENDER_TREE:
+        rendered = _ocular._render(rec, code, tmp, progress, options.get("loops") or 0,
                                    bool(options.get("stats", True)))
         if fmt == "json" and tmp and options.get("gzip") and not rendered["write_errno"]:
             from .. import _gzip_in_place
