@@ -110,16 +110,10 @@ static inline __attribute__((always_inline)) void put_rec(oc_rec *r, uint64_t ts
 #endif
 }
 
-static inline PyThreadState *tstate(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return PyThreadState_GetUnchecked();
-#else
-    return _PyThreadState_UncheckedGet();
-#endif
-}
+static inline PyThreadState *tstate(void) { return oc_tstate_unchecked(); }
 
 static inline uint32_t depth_of(PyThreadState *ts) {
-    return (uint32_t)(ts->py_recursion_limit - ts->py_recursion_remaining) & OC_PAYLOAD_MAX;
+    return oc_depth(ts) & OC_PAYLOAD_MAX;
 }
 
 static inline uint32_t frame_depth(void) { return depth_of(tstate()); }

@@ -12,8 +12,7 @@
 #ifndef OCULAR_H
 #define OCULAR_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "compat.h" /* (Python.h, and what differs between CPython versions) */
 #include "codemap.h"
 #include <pthread.h>
 #include <signal.h>
@@ -21,12 +20,6 @@
 #include <stdint.h>
 #include <stddef.h>
 
-#ifdef Py_GIL_DISABLED
-#error "Ocular needs the GIL: the free-threaded build is not supported yet"
-#endif
-#if PY_VERSION_HEX < 0x030C0000
-#error "Ocular needs CPython 3.12 or newer (sys.monitoring)"
-#endif
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)

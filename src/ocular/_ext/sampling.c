@@ -146,7 +146,7 @@ static void open_window(uint32_t seq) {
     PyErr_SetRaisedException(exc);
 }
 
-#if PY_VERSION_HEX >= 0x030D0000
+#if OC_PENDING_CALLS_FROM_ANY_THREAD
 static int pending_open(void *arg) {
     atomic_store(&SW.pending, 0);
     open_window((uint32_t)(uintptr_t)arg);
@@ -177,7 +177,7 @@ static void *timer_main(void *arg) {
             break;
         uint32_t seq = atomic_load(&SW.seq) + 1;
         atomic_store(&SW.seq, seq);
-#if PY_VERSION_HEX >= 0x030D0000
+#if OC_PENDING_CALLS_FROM_ANY_THREAD
         int expected = 0;
         if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
             Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
@@ -188,11 +188,7 @@ static void *timer_main(void *arg) {
             continue;
 #endif
         pthread_mutex_unlock(&SW.lock);
-#if PY_VERSION_HEX >= 0x030D0000
-        if (Py_IsFinalizing())
-#else
-        if (_Py_IsFinalizing())
-#endif
+        if (oc_is_finalizing())
             return NULL;
         PyGILState_STATE g = PyGILState_Ensure(); /* stop_tracing releases the GIL while it joins us */
         pthread_mutex_lock(&SW.lock);

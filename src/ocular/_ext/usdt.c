@@ -233,12 +233,7 @@ static inline int line_of(PyObject *code, int offset) {
 
 /* LINE callbacks get no offset: read it from the executing frame, if that frame runs `code`. */
 static int current_offset(PyObject *code) {
-#if PY_VERSION_HEX >= 0x030D0000
-    struct _PyInterpreterFrame *f = PyThreadState_GetUnchecked()->current_frame;
-#else
-    PyThreadState *ts = _PyThreadState_UncheckedGet();
-    struct _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
-#endif
+    struct _PyInterpreterFrame *f = oc_current_iframe();
     if (!f)
         return -1;
     PyObject *fc = PyUnstable_InterpreterFrame_GetCode(f);
@@ -551,13 +546,7 @@ static int apply(unsigned want) {
 }
 
 /* ---- the poller ---- */
-static int finalizing(void) {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing();
-#else
-    return _Py_IsFinalizing();
-#endif
-}
+static int finalizing(void) { return oc_is_finalizing(); }
 
 /* A child forked from a non-main thread ends when that thread returns: no interpreter exit, no atexit,
  * so nobody calls disable(), and the process ends only with its last thread.  Without care the poller
