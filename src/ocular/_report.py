@@ -670,9 +670,13 @@ class Report:
                 used[m] = True
         out = {}
         if used.get("estimated"):
+            rd = sw.get("run_delay") or {}
+            scaled = (f"; calls scaled by {rd['calls_factor']:.2f} for the CPU waited for outside windows "
+                      f"({rd['outside']:.0%}) and inside ({rd['inside']:.0%})"
+                      if rd and abs(rd.get("calls_factor", 1) - 1) >= 0.05 else "")
             out["~"] = (f"estimated, with the calls after a {'call site' if not self.near_zero else 'function'}'s "
                         f"de-instrumentation ({sw.get('windows', 0)} sampling window"
-                        f"{'s' if sw.get('windows', 0) != 1 else ''}, {_fmt_ns(sw.get('window_ns', 0))})")
+                        f"{'s' if sw.get('windows', 0) != 1 else ''}, {_fmt_ns(sw.get('window_ns', 0))}{scaled})")
         if used.get("lower_bound"):
             out[">"] = ("at least: counted until de-instrumented; no sampling window saw the rest")
         loops = self._loops if loops is None else loops

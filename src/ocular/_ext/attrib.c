@@ -76,6 +76,9 @@ static struct {
     estimate *est;
     uint32_t nest;
     int failed;
+    /* run delays (sampling.c): the waiting-for-a-CPU share inside windows and outside, CPU-weighted */
+    double rd_in_num, rd_in_den, rd_out_num, rd_out_den;
+    uint32_t rd_in_n, rd_out_n;
 } AT;
 
 void oc_attr_reset(void) {
@@ -120,6 +123,14 @@ void oc_attr_block(const uint8_t *p, uint32_t len) {
     AT.other[32] = 0;
     if ((uint64_t)n * 16 > len - 48)
         n = (len - 48) / 16;
+    uint32_t magic, tail = 48 + 16 * n;
+    if (len >= tail + OC_SAMPLING_RD_LEN && (memcpy(&magic, p + tail, 4), magic == OC_SAMPLING_RD_MAGIC)) {
+        double v[4];
+        memcpy(&AT.rd_in_n, p + tail + 4, 4);
+        memcpy(&AT.rd_out_n, p + tail + 8, 4);
+        memcpy(v, p + tail + 16, 32);
+        AT.rd_in_num = v[0], AT.rd_in_den = v[1], AT.rd_out_num = v[2], AT.rd_out_den = v[3];
+    }
     if (!n)
         return;
     uint64_t(*w)[2] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
@@ -310,6 +321,27 @@ static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself)
     return h + tails;
 }
 
+/* the waiting-for-a-CPU shares inside and outside windows (-1: not measured: a damaged or older
+ * recording, fewer than 5 windows measured, no CPU time) */
+static void run_delay_shares(double *in, double *out) {
+    int ok = AT.rd_in_n >= 5 && AT.rd_out_n >= 5 && AT.rd_in_den > 0 && AT.rd_out_den > 0;
+    *in = ok ? AT.rd_in_num / AT.rd_in_den : -1.0;
+    *out = ok ? AT.rd_out_num / AT.rd_out_den : -1.0;
+    if (ok && (!(*in >= 0 && *in < 1) || !(*out >= 0 && *out < 1)))
+        *in = *out = -1.0; /* (read from the recording: any bytes) */
+}
+
+/* what estimated calls are multiplied by: calls are counted in windows, where the program waited less
+ * for a CPU than outside (a window opens while its thread runs), and scaled by wall time */
+static double calls_factor(void) {
+    double in, out;
+    run_delay_shares(&in, &out);
+    if (in < 0)
+        return 1.0;
+    double f = (1.0 - out) / (1.0 - in);
+    return f < 0.05 ? 0.05 : f > 20 ? 20 : f;
+}
+
 /* once, after the render: every code's estimate */
 static int compute(void) {
     if (AT.est)
@@ -318,6 +350,7 @@ static int compute(void) {
     AT.est = calloc((size_t)AT.nest + 1, sizeof *AT.est);
     if (!AT.est)
         return -1;
+    double cf = calls_factor();
     for (uint32_t c = 0; c < AT.nst; c++) {
         anchor_stat *s = &AT.st[c];
         if (!s->npairs)
@@ -331,7 +364,7 @@ static int compute(void) {
             pair *q = &s->pairs[i];
             if (q->code >= AT.nest)
                 continue;
-            AT.est[q->code].calls += scale * est_calls(q, fself);
+            AT.est[q->code].calls += cf * scale * est_calls(q, fself);
             AT.est[q->code].self += scale * fself * (double)q->self;
             AT.est[q->code].incl += scale * est_incl(q, fself);
         }
@@ -393,8 +426,18 @@ PyObject *oc_attr_summary(void) {
     PyObject *other = PyUnicode_DecodeUTF8(AT.other, (Py_ssize_t)strlen(AT.other), "replace");
     if (!other)
         return NULL;
-    PyObject *d = Py_BuildValue("{s:s,s:I,s:K,s:I,s:N,s:O}", "status", st, "windows", AT.nwin,
+    double in, out;
+    run_delay_shares(&in, &out);
+    PyObject *rd = in < 0 ? Py_NewRef(Py_None)
+                          : Py_BuildValue("{s:d,s:d,s:d,s:I,s:I}", "inside", in, "outside", out, "calls_factor",
+                                          calls_factor(), "inside_stretches", AT.rd_in_n, "outside_stretches",
+                                          AT.rd_out_n);
+    if (!rd) {
+        Py_DECREF(other);
+        return NULL;
+    }
+    PyObject *d = Py_BuildValue("{s:s,s:I,s:K,s:I,s:N,s:O,s:N}", "status", st, "windows", AT.nwin,
                                 "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
-                                other, "incomplete", AT.failed ? Py_True : Py_False);
+                                other, "incomplete", AT.failed ? Py_True : Py_False, "run_delay", rd);
     return d;
 }

@@ -43,7 +43,10 @@ enum oc_block {
      * u32 0, char other[32] (NUL-padded: the tool that stopped the last skipped window), then
      * n x {u64 begin_ticks, u64 end_ticks}: sampling windows (adaptive mode), in order.  Written as
      * windows open, before the chunks recorded in them, and once more before END with the final status:
-     * a reader appends every block's windows and keeps the last status */
+     * a reader appends every block's windows and keeps the last status.  The final block may end with the
+     * run delays (sampling.c), OC_SAMPLING_RD_LEN bytes after the windows: u32 OC_SAMPLING_RD_MAGIC,
+     * u32 stretches measured inside windows, u32 outside, u32 0, then f64 inside sum of cpu * waiting
+     * share, f64 inside sum of cpu, the same two outside (a reader that does not know them ignores them) */
     OC_BLK_SAMPLING = 9,
     /* UTF-8 JSON, written by the Python layer at stop after END into a recording kept for later
      * (_adaptive.py): the specialized bytecode and argument names of the live code objects with loops,
@@ -55,6 +58,8 @@ enum oc_block {
     OC_BLK_OWNCOST = 11,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
+#define OC_SAMPLING_RD_MAGIC 0x594C4452u /* "RDLY" */
+#define OC_SAMPLING_RD_LEN 48u
 /* THREAD block flags.  OC_THREAD_ENDED: the thread ended; written after its last CHUNK block (no chunk of
  * its index follows), so a renderer frees what it kept for the thread there (0 in older recordings) */
 enum { OC_THREAD_ENDED = 1 };

@@ -24,8 +24,12 @@
  */
 #include "ocular.h"
 #include "recording.h"
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 uint64_t oc_win_end;
 
@@ -51,6 +55,13 @@ static struct {
     win *wins;
     uint32_t n, cap, written, skipped, status;
     char other[32];
+    /* the last window opened: its measured part in CLOCK_MONOTONIC ns (the timer thread reads the threads'
+     * run delays at both ends), and the window sequence number it belongs to */
+    uint64_t mbegin_ns, mend_ns;
+    uint32_t mseq;
+    /* run delays (rundelay_* below): inside the measured parts of windows, and as long outside them */
+    double in_num, in_den, out_num, out_den;
+    uint32_t in_n, out_n;
 } SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
 
 #define SAMPLING_HDR 48u
@@ -113,6 +124,86 @@ static uint64_t rnd(void) {
     return SW.rng;
 }
 
+static int wait_ns(uint64_t ns);
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Run delays: a window is opened when the program's thread runs (a pending call, a GIL release), so its
+ * measured part holds less time waiting for a CPU than the rest of the run on a loaded machine, and calls
+ * counted in windows, scaled by wall time, come out too many (2x with a busy process on the same CPU).
+ * The timer thread reads every thread's schedstat (CPU time, time runnable but waiting for a CPU) at both
+ * ends of each window's measured part, and at both ends of a stretch as long at a random moment outside
+ * windows; the renderer (attrib.c) scales estimated calls by (1 - waiting share outside) / (1 - waiting
+ * share inside).  A thread's waiting share in a stretch is weighted by the CPU time it had there, so
+ * threads that sleep (the recorder, idle workers) count for nothing.  RD_MAX threads at most. */
+#define RD_MAX 256
+typedef struct {
+    int n;
+    long tid[RD_MAX];
+    uint64_t cpu[RD_MAX], delay[RD_MAX];
+    uint64_t at;
+} rd_snap;
+
+static void rd_read(rd_snap *s) {
+    s->n = 0;
+    s->at = mono_ns();
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    struct dirent *e;
+    while (s->n < RD_MAX && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char path[64], buf[96];
+        long tid = atol(e->d_name);
+        snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", tid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        unsigned long long cpu, delay;
+        if (k <= 0)
+            continue;
+        buf[k] = 0;
+        if (sscanf(buf, "%llu %llu", &cpu, &delay) != 2)
+            continue;
+        s->tid[s->n] = tid;
+        s->cpu[s->n] = cpu;
+        s->delay[s->n] = delay;
+        s->n++;
+    }
+    closedir(d);
+}
+
+/* the stretch from a to b: sum over threads of cpu * (delay / length), and of cpu */
+static void rd_add(const rd_snap *a, const rd_snap *b, double *num, double *den, uint32_t *n) {
+    double len = b->at > a->at ? (double)(b->at - a->at) : 0.0;
+    if (len <= 0)
+        return;
+    for (int i = 0; i < b->n; i++)
+        for (int j = 0; j < a->n; j++)
+            if (a->tid[j] == b->tid[i]) {
+                double cpu = (double)(b->cpu[i] - a->cpu[j]), delay = (double)(b->delay[i] - a->delay[j]);
+                if (cpu > 0 && b->cpu[i] >= a->cpu[j] && b->delay[i] >= a->delay[j]) {
+                    *num += cpu * (delay > len ? 1.0 : delay / len);
+                    *den += cpu;
+                }
+                break;
+            }
+    (*n)++;
+}
+
+/* timer thread, SW.lock held: sleep (the lock released) until the monotonic time `t`, or stop: SW.stop */
+static int wait_until(uint64_t t) {
+    uint64_t now = mono_ns();
+    return t > now ? wait_ns(t - now) : SW.stop;
+}
+
 /* GIL held (the main thread's pending call, or the timer thread).  Never fails: errors are cleared
  * (nothing is reported but the missing window).
  * The window measured is [now + d, now + d + window) with d random in [0, window): recording starts
@@ -140,9 +231,17 @@ static void open_window(uint32_t seq) {
     }
     Py_DECREF(r);
     uint64_t len = ticks_for(SW.window_ns);
-    uint64_t now = oc_now(), begin = now + rnd() % (len ? len : 1);
-    if (add_window(begin, begin + len) == 0)
+    uint64_t d = rnd() % (len ? len : 1), now = oc_now(), begin = now + d;
+    if (add_window(begin, begin + len) == 0) {
         oc_win_end = begin + len;
+        uint64_t m = mono_ns(), dn = len ? (uint64_t)((double)d * (double)SW.window_ns / (double)len) : 0;
+        SW.mbegin_ns = m + dn;
+        SW.mend_ns = m + dn + SW.window_ns;
+        pthread_mutex_lock(&SW.lock); /* (the timer thread waits for it: wait_opened) */
+        SW.mseq = seq;
+        pthread_cond_broadcast(&SW.cond);
+        pthread_mutex_unlock(&SW.lock);
+    }
     PyErr_SetRaisedException(exc);
 }
 
@@ -169,9 +268,60 @@ static int wait_ns(uint64_t ns) {
     return SW.stop;
 }
 
+#if OC_PENDING_CALLS_FROM_ANY_THREAD
+/* lock held: wait up to `ns` for window `seq` to open (or stop); returns SW.stop */
+static int wait_opened(uint32_t seq, uint64_t ns) {
+    uint64_t until = mono_ns() + ns;
+    while (!SW.stop && SW.mseq != seq) {
+        uint64_t now = mono_ns();
+        if (now >= until)
+            break;
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        uint64_t left = until - now;
+        dl.tv_sec += (time_t)(left / 1000000000ull);
+        dl.tv_nsec += (long)(left % 1000000000ull);
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&SW.cond, &SW.lock, &dl);
+    }
+    return SW.stop;
+}
+#endif
+
+static rd_snap rd_snaps[3]; /* (the timer thread's) */
+static rd_snap *rd_last = &rd_snaps[0]; /* read at the end of the last measured window, or at the start */
+
+/* lock held: the run delays of window `seq`'s measured part, if it opened and at least half of it is
+ * still ahead, and of the time outside windows since the last one measured; returns SW.stop */
+static int measure_window(uint32_t seq) {
+    if (SW.mseq != seq)
+        return SW.stop;
+    uint64_t b = SW.mbegin_ns, e = SW.mend_ns;
+    if (mono_ns() > b + (e - b) / 2)
+        return SW.stop;
+    if (wait_until(b))
+        return 1;
+    long li = rd_last - rd_snaps; /* (the two snapshots other than the last) */
+    rd_snap *a = &rd_snaps[(li + 1) % 3], *z = &rd_snaps[(li + 2) % 3];
+    rd_read(a);
+    rd_add(rd_last, a, &SW.out_num, &SW.out_den, &SW.out_n);
+    if (wait_until(e)) {
+        rd_last = a;
+        return 1;
+    }
+    rd_read(z);
+    rd_add(a, z, &SW.in_num, &SW.in_den, &SW.in_n);
+    rd_last = z;
+    return 0;
+}
+
 static void *timer_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&SW.lock);
+    rd_read(rd_last);
     while (!SW.stop) {
         if (wait_ns(SW.period_ns / 2 + rnd() % (SW.period_ns ? SW.period_ns : 1))) /* period +- 50% */
             break;
@@ -182,10 +332,13 @@ static void *timer_main(void *arg) {
         if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
             Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
             atomic_store(&SW.pending, 0);
-        if (wait_ns(2000000))
+        if (wait_opened(seq, 2000000))
             break;
-        if (atomic_load(&SW.opened) == seq)
+        if (atomic_load(&SW.opened) == seq) {
+            if (measure_window(seq))
+                break;
             continue;
+        }
 #endif
         pthread_mutex_unlock(&SW.lock);
         if (oc_is_finalizing())
@@ -198,6 +351,8 @@ static void *timer_main(void *arg) {
             open_window(seq);
         PyGILState_Release(g);
         pthread_mutex_lock(&SW.lock);
+        if (measure_window(seq))
+            break;
     }
     pthread_mutex_unlock(&SW.lock);
     return NULL;
@@ -207,7 +362,10 @@ void oc_sampling_reset(void) {
     oc_win_end = 0;
     pthread_mutex_lock(&SW.wlock);
     SW.n = SW.written = SW.skipped = 0;
+    SW.in_num = SW.in_den = SW.out_num = SW.out_den = 0;
+    SW.in_n = SW.out_n = 0;
     pthread_mutex_unlock(&SW.wlock);
+    SW.mseq = 0;
     SW.status = OC_SAMPLING_OFF;
     memset(SW.other, 0, sizeof SW.other);
 }
@@ -280,7 +438,7 @@ void *oc_sampling_block(int all, int final, uint32_t *len) {
     uint32_t from = all ? 0 : SW.written, n = SW.n - from, zero = 0;
     uint8_t *b = NULL;
     if (n || final) {
-        b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win));
+        b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win) + OC_SAMPLING_RD_LEN);
         if (b) {
             memcpy(b, &SW.status, 4);
             memcpy(b + 4, &n, 4);
@@ -290,6 +448,17 @@ void *oc_sampling_block(int all, int final, uint32_t *len) {
             if (n)
                 memcpy(b + SAMPLING_HDR, SW.wins + from, (size_t)n * sizeof(win));
             *len = SAMPLING_HDR + n * (uint32_t)sizeof(win);
+            if (final && SW.running == 0) { /* the run delays, after the windows (the timer thread has ended) */
+                uint8_t *t = b + *len;
+                uint32_t magic = OC_SAMPLING_RD_MAGIC;
+                double v[4] = {SW.in_num, SW.in_den, SW.out_num, SW.out_den};
+                memcpy(t, &magic, 4);
+                memcpy(t + 4, &SW.in_n, 4);
+                memcpy(t + 8, &SW.out_n, 4);
+                memcpy(t + 12, &zero, 4);
+                memcpy(t + 16, v, 32);
+                *len += OC_SAMPLING_RD_LEN;
+            }
             if (!all)
                 SW.written = SW.n;
         }
