@@ -93,6 +93,13 @@ def _watched_communicate(self, input=None, timeout=None):
 
 
 def pytest_configure(config):
+    # the programs the tests start see SIGTERM and SIGHUP at their defaults, as a shell gives them, however
+    # pytest was started (nohup ignores SIGHUP, and an ignored disposition is inherited: Ocular then, rightly,
+    # leaves it ignored and saves nothing on it, which tests/test_signals.py would take for a failure)
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
     subprocess.Popen.wait = _watched_wait
     subprocess.Popen.communicate = _watched_communicate
 
