@@ -190,13 +190,14 @@ outer()
 '''
 
 
-def _golden(fmt_args):
+def _golden(fmt_args, src=GOLDEN, path="/golden/loops.py", threshold=0):
+    """The report of src run as `path` under the test clock (one tick per clock read): (JSON, text)."""
     p = run_py(f"""
         import json, ocular, ocular._ocular as o
         o._set_test_clock(True)
-        ocular.start_tracing(perfetto=False, deinstrument_threshold=0, include_only=["/golden/loops.py"],
+        ocular.start_tracing(perfetto=False, deinstrument_threshold={threshold}, include_only=[{path!r}],
                              report=False)
-        exec(compile({GOLDEN!r}, "/golden/loops.py", "exec"), {{}})
+        exec(compile({src!r}, {path!r}, "exec"), {{}})
         ocular.stop_tracing()
         rep = ocular.last_report()
         print(json.dumps(dict(rep=rep.to_dict(), text=rep.format({fmt_args}))))
@@ -305,17 +306,7 @@ def test_golden_a_loop_that_went_on_unrecorded_is_listed_from_its_function():
     iterations): the loop is still ranked first, its own time estimated from the function's measured self
     time (~), its recorded figures marked as its first iterations; the driver's loop, one long call, is a
     lower bound (>).  Deterministic: the test clock, one tick per clock read."""
-    p = run_py(f"""
-        import json, ocular, ocular._ocular as o
-        o._set_test_clock(True)
-        ocular.start_tracing(perfetto=False, deinstrument_threshold=500, include_only=["/golden/rises.py"],
-                             report=False)
-        exec(compile({COST_RISES!r}, "/golden/rises.py", "exec"), {{}})
-        ocular.stop_tracing()
-        rep = ocular.last_report()
-        print(json.dumps(dict(rep=rep.to_dict(), text=rep.format(width=120))))
-    """)
-    res = json.loads(p.stdout)
+    res = _golden("width=120", COST_RISES, "/golden/rises.py", threshold=500)
     text, rep = res["text"], res["rep"]
     loops = {lp["function"]: lp for lp in rep["loops"]}
     work, main = loops["work"], loops["main"]
