@@ -84,6 +84,11 @@ typedef struct {
     uint32_t code_id;
     uint32_t info;
 } oc_rec;
+/* the recording's CHUNK blocks hold these as they are in memory (docs/recording.md) */
+_Static_assert(sizeof(oc_rec) == 16 && offsetof(oc_rec, code_id) == 8 && offsetof(oc_rec, info) == 12,
+               "a record is 16 bytes: u64 ts, u32 code_id, u32 info");
+_Static_assert(K_MARK < 16, "record kinds fit the 4-bit kind field");
+_Static_assert(2 * OC_NEAR_BITS <= OC_PAYLOAD_BITS, "a near jump's two offsets fit the payload");
 
 /* ---- chunks and per-thread buffers (buffer.c) ---- */
 #define OC_CHUNK_RECS 1024  /* 16 KiB: each live thread holds one */

@@ -65,6 +65,8 @@ static struct {
 } SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
 
 #define SAMPLING_HDR 48u
+/* the SAMPLING block's windows are these as they are in memory (recording.h) */
+_Static_assert(sizeof(win) == 16, "a window is u64 begin, u64 end");
 
 /* GIL held: another tool holds an id (its name in SW.other), 1; none, 0; -1 on error (cleared) */
 static int other_tool(void) {
