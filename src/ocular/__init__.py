@@ -814,9 +814,12 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
             owncost = _owncost_funcs()
             _ocular._owncost_baseline(*owncost)  # (untraced: before the callbacks are registered)
             callbacks = _ocular._start(
-                mode == "precise", deinstrument_threshold, path, _render_tmp_name(path) if path else None, incl,
-                excl, _PACKAGE_DIR, _cache_entries(), _process_name(), _mon.DISABLE, threading.main_thread().ident,
-                _start_code(fmt if path else None), rec, ring_bytes, loops_code, c_functions, near_zero,
+                precise=mode == "precise", threshold=deinstrument_threshold, output=path,
+                tmp_output=_render_tmp_name(path) if path else None, include_only=incl, exclude=excl,
+                own_dir=_PACKAGE_DIR, cache_entries=_cache_entries(), process_name=_process_name(),
+                disable=_mon.DISABLE, main_ident=threading.main_thread().ident,
+                format=_start_code(fmt if path else None), recording=rec, ring_bytes=ring_bytes, loops=loops_code,
+                c_functions=c_functions, near_zero=near_zero,
             )
     except BaseException:
         _release_tool(tid, ())

@@ -106,10 +106,10 @@ static void reset_counters(void) {
 }
 
 PyDoc_STRVAR(start_doc,
-             "_start(precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
-             "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes\n"
-             "       [, loops, c_functions, near_zero])\n"
-             "       -> dict of callbacks\n\n"
+             "_start(*, precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
+             "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes,\n"
+             "       loops=0, c_functions=False, near_zero=False) -> dict of callbacks\n\n"
+             "Keyword arguments only (_ocular.pyi has their types).  "
              "Start a session recording into `recording` (ring_bytes > 0: kept in memory, the newest\n"
              "ring_bytes only, written there at stop).  output/tmp_output/format (0 JSON, 1 Perfetto,\n"
              "2 none) are what a fork child orphaned by its thread renders by itself.  near_zero: function\n"
@@ -117,19 +117,34 @@ PyDoc_STRVAR(start_doc,
              "sites are).  Internal: use\n"
              "ocular.start_tracing(), which validates arguments and registers the callbacks.");
 
-static PyObject *py_start(PyObject *mod, PyObject *args) {
+static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
-    int precise;
-    unsigned long threshold;
-    unsigned long main_ident;
-    int format = OC_FORMAT_JSON;
-    unsigned long long ring = 0;
+    static char *kw[] = {"precise", "threshold", "output", "tmp_output", "include_only", "exclude", "own_dir",
+                         "cache_entries", "process_name", "disable", "main_ident", "format", "recording",
+                         "ring_bytes", "loops", "c_functions", "near_zero", NULL};
+    enum { NREQUIRED = 14 }; /* (all but the last three) */
+    int precise = -1;
+    unsigned long threshold = ULONG_MAX;
+    unsigned long main_ident = ULONG_MAX;
+    int format = -1;
+    unsigned long long ring = ULLONG_MAX;
     int loops = OC_LOOPS_ITERATIONS, c_functions = 0, near_zero = 0;
-    PyObject *out, *tmp, *inc, *exc, *own, *cache, *pname, *disable, *rec;
-    if (!PyArg_ParseTuple(args, "pkOOO!O!UO!UOkiUK|ipp:_start", &precise, &threshold, &out, &tmp, &PyTuple_Type,
-                          &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache, &pname, &disable,
-                          &main_ident, &format, &rec, &ring, &loops, &c_functions, &near_zero))
+    PyObject *out = NULL, *tmp = NULL, *inc = NULL, *exc = NULL, *own = NULL, *cache = NULL, *pname = NULL,
+             *disable = NULL, *rec = NULL;
+    if (PyTuple_GET_SIZE(args)) {
+        PyErr_SetString(PyExc_TypeError, "_start() takes keyword arguments only");
         return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pkOOO!O!UO!UOkiUKipp:_start", kw, &precise, &threshold, &out,
+                                     &tmp, &PyTuple_Type, &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache,
+                                     &pname, &disable, &main_ident, &format, &rec, &ring, &loops, &c_functions,
+                                     &near_zero))
+        return NULL;
+    for (int i = 0; i < NREQUIRED; i++) /* (keyword-only arguments are optional to the parser) */
+        if (!kwargs || !PyDict_GetItemString(kwargs, kw[i])) {
+            PyErr_Format(PyExc_TypeError, "_start() missing required keyword argument '%s'", kw[i]);
+            return NULL;
+        }
     if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
         return NULL;
@@ -830,7 +845,7 @@ static PyMethodDef methods[] = {
      "handler is still ours); a signal that arrived during the stop ends the process now."},
     {"_signals_armed", py_signals_armed, METH_NOARGS,
      "_signals_armed() -> int: a bit per signal whose handler is armed (1 SIGTERM, 2 SIGHUP)."},
-    {"_start", py_start, METH_VARARGS, start_doc},
+    {"_start", (PyCFunction)(void (*)(void))py_start, METH_VARARGS | METH_KEYWORDS, start_doc},
     {"_stop", py_stop, METH_NOARGS, stop_doc},
     {"_remove", py_remove, METH_O,
      "_remove(path): os.unlink(path), the file's blocks freed by a short-lived thread (OSError as unlink)."},
