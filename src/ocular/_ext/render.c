@@ -234,6 +234,13 @@ static void show_progress(int last) {
         W.progress = 0;
 }
 
+/* A loop's run begins (its first back jump: no iteration timed yet): counted for the statistics, out of the
+ * record loop's way (its registers) */
+static __attribute__((noinline, cold)) void run_start(uint32_t code_id, uint32_t src, uint32_t dest) {
+    if (!W.nostats)
+        oc_stats_loop_start(code_id, src, dest);
+}
+
 /* A loop run is over (its loop finished, another took its slot, or its frame ended). */
 static void end_run(rthread *t, frame *f, loop_slot *l) {
     if (l->run_iters && W.loops == OC_LOOPS_RUNS && W.sink->loop_run) {
@@ -449,8 +456,7 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         if (src > hit->src)
             hit->src = src;
     } else {
-        if (!W.nostats)
-            oc_stats_loop_start(f->code_id, src, dest);
+        run_start(f->code_id, src, dest);
         hit = freeslot ? freeslot : oldest ? oldest : &f->loops[NLOOPS - 1];
         if (hit->src != UINT32_MAX)
             end_run(t, f, hit);

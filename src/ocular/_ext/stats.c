@@ -210,7 +210,7 @@ void oc_stats_insn(uint32_t id, uint32_t unit, uint64_t cycles, int probe) {
 }
 
 /* the loop of code stat c whose header is dest (created; NULL: out of memory) */
-static oc_loop_stat *loop_of(oc_code_stat *c, uint32_t src, uint32_t dest) {
+static inline __attribute__((always_inline)) oc_loop_stat *loop_of(oc_code_stat *c, uint32_t src, uint32_t dest) {
     oc_loop_stat *l = NULL;
     for (uint32_t i = 0; i < c->nloops; i++)
         if (c->loops[i].dest == dest) { /* one loop per header; continue edges included */
