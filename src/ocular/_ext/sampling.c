@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -151,6 +152,9 @@ typedef struct {
 } rd_snap;
 
 static void rd_read(rd_snap *s) {
+    static _Thread_local long self;
+    if (!self)
+        self = (long)syscall(SYS_gettid);
     s->n = 0;
     s->at = mono_ns();
     DIR *d = opendir("/proc/self/task");
@@ -162,6 +166,8 @@ static void rd_read(rd_snap *s) {
             continue;
         char path[64], buf[96];
         long tid = atol(e->d_name);
+        if (tid == self)
+            continue; /* (the timer thread itself: it runs when it reads) */
         snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", tid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
