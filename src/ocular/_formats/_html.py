@@ -203,7 +203,7 @@ overflow:hidden;text-overflow:ellipsis;cursor:pointer;padding:0 2px}
 table{border-collapse:collapse}td,th{padding:1px 7px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
 td.l,th.l{text-align:left}th{background:#f4f4f4;user-select:none;font-weight:600}
 th.s{cursor:pointer}th.s:hover{background:#e6e6e6}th.on{background:#dde6f4}
-td.path{max-width:520px;overflow:hidden;text-overflow:ellipsis;color:#555}
+td.path{max-width:520px;overflow:hidden;text-overflow:ellipsis;color:#555}#looptable td.path{max-width:220px}
 td.name{max-width:420px;overflow:hidden;text-overflow:ellipsis}
 td.num{font-variant-numeric:tabular-nums}.cat{color:#888;font-size:11px}
 .err{color:#fff;background:#c00;padding:4px}.muted{color:#666}.facts{margin:0;color:#333}
