@@ -187,6 +187,32 @@ def category(path, user_files=()):
     return USER
 
 
+def _group_generated(rows, key):
+    """rows with the generated functions of one name and file as one row (dataclass and namedtuple methods
+    are compiled per class: black's 2,106 `__create_fn__.<locals>.__init__` would take the first screen's
+    rows one class at a time): calls and times summed, marked as any of them is, "grouped": how many;
+    sorted by `key` as rows are."""
+    groups, out = {}, []
+    for f in rows:
+        if f["category"] != GENERATED:
+            out.append(f)
+            continue
+        g = groups.get((f["name"], f["file"]))
+        if g is None:
+            groups[(f["name"], f["file"])] = g = dict(f, grouped=0, calls=0, self_cycles=0.0, total_cycles=0.0,
+                                                      self_ns=0.0, total_ns=0.0, untraced_callees=[],
+                                                      estimated_callees=[], estimated_fields=[])
+            out.append(g)
+        g["grouped"] += 1
+        for k in ("calls", "self_cycles", "total_cycles", "self_ns", "total_ns"):
+            g[k] += f[k]
+        g["estimated_fields"] = sorted(set(g["estimated_fields"]) | set(f.get("estimated_fields") or ()))
+        g["estimated"] = bool(g["estimated_fields"])
+        g["sample"] = g.get("sample") or f.get("sample")
+        g["mean_ns"] = g["total_ns"] / g["calls"] if g["calls"] else 0.0
+    return sorted(out, key=lambda r: r[key], reverse=key != "name") if groups else rows
+
+
 def _fmt_ns(ns):
     if ns < 0:
         return "-" + _fmt_ns(-ns)
@@ -730,7 +756,8 @@ class Report:
         if f["category"] == C_FUNCTIONS:
             return f["name"], "[C]"
         if f["category"] == GENERATED:
-            return f["name"], f"[generated: {f['file']}]"
+            n = f.get("grouped", 1)
+            return f["name"], f"[generated: {f['file']}" + (f", {n:,} functions]" if n > 1 else "]")
         return f["name"], f"{short_path(f['file'])}:{f['line']}"
 
     def format(self, width=None, top=TOP_FUNCTIONS, sort="self", all_code=False, loops=TOP_LOOPS):
@@ -836,7 +863,7 @@ class Report:
             noted = rows[:top]
         else:
             mine = [f for f in rows if f["category"] == USER]
-            others = [f for f in rows if f["category"] != USER]
+            others = _group_generated([f for f in rows if f["category"] != USER], key)
             noted = []
             mine_self = sum(f["self_ns"] for f in mine)
             thin = total_self > 0 and mine_self < total_self / 2  # the user's code mostly drives others'
