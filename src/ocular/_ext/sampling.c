@@ -60,7 +60,7 @@ static struct {
      * run delays at both ends), and the window sequence number it belongs to */
     uint64_t mbegin_ns, mend_ns;
     uint32_t mseq;
-    /* run delays (rundelay_* below): inside the measured parts of windows, and as long outside them */
+    /* run delays (rd_* below): inside the measured parts of windows, and in the time between them */
     double in_num, in_den, out_num, out_den;
     uint32_t in_n, out_n;
 } SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
@@ -138,10 +138,10 @@ static uint64_t mono_ns(void) {
 /* Run delays: a window is opened when the program's thread runs (a pending call, a GIL release), so its
  * measured part holds less time waiting for a CPU than the rest of the run on a loaded machine, and calls
  * counted in windows, scaled by wall time, come out too many (2x with a busy process on the same CPU).
- * The timer thread reads every thread's schedstat (CPU time, time runnable but waiting for a CPU) at both
- * ends of each window's measured part, and at both ends of a stretch as long at a random moment outside
- * windows; the renderer (attrib.c) scales estimated calls by (1 - waiting share outside) / (1 - waiting
- * share inside).  A thread's waiting share in a stretch is weighted by the CPU time it had there, so
+ * The timer thread reads every other thread's schedstat (CPU time, time runnable but waiting for a CPU)
+ * at both ends of each window's measured part: the stretches inside windows, and those between one
+ * window's end and the next one's begin (from the start for the first) outside them; the renderer
+ * (attrib.c) scales estimated calls by (1 - waiting share outside) / (1 - waiting share inside).  A thread's waiting share in a stretch is weighted by the CPU time it had there, so
  * threads that sleep (the recorder, idle workers) count for nothing.  RD_MAX threads at most. */
 #define RD_MAX 256
 typedef struct {
