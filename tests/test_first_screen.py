@@ -346,7 +346,7 @@ def test_generated_functions_of_one_name_are_one_row_elsewhere():
         class C:
             z: int
         def main():
-            for i in range(2000):
+            for i in range(30000):
                 A(i), B(i), C(i)
         main()
         ocular.stop_tracing()
@@ -355,7 +355,7 @@ def test_generated_functions_of_one_name_are_one_row_elsewhere():
     """)
     res = json.loads(p.stdout)
     inits = [f for f in res["rep"]["functions"] if f["category"] == "generated code" and f["name"].endswith("__init__")]
-    assert len(inits) == 3 and all(f["calls"] == 2000 for f in inits), inits
+    assert len(inits) == 3 and all(f["calls"] == 30000 for f in inits), inits
     rows = [ln for ln in res["text"].splitlines() if "__init__" in ln and "[generated: <string>" in ln]
     assert len(rows) == 1 and rows[0].endswith("[generated: <string>, 3 functions]"), rows
-    assert rows[0].split()[0] == "6,000", rows
+    assert rows[0].split()[0] == "90,000", rows
