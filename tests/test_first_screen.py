@@ -59,7 +59,8 @@ def _cprofile_top(cmd, cwd, n=5):
 def _named(screen, fn):
     """Whether a first-screen line names cProfile's function `fn`: a function row, or a hot loop's (the
     function's name and file, at the loop's line), or its name alone where the row had no room for where it
-    lives (a narrow terminal); generated code is named with the file it was compiled as."""
+    lives (a narrow terminal); generated code is named with the file it was compiled as (and, where
+    functions of one name were compiled many times, how many: black's dataclass __init__s)."""
     file, line, name = fn
     for ln in screen:
         if file == "~":
@@ -67,7 +68,7 @@ def _named(screen, fn):
                 return True
         elif re.search(rf"[ .]{re.escape(name)}\b.*\b{re.escape(file)}:\d+\b", ln) or \
                 (f"{file}:{line}" in ln and name in ln) or \
-                re.search(rf"[ .]{re.escape(name)}  \[generated: {re.escape(file)}\]$", ln) or \
+                re.search(rf"[ .]{re.escape(name)}  \[generated: {re.escape(file)}(, [\d,]+ functions)?\]$", ln) or \
                 re.search(rf"(^| |\.){re.escape(name)}$", ln):
             return True
     return False
