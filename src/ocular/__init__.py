@@ -731,7 +731,8 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         for Perfetto protobuf (compressed, about a byte per instant).  The report's loop figures are the
         same either way.
     sampling: in adaptive mode with a threshold, keep measuring de-instrumented C call sites (and, with
-        ``near_zero``, functions) in short sampling windows (about 1 ms every 100 ms: every disabled site is
+        ``near_zero``, functions) in short sampling windows (1 ms, the first as soon as a site is disabled, then
+        2, 4, 8 ... ms apart up to every 100 ms, longer with several running threads: every disabled site is
         re-armed by ``sys.monitoring.restart_events()`` and recorded while the window is open), so the
         report estimates, labelled with ``~``, the calls and time of de-instrumented callees that would
         otherwise count as their callers' self time.  Windows are opened only while no other

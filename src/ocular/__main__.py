@@ -140,8 +140,8 @@ def build_parser():
     p.add_argument("--no-sampling", action="store_false", dest="sampling", default=True,
                    help="no sampling windows: the later calls of a de-instrumented C call site (or, with "
                         "--near-zero, function) count in its caller's self time, unmeasured (the report names "
-                        "them); by default short windows (1 ms every "
-                        "100 ms; OCULAR_SAMPLING=PERIOD_MS,WINDOW_MS changes it) keep measuring them and the "
+                        "them); by default short windows (1 ms, the first at once, then 2, 4, 8 ... ms apart up "
+                        "to every 100 ms; OCULAR_SAMPLING=PERIOD_MS,WINDOW_MS changes it) keep measuring them and the "
                         "report shows the estimated split, marked ~")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "

@@ -18,7 +18,8 @@ still measured in short windows, and the renderer estimates its calls and time o
 time out of its callers' self time.  A row's ``calls``, ``self_*`` and ``total_*`` are then the estimates,
 ``estimated_fields`` says which, ``measured`` keeps the recorded figures, and a caller's
 ``estimated_callees`` lists the shares; the text marks estimated figures with ``~``.  Without windows
-(``sampling=False``, a program shorter than the first window, another sys.monitoring tool registered) the
+(``sampling=False``, a program that ended before the first window opened, another sys.monitoring tool
+registered) the
 caller's ``untraced_callees`` only names them, and the text says why nothing was estimated.
 
 Units: *cycles* are ticks of the trace clock (TSC cycles on x86-64), *ns* converts them with the

@@ -67,7 +67,7 @@ typedef struct {
 } estimate;
 
 static struct {
-    uint64_t (*win)[2];
+    uint64_t (*win)[3];     /* begin, end, weight: 16 x the ticks of the run each window tick stands for */
     uint32_t nwin, skipped, status;
     uint64_t win_ticks;
     char other[33];
@@ -112,7 +112,7 @@ static inline uint64_t rd64(const uint8_t *p) {
 }
 
 /* SAMPLING blocks come as windows open (and one at stop with the final status): append their windows */
-void oc_attr_block(const uint8_t *p, uint32_t len) {
+void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wl) {
     if (len < 48)
         return;
     uint32_t n;
@@ -121,9 +121,9 @@ void oc_attr_block(const uint8_t *p, uint32_t len) {
     memcpy(&AT.skipped, p + 8, 4);
     memcpy(AT.other, p + 16, 32);
     AT.other[32] = 0;
-    if ((uint64_t)n * 16 > len - 48)
-        n = (len - 48) / 16;
-    uint32_t magic, tail = 48 + 16 * n;
+    if ((uint64_t)n * wl > len - 48)
+        n = (len - 48) / wl;
+    uint32_t magic, tail = 48 + wl * n;
     if (len >= tail + OC_SAMPLING_RD_LEN && (memcpy(&magic, p + tail, 4), magic == OC_SAMPLING_RD_MAGIC)) {
         double v[4];
         memcpy(&AT.rd_in_n, p + tail + 4, 4);
@@ -133,18 +133,23 @@ void oc_attr_block(const uint8_t *p, uint32_t len) {
     }
     if (!n)
         return;
-    uint64_t(*w)[2] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
+    uint64_t(*w)[3] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
     if (!w) {
         AT.failed = 1;
         return;
     }
     AT.win = w;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t b = rd64(p + 48 + 16 * (size_t)i), e = rd64(p + 56 + 16 * (size_t)i);
+        const uint8_t *q = p + 48 + (size_t)wl * i;
+        uint64_t b = rd64(q), e = rd64(q + 8), stands = wl > 16 ? rd64(q + 16) : 0;
         if (AT.nwin && b < AT.win[AT.nwin - 1][1])
             continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
         AT.win[AT.nwin][0] = b;
         AT.win[AT.nwin][1] = e;
+        /* a window tick stands for stands / (e - b) ticks of the run; 16 for every window when not known
+         * (the ratios are what matter), at least 1, at most 16 x 1e6 */
+        double wt = stands && e > b ? 16.0 * (double)stands / (double)(e - b) : 16.0;
+        AT.win[AT.nwin][2] = wt < 1 ? 1 : wt > 1.6e7 ? 16000000 : (uint64_t)(wt + 0.5);
         AT.nwin++;
         AT.win_ticks += e > b ? e - b : 0;
     }
@@ -208,52 +213,59 @@ static pair *pair_of(uint32_t anchor, uint32_t code) {
     return q;
 }
 
-/* ticks of [t0, t1) inside windows; the cursor only moves forward (a thread's time does) */
-static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1) {
+/* ticks of [t0, t1) inside windows, and (*weighted) each times its window's weight; the cursor only
+ * moves forward (a thread's time does) */
+static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t *weighted) {
     while (a->wcur < AT.nwin && AT.win[a->wcur][1] <= t0)
         a->wcur++;
-    uint64_t in = 0;
+    uint64_t in = 0, w = 0;
     for (uint32_t k = a->wcur; k < AT.nwin && AT.win[k][0] < t1; k++) {
         uint64_t b = AT.win[k][0] > t0 ? AT.win[k][0] : t0, e = AT.win[k][1] < t1 ? AT.win[k][1] : t1;
-        if (e > b)
+        if (e > b) {
             in += e - b;
+            w += (e - b) * AT.win[k][2];
+        }
     }
+    *weighted = w;
     return in;
 }
 
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head) {
-    uint64_t span = t1 > t0 ? t1 - t0 : 0;
-    uint64_t in = span ? inside(a, t0, t1) : 0;
+    uint64_t span = t1 > t0 ? t1 - t0 : 0, inw = 0;
+    uint64_t in = span ? inside(a, t0, t1, &inw) : 0;
+    /* net ticks inside windows (what outside windows holds is net - in_net), and weighted */
     uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
+    uint64_t in_netw = in ? (uint64_t)((double)in_net * (double)inw / (double)in) : 0;
     a->next_begin = a->wcur < AT.nwin ? AT.win[a->wcur][0] : UINT64_MAX; /* (oc_attr_gap_fast's test) */
     a->wgen = oc_attr_wgen;
     a->last_in = 0;
-    a->win_total += in_net;
+    a->win_total += in_netw;
     if (!hidden) {
         anchor_stat *s = stat_of(top);
         if (s && outside_grow(top)) {
             oc_attr_outside[top] += net - in_net;
-            s->b += in_net;
+            s->b += in_netw;
             a->last_code = top;
-            a->last_in = in_net;
+            a->last_in = in_netw;
         }
         return;
     }
     (void)head;
-    if (!in_net || anchor == OC_NO_CODE)
+    if (!in_netw || anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, top);
     if (q)
-        q->self += in_net;
+        q->self += in_netw;
 }
 
 void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts) {
-    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1))
+    uint64_t w;
+    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1, &w))
         return;
     pair *q = pair_of(anchor, code);
     if (q)
-        q->begun++;
+        q->begun += w;
 }
 
 void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, int nested, uint64_t win_mark,

@@ -224,8 +224,10 @@ static __attribute__((noinline)) int record_sampled(uint32_t code_id, uint32_t i
 }
 
 static __attribute__((noinline)) PyObject *enter_sampled(oc_codeextra *ex, uint32_t kind) {
-    if (LIKELY(!oc_win_end))
+    if (LIKELY(!oc_win_end)) {
+        oc_sampling_kick();
         RETURN_DISABLE;
+    }
     uint64_t now = oc_now();
     if (!oc_in_window(now))
         RETURN_DISABLE;
@@ -527,8 +529,10 @@ static __attribute__((noinline)) int ccall_keep(oc_codeextra *ex, uint32_t unit)
 
 /* a C call site past its threshold: recorded (marked as sampled) only inside a sampling window */
 static __attribute__((noinline)) PyObject *call_sampled(PyObject *callable) {
-    if (LIKELY(!oc_win_end))
+    if (LIKELY(!oc_win_end)) {
+        oc_sampling_kick();
         RETURN_DISABLE;
+    }
     uint64_t now = oc_now();
     if (!oc_in_window(now))
         RETURN_DISABLE;

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -546,6 +547,13 @@ int oc_sampling_init(PyObject *module);  /* adds _sampling_start */
 void oc_sampling_stop(void);             /* GIL held: ends the timer thread; windows close */
 void oc_sampling_reset(void);            /* a new session: forget the last one's windows */
 void oc_sampling_fork_child(void);       /* the timer thread is the parent's */
+void oc_sampling_kick_slow(void);
+/* GIL held, about to answer DISABLE: the first de-instrumented site lets sampling windows open */
+static inline void oc_sampling_kick(void) {
+    extern atomic_int oc_sampling_kicked;
+    if (UNLIKELY(!atomic_load_explicit(&oc_sampling_kicked, memory_order_relaxed)))
+        oc_sampling_kick_slow();
+}
 /* recorder: a SAMPLING block payload (recording.h), malloc'd, or NULL: the windows not written yet
  * (all: every one), with the status (final: written even without new windows) */
 void *oc_sampling_block(int all, int final, uint32_t *len);
@@ -562,7 +570,8 @@ typedef struct {
 } oc_attr_thread;
 void oc_attr_reset(void);
 void oc_attr_abandon(void);                         /* fork child: forget without freeing */
-void oc_attr_block(const uint8_t *p, uint32_t len); /* a SAMPLING block: its windows are appended */
+/* a SAMPLING block (windows of `wlen` bytes: 16, or 24 with their weights): its windows are appended */
+void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wlen);
 extern int oc_attr_on;                               /* the recording has sampling windows */
 extern uint32_t oc_attr_wgen;                        /* bumped when windows are appended */
 extern uint64_t *oc_attr_outside;                    /* by code: visible self ticks outside windows */
@@ -628,12 +637,19 @@ static inline uint64_t oc_now(void) { return LIKELY(oc_fast_clock) ? oc_fast_now
  * not by the new thread (a signal could land in it before it blocks them).  Signals stay with the
  * program's threads, and a signal the program blocks to sigwait() for it, or to hold it over a
  * critical section, is never taken (and its default action run) by a thread of ours. */
+void *oc_own_thread_main(void *start);                         /* sampling.c: marks the thread as Ocular's */
+void *oc_own_thread_arg(void *(*fn)(void *), void *arg);         /* its argument, malloc'd (NULL: no memory) */
 static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
     sigset_t all, old;
+    void *st = oc_own_thread_arg(fn, arg);
+    if (!st)
+        return -1;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(th, attr, fn, arg);
+    int rc = pthread_create(th, attr, oc_own_thread_main, st);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        free(st);
     return rc;
 }
 

@@ -225,7 +225,7 @@ static void write_sampling(oc_out *o, int all, int final) {
     void *p = oc_sampling_block(all, final, &len);
     if (!p)
         return;
-    block(o, OC_BLK_SAMPLING, len);
+    block(o, OC_BLK_SAMPLING_W, len);
     oc_out_write(o, p, len);
     free(p);
 }

@@ -56,10 +56,17 @@ enum oc_block {
      * record that ends the gap (owncost.c, measured at start); the renderer takes it off each gap.  Written
      * once, early; without it the renderer takes off the smallest gap it sees */
     OC_BLK_OWNCOST = 11,
+    /* SAMPLING with weighted windows: the same payload, but each window is n x {u64 begin_ticks, u64
+     * end_ticks, u64 stands_ticks}: the time of the run it is a sample of (from its begin to the next
+     * window's, as scheduled; the renderer weighs the window's ticks by stands / (end - begin)).  What
+     * the recorder writes since windows are spaced unevenly (sampling.c); a reader that does not know it
+     * sees no windows (no estimates) */
+    OC_BLK_SAMPLING_W = 12,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 #define OC_SAMPLING_RD_MAGIC 0x594C4452u /* "RDLY" */
 #define OC_SAMPLING_RD_LEN 48u
+#define OC_SAMPLING_WIN_LEN 24u /* a window in OC_BLK_SAMPLING_W (16 in OC_BLK_SAMPLING) */
 /* THREAD block flags.  OC_THREAD_ENDED: the thread ended; written after its last CHUNK block (no chunk of
  * its index follows), so a renderer frees what it kept for the thread there (0 in older recordings) */
 enum { OC_THREAD_ENDED = 1 };

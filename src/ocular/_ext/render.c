@@ -1574,7 +1574,8 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 memcpy(R.adaptive, p, len);
             break;
         case OC_BLK_SAMPLING:
-            oc_attr_block(p, len);
+        case OC_BLK_SAMPLING_W:
+            oc_attr_block(p, len, type == OC_BLK_SAMPLING_W ? OC_SAMPLING_WIN_LEN : 16);
             break;
         default:
             break; /* a newer block type: skip it */

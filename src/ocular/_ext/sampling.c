@@ -1,9 +1,9 @@
 /* sampling.c -- sampling windows: keeps de-instrumented functions measured in adaptive mode.
  *
  * After the threshold a cheap C call site (and, in near-zero mode, a function's PY_START) answers DISABLE,
- * and its later calls land in its caller's self time.  So about every `period` from the start (jittered:
- * no aliasing with a periodic program; evenly over the whole run, since the ratio a window measures is
- * applied to all of a caller's self time) a timer thread
+ * and its later calls land in its caller's self time.  So from the first DISABLE on (timer_main has the
+ * schedule: soon after it, then up to every `period`, each window recorded with the time it stands for,
+ * which the renderer weighs it by) a timer thread
  * asks for a window: on 3.13+ with Py_AddPendingCall (run by the main thread at its next eval-breaker
  * check, at once while it runs Python code), and, if no window opened within 2 ms (the main thread
  * sleeps, waits or is blocked in C), by taking the GIL itself (PyGILState_Ensure; it runs no bytecode,
@@ -30,12 +30,15 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 uint64_t oc_win_end;
+atomic_int oc_sampling_kicked; /* something was de-instrumented: windows may open */
 
 typedef struct {
     uint64_t begin, end;
+    uint64_t stands; /* the ticks of the run this window is a sample of: from its begin to the next one's */
 } win;
 
 static struct {
@@ -48,6 +51,8 @@ static struct {
     int tool_id;
     PyObject *get_tool, *restart;
     uint64_t period_ns, window_ns;
+    uint64_t switch_ns;           /* sys.getswitchinterval() at start */
+    uint64_t len_ns, stands_ns;   /* the next window: its length, and the time it stands for */
     _Atomic uint32_t seq, opened; /* windows asked for / the last one opened (or skipped) */
     atomic_int pending;           /* a pending call is queued */
     uint64_t rng;
@@ -67,7 +72,7 @@ static struct {
 
 #define SAMPLING_HDR 48u
 /* the SAMPLING block's windows are these as they are in memory (recording.h) */
-_Static_assert(sizeof(win) == 16, "a window is u64 begin, u64 end");
+_Static_assert(sizeof(win) == OC_SAMPLING_WIN_LEN, "a window is u64 begin, u64 end, u64 stands");
 
 /* GIL held: another tool holds an id (its name in SW.other), 1; none, 0; -1 on error (cleared) */
 static int other_tool(void) {
@@ -90,7 +95,7 @@ static int other_tool(void) {
     return 0;
 }
 
-static int add_window(uint64_t b, uint64_t e) {
+static int add_window(uint64_t b, uint64_t e, uint64_t stands) {
     int rc = 0;
     pthread_mutex_lock(&SW.wlock);
     if (SW.n == SW.cap) {
@@ -103,7 +108,7 @@ static int add_window(uint64_t b, uint64_t e) {
         SW.wins = nw;
         SW.cap = cap;
     }
-    SW.wins[SW.n++] = (win){b, e};
+    SW.wins[SW.n++] = (win){b, e, stands};
 out:
     pthread_mutex_unlock(&SW.wlock);
     return rc;
@@ -238,13 +243,13 @@ static void open_window(uint32_t seq) {
         return;
     }
     Py_DECREF(r);
-    uint64_t len = ticks_for(SW.window_ns);
+    uint64_t len = ticks_for(SW.len_ns), stands = ticks_for(SW.stands_ns);
     uint64_t d = rnd() % (len ? len : 1), now = oc_now(), begin = now + d;
-    if (add_window(begin, begin + len) == 0) {
+    if (add_window(begin, begin + len, stands) == 0) {
         oc_win_end = begin + len;
-        uint64_t m = mono_ns(), dn = len ? (uint64_t)((double)d * (double)SW.window_ns / (double)len) : 0;
+        uint64_t m = mono_ns(), dn = len ? (uint64_t)((double)d * (double)SW.len_ns / (double)len) : 0;
         SW.mbegin_ns = m + dn;
-        SW.mend_ns = m + dn + SW.window_ns;
+        SW.mend_ns = m + dn + SW.len_ns;
         pthread_mutex_lock(&SW.lock); /* (the timer thread waits for it: wait_opened) */
         SW.mseq = seq;
         pthread_cond_broadcast(&SW.cond);
@@ -253,13 +258,11 @@ static void open_window(uint32_t seq) {
     PyErr_SetRaisedException(exc);
 }
 
-#if OC_PENDING_CALLS_FROM_ANY_THREAD
 static int pending_open(void *arg) {
     atomic_store(&SW.pending, 0);
     open_window((uint32_t)(uintptr_t)arg);
     return 0;
 }
-#endif
 
 /* lock held: wait until `ns` from now or stop; returns SW.stop */
 static int wait_ns(uint64_t ns) {
@@ -326,44 +329,146 @@ static int measure_window(uint32_t seq) {
     return 0;
 }
 
+/* Ocular's own threads (the recorder, the live renderer, writers: oc_thread_create), which are not the
+ * program's running threads */
+#define OWN_MAX 16
+static _Atomic long own_tids[OWN_MAX];
+
+static void own_mark(long tid, long was) {
+    for (int i = 0; i < OWN_MAX; i++) {
+        long e = was;
+        if (atomic_compare_exchange_strong(&own_tids[i], &e, tid))
+            return;
+    }
+}
+
+typedef struct {
+    void *(*fn)(void *);
+    void *arg;
+} own_start;
+
+void *oc_own_thread_main(void *p) {
+    own_start st = *(own_start *)p;
+    free(p);
+    long tid = (long)syscall(SYS_gettid);
+    own_mark(tid, 0);
+    void *r = st.fn(st.arg);
+    own_mark(0, tid);
+    return r;
+}
+
+void *oc_own_thread_arg(void *(*fn)(void *), void *arg) {
+    own_start *st = malloc(sizeof *st);
+    if (st)
+        *st = (own_start){fn, arg};
+    return st;
+}
+
+static int is_own(long tid) {
+    for (int i = 0; i < OWN_MAX; i++)
+        if (atomic_load_explicit(&own_tids[i], memory_order_relaxed) == tid)
+            return 1;
+    return 0;
+}
+
+/* the program's threads that ran at least 5 % of the time since snapshot `a` (read now into `b`) */
+static int running_threads(const rd_snap *a, rd_snap *b) {
+    rd_read(b);
+    double len = b->at > a->at ? (double)(b->at - a->at) : 0.0;
+    int n = 0;
+    for (int i = 0; len > 0 && i < b->n; i++)
+        for (int j = 0; j < a->n; j++)
+            if (a->tid[j] == b->tid[i]) {
+                if (b->cpu[i] >= a->cpu[j] && (double)(b->cpu[i] - a->cpu[j]) >= 0.05 * len && !is_own(b->tid[i]))
+                    n++;
+                break;
+            }
+    return n;
+}
+
+/* lock held: ask for window `seq` (a pending call on 3.13+, else the GIL taken by this thread), and
+ * measure its run delays; returns SW.stop */
+static int ask_window(uint32_t seq) {
+#if OC_PENDING_CALLS_FROM_ANY_THREAD
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+        Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
+        atomic_store(&SW.pending, 0);
+    if (wait_opened(seq, 2000000))
+        return 1;
+    if (atomic_load(&SW.opened) == seq)
+        return measure_window(seq);
+#endif
+    pthread_mutex_unlock(&SW.lock);
+    if (oc_is_finalizing()) {
+        pthread_mutex_lock(&SW.lock);
+        return 1;
+    }
+    PyGILState_STATE g = PyGILState_Ensure(); /* stop_tracing releases the GIL while it joins us */
+    pthread_mutex_lock(&SW.lock);
+    int stop = SW.stop;
+    pthread_mutex_unlock(&SW.lock);
+    if (!stop)
+        open_window(seq);
+    PyGILState_Release(g);
+    pthread_mutex_lock(&SW.lock);
+    return measure_window(seq);
+}
+
+/* The schedule.  No window opens before something is de-instrumented (nothing to estimate: the
+ * estimates cover the time from the first window on); then the first opens at once (a program of a
+ * few tens of milliseconds gets several), and the gap after each doubles from two windows' length up
+ * to the period (each jittered +-50%: no aliasing with a periodic program).  A window is a sample of
+ * the time from its begin to the next one's begin, which it records (`stands`; the renderer weighs its
+ * ticks by it).  With several running threads (a GIL hands over every switch interval) a window lasts
+ * one switch interval per running thread, up to 16 windows' length, so that it sees each of them, and
+ * the gaps grow by the square root of that factor. */
 static void *timer_main(void *arg) {
     (void)arg;
     pthread_mutex_lock(&SW.lock);
+    while (!SW.stop && !atomic_load(&oc_sampling_kicked))
+        pthread_cond_wait(&SW.cond, &SW.lock);
     rd_read(rd_last);
+    static rd_snap probe;
+    uint64_t step = 2 * SW.window_ns;
     while (!SW.stop) {
-        if (wait_ns(SW.period_ns / 2 + rnd() % (SW.period_ns ? SW.period_ns : 1))) /* period +- 50% */
-            break;
+        int n = atomic_load(&SW.seq) ? running_threads(rd_last, &probe) : 1; /* (the first: oc_sampling_kick_slow) */
+        uint64_t len = SW.window_ns;
+        if (n >= 2 && (uint64_t)n * SW.switch_ns > len)
+            len = (uint64_t)n * SW.switch_ns < 16 * SW.window_ns ? (uint64_t)n * SW.switch_ns : 16 * SW.window_ns;
+        uint64_t g = step < SW.period_ns ? step : SW.period_ns;
+        uint64_t f = len / SW.window_ns, r = 1;
+        while ((r + 1) * (r + 1) <= f)
+            r++; /* (the square root, rounded down: 1 to 4) */
+        g = (g / 2 + rnd() % (g ? g : 1)) * r;
+        step *= 2;
+        SW.len_ns = len;
+        SW.stands_ns = len + len / 2 + g; /* (the next window's measured part begins half a window in, on average) */
         uint32_t seq = atomic_load(&SW.seq) + 1;
         atomic_store(&SW.seq, seq);
-#if OC_PENDING_CALLS_FROM_ANY_THREAD
-        int expected = 0;
-        if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
-            Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
-            atomic_store(&SW.pending, 0);
-        if (wait_opened(seq, 2000000))
-            break;
-        if (atomic_load(&SW.opened) == seq) {
-            if (measure_window(seq))
-                break;
-            continue;
-        }
-#endif
-        pthread_mutex_unlock(&SW.lock);
-        if (oc_is_finalizing())
-            return NULL;
-        PyGILState_STATE g = PyGILState_Ensure(); /* stop_tracing releases the GIL while it joins us */
-        pthread_mutex_lock(&SW.lock);
-        int stop = SW.stop;
-        pthread_mutex_unlock(&SW.lock);
-        if (!stop)
-            open_window(seq);
-        PyGILState_Release(g);
-        pthread_mutex_lock(&SW.lock);
-        if (measure_window(seq))
+        if (ask_window(seq) || wait_ns(g))
             break;
     }
     pthread_mutex_unlock(&SW.lock);
     return NULL;
+}
+
+/* GIL held (a callback about to answer DISABLE): the first de-instrumented site lets windows open.
+ * On 3.12 the first window is asked for here too, with a pending call: added from the main thread it
+ * runs at the next eval-breaker check, where the timer thread would wait for the GIL up to a switch
+ * interval (5 ms: a short program's whole run).  Its length and weight are the defaults the timer
+ * thread gives the first window. */
+void oc_sampling_kick_slow(void) {
+    pthread_mutex_lock(&SW.lock);
+    atomic_store(&oc_sampling_kicked, 1);
+    pthread_cond_broadcast(&SW.cond);
+    pthread_mutex_unlock(&SW.lock);
+#if !OC_PENDING_CALLS_FROM_ANY_THREAD
+    int expected = 0;
+    if (SW.running && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+        Py_AddPendingCall(pending_open, (void *)(uintptr_t)1) != 0)
+        atomic_store(&SW.pending, 0);
+#endif
 }
 
 void oc_sampling_reset(void) {
@@ -374,6 +479,7 @@ void oc_sampling_reset(void) {
     SW.in_n = SW.out_n = 0;
     pthread_mutex_unlock(&SW.wlock);
     SW.mseq = 0;
+    atomic_store(&oc_sampling_kicked, 0);
     SW.status = OC_SAMPLING_OFF;
     memset(SW.other, 0, sizeof SW.other);
 }
@@ -398,6 +504,16 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     SW.tool_id = tool_id;
     SW.period_ns = (uint64_t)period_us * 1000u;
     SW.window_ns = (uint64_t)window_us * 1000u;
+    SW.len_ns = SW.window_ns; /* (the first window's: timer_main) */
+    SW.stands_ns = SW.window_ns + SW.window_ns / 2 + 2 * SW.window_ns;
+    SW.switch_ns = 5000000;
+    PyObject *sw = PySys_GetObject("getswitchinterval"); /* (borrowed) */
+    PyObject *swv = sw ? PyObject_CallNoArgs(sw) : NULL;
+    double swd = swv ? PyFloat_AsDouble(swv) : -1.0;
+    Py_XDECREF(swv);
+    PyErr_Clear();
+    if (swd > 0 && swd < 1)
+        SW.switch_ns = (uint64_t)(swd * 1e9);
     SW.gen = S.gen;
     SW.stop = 0;
     SW.rng = oc_now() | 1;
@@ -428,6 +544,8 @@ void oc_sampling_stop(void) {
 }
 
 void oc_sampling_fork_child(void) {
+    for (int i = 0; i < OWN_MAX; i++) /* (the parent's threads; the child's own mark themselves) */
+        atomic_store(&own_tids[i], 0);
     SW.running = 0; /* the thread stayed in the parent; the child opens no windows */
     SW.stop = 0;
     oc_win_end = 0;
