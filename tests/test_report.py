@@ -127,14 +127,16 @@ def test_precise_mode_reports_per_instruction_cycles(trace_path):
 
 @pytest.mark.parametrize("near_zero", [False, True])
 def test_disable_stops_events_at_the_threshold(trace_path, near_zero):
-    """Near-zero mode: a function's start answers DISABLE after the threshold.  By default every call is
-    recorded whatever the threshold (only the loop's jump is de-instrumented)."""
+    """Near-zero mode: a function's start answers DISABLE after the threshold (no sampling windows here: a
+    window, the first of which opens as soon as f is de-instrumented, records the calls made while it is
+    open).  By default every call is recorded whatever the threshold (only the loop's jump is
+    de-instrumented)."""
     run_py(f"""
         import ocular
         def f(x):
             return x + 1
         ocular.start_tracing(deinstrument_threshold=100, output={trace_path!r}, report=False,
-                             near_zero={near_zero!r})
+                             near_zero={near_zero!r}, sampling=False)
         for i in range(1000):
             f(i)
         ocular.stop_tracing()
@@ -150,7 +152,8 @@ def test_restart_events_by_another_tool_is_survived(trace_path):
         mon = sys.monitoring
         def f(x):
             return x + 1
-        ocular.start_tracing(deinstrument_threshold=50, output={trace_path!r}, report=False, near_zero=True)
+        ocular.start_tracing(deinstrument_threshold=50, output={trace_path!r}, report=False, near_zero=True,
+                             sampling=False)  # (a window would record f's calls while it is open)
         for i in range(200):
             f(i)
         mon.use_tool_id(5, "other")
@@ -172,7 +175,8 @@ def test_deinstrumented_functions_are_marked_as_samples():
         import ocular
         def g():
             return 1
-        ocular.start_tracing(perfetto=False, deinstrument_threshold=20, report="json", near_zero=True)
+        ocular.start_tracing(perfetto=False, deinstrument_threshold=20, report="json", near_zero=True,
+                             sampling=False)  # (the recorded calls alone: no window's)
         for i in range(500):
             g()
         ocular.stop_tracing()

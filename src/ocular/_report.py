@@ -153,8 +153,19 @@ def _same_bytecode(recorded, running):
     return recorded == running or (recorded >> 16 == running >> 16 and final(recorded) and final(running))
 
 
-def _base_names(code):
-    return {ins.offset: ins.opname for ins in dis.get_instructions(code, adaptive=False)}
+def _instructions_upto(code, last, adaptive):
+    """dis.get_instructions(code) up to offset `last` (the rest is not decoded: a report shows loops'
+    instructions only, and big functions' tails cost the report's stop more than the loops)"""
+    out = []
+    for ins in dis.get_instructions(code, adaptive=adaptive):
+        if ins.offset > last:
+            break
+        out.append(ins)
+    return out
+
+
+def _base_names(code, last):
+    return {ins.offset: ins.opname for ins in _instructions_upto(code, last, False)}
 
 
 _OCULAR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -378,7 +389,10 @@ class Report:
         codes = {id(self._pending[id(lp)][0]): self._pending[id(lp)][0] for lp in todo}
         codes.pop(id(None), None)
         _settle(list(codes.values()))  # adaptive bytecode without our instrumentation
-        cache = {}
+        cache, last = {}, {}  # (last: per code, the end of its last loop shown)
+        for lp in todo:
+            code, _, raw = self._pending[id(lp)]
+            last[id(code)] = max(last.get(id(code), -1), raw["src"])
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
             # how the rows' cycles were had: per instruction (precise), or blocks split by an instruction
@@ -396,8 +410,8 @@ class Report:
                 lp["note"] = self.bytecode_note
                 lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
                 continue
-            if id(code) not in cache:
-                cache[id(code)] = (_base_names(code), list(dis.get_instructions(code, adaptive=True)))
+            if id(code) not in cache:  # (decoded up to the last loop of this code that is shown)
+                cache[id(code)] = (_base_names(code, last[id(code)]), _instructions_upto(code, last[id(code)], True))
             lp["rows"] = self._rows(code, f, raw, *cache[id(code)])
             lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), code.co_firstlineno)
 
