@@ -88,7 +88,8 @@ def test_formats_without_a_note_of_their_own_say_it_on_stderr(tmp_path):
     page = (tmp_path / "t.html").read_text()
     blob = json.loads(page.split('id="data">', 1)[1].split("</script>", 1)[0])
     row = next(r for r in blob["functions"] if r[0] == "<built-in method builtins.len>")
-    assert row[8] == ">" and "every function call counted and timed" in blob["exact"] and blob["note"]  # (at least)
+    # (at least, or estimated where a sampling window saw its calls after the cut)
+    assert row[8] in (">", "~") and "every function call counted and timed" in blob["exact"] and blob["note"]
 
 
 def test_near_zero_is_in_the_recording_and_what_is_rendered_from_it(tmp_path):

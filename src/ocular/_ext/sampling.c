@@ -454,21 +454,19 @@ static void *timer_main(void *arg) {
 }
 
 /* GIL held (a callback about to answer DISABLE): the first de-instrumented site lets windows open.
- * On 3.12 the first window is asked for here too, with a pending call: added from the main thread it
- * runs at the next eval-breaker check, where the timer thread would wait for the GIL up to a switch
- * interval (5 ms: a short program's whole run).  Its length and weight are the defaults the timer
- * thread gives the first window. */
+ * The first window is asked for here too, with a pending call, run at the main thread's next
+ * eval-breaker check: the timer thread, woken, may not run for milliseconds on a loaded machine, and
+ * on 3.12 it would then wait for the GIL up to a switch interval (5 ms: a short program's whole run).
+ * Its length and weight are the defaults the timer thread gives the first window. */
 void oc_sampling_kick_slow(void) {
     pthread_mutex_lock(&SW.lock);
     atomic_store(&oc_sampling_kicked, 1);
     pthread_cond_broadcast(&SW.cond);
     pthread_mutex_unlock(&SW.lock);
-#if !OC_PENDING_CALLS_FROM_ANY_THREAD
     int expected = 0;
     if (SW.running && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
         Py_AddPendingCall(pending_open, (void *)(uintptr_t)1) != 0)
         atomic_store(&SW.pending, 0);
-#endif
 }
 
 void oc_sampling_reset(void) {
