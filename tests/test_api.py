@@ -451,13 +451,13 @@ def _hot(i):
 
 
 def test_new_session_traces_code_deinstrumented_in_previous_session(tmp_path):
-    ocular.start_tracing(output=str(tmp_path / "a.json"), deinstrument_threshold=50, near_zero=True)
+    ocular.start_tracing(output=str(tmp_path / "a.json"), deinstrument_threshold=50, near_zero=True, sampling=False)
     for i in range(200):  # past the threshold: _hot answers DISABLE (near-zero mode)
         _hot(i)
     ocular.stop_tracing()
     assert names(load_trace(str(tmp_path / "a.json"))["traceEvents"]).count("_hot") == 50
 
-    ocular.start_tracing(output=str(tmp_path / "b.json"), deinstrument_threshold=50, near_zero=True)
+    ocular.start_tracing(output=str(tmp_path / "b.json"), deinstrument_threshold=50, near_zero=True, sampling=False)
     for i in range(10):
         _hot(i)
     ocular.stop_tracing()

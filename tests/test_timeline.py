@@ -507,7 +507,7 @@ def caller():
         small()
     other()
 
-start(deinstrument_threshold=500, near_zero=NEAR_ZERO)
+start(deinstrument_threshold=500, near_zero=NEAR_ZERO, sampling=False)  # (the recorded calls alone: no window's)
 caller()
 stop()
 """.replace("NEAR_ZERO", repr(near_zero))
@@ -536,7 +536,7 @@ def main():
     time.sleep(0.002)   # untraced C time between rec's return and marker's start
     marker()
 
-start(deinstrument_threshold=500, near_zero=True)
+start(deinstrument_threshold=500, near_zero=True, sampling=False)
 main()
 stop()
 """
