@@ -277,7 +277,8 @@ def test_a_short_program_is_estimated(tmp_path):
     rep = json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
     assert rep["sampling"]["windows"] >= 1, rep["sampling"]
     f = {r["name"]: r for r in rep["functions"]}
-    assert "calls" in f["child"]["estimated_fields"], f["child"]
+    # estimated, or (3.15: the window stays open for most of a 1 ms run) recorded nearly all, marked at least
+    assert "calls" in f["child"]["estimated_fields"] or f["child"]["sample"], f["child"]
     # (3,000 calls: a window or two of 1 ms in a 2 ms run is a large sample, but a sample)
     assert 1500 <= f["child"]["calls"] <= 6000, f["child"]
     assert "no sampling window ran" not in out

@@ -45,6 +45,12 @@ int oc_attr_on;
 uint32_t oc_attr_wgen;
 uint64_t *oc_attr_outside;
 uint32_t oc_attr_noutside;
+/* Outside ticks count from the first window's begin: a window stands for the time from its begin on,
+ * and the chunk in which the renderer first sees windows (its SAMPLING block is written before it)
+ * may hold much of the run before them, when nothing was de-instrumented yet: counted, a caller's
+ * own time from then was charged with its callees' later share (a sleeping callee's 0.69 came out
+ * 0.79) */
+uint64_t oc_attr_from = UINT64_MAX;
 
 typedef struct {
     uint32_t code;
@@ -92,6 +98,7 @@ void oc_attr_reset(void) {
     free(oc_attr_outside);
     oc_attr_outside = NULL;
     oc_attr_noutside = 0;
+    oc_attr_from = UINT64_MAX;
     oc_attr_wgen++;
 }
 
@@ -102,6 +109,7 @@ void oc_attr_abandon(void) {
     oc_attr_on = 0;
     oc_attr_outside = NULL;
     oc_attr_noutside = 0;
+    oc_attr_from = UINT64_MAX;
     oc_attr_wgen++;
 }
 
@@ -144,6 +152,8 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wl) {
         uint64_t b = rd64(q), e = rd64(q + 8), stands = wl > 16 ? rd64(q + 16) : 0;
         if (AT.nwin && b < AT.win[AT.nwin - 1][1])
             continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
+        if (!AT.nwin)
+            oc_attr_from = b;
         AT.win[AT.nwin][0] = b;
         AT.win[AT.nwin][1] = e;
         /* a window tick stands for stands / (e - b) ticks of the run; 16 for every window when not known
@@ -244,7 +254,10 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
     if (!hidden) {
         anchor_stat *s = stat_of(top);
         if (s && outside_grow(top)) {
-            oc_attr_outside[top] += net - in_net;
+            uint64_t out = net - in_net, pre = oc_attr_from > t0 ? (oc_attr_from < t1 ? oc_attr_from : t1) - t0 : 0;
+            if (pre) /* (the part before the first window: no window stands for it) */
+                out = pre >= span ? 0 : out - (uint64_t)((double)out * (double)pre / (double)span);
+            oc_attr_outside[top] += out;
             s->b += in_netw;
             a->last_code = top;
             a->last_in = in_netw;

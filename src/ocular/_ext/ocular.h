@@ -575,13 +575,15 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wlen);
 extern int oc_attr_on;                               /* the recording has sampling windows */
 extern uint32_t oc_attr_wgen;                        /* bumped when windows are appended */
 extern uint64_t *oc_attr_outside;                    /* by code: visible self ticks outside windows */
+extern uint64_t oc_attr_from;                        /* the first window's begin: outside ticks count from there */
 extern uint32_t oc_attr_noutside;
 /* the usual gap (render.c tick): a visible top frame, no window begun before its end -- its ticks are
  * that code's own outside windows; 0: oc_attr_gap must take it */
 static inline int oc_attr_gap_fast(oc_attr_thread *a, uint64_t t1, uint64_t net, uint32_t top, int hidden) {
     if (hidden || t1 > a->next_begin || a->wgen != oc_attr_wgen || top >= oc_attr_noutside)
         return 0;
-    oc_attr_outside[top] += net;
+    if (t1 > oc_attr_from) /* (before the first window: time no window stands for) */
+        oc_attr_outside[top] += net;
     a->last_in = 0;
     return 1;
 }
