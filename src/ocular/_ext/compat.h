@@ -32,14 +32,6 @@
 #define oc_is_finalizing() _Py_IsFinalizing()
 #endif
 
-/* 3.13+: Py_AddPendingCall from any thread sets the eval breaker at once (on 3.12 a call added from
- * another thread waits until the main thread switches the GIL: sampling.c does not rely on it there) */
-#if PY_VERSION_HEX >= 0x030D0000
-#define OC_PENDING_CALLS_FROM_ANY_THREAD 1
-#else
-#define OC_PENDING_CALLS_FROM_ANY_THREAD 0
-#endif
-
 /* the Python frame depth of a thread (internal fields of PyThreadState) */
 static inline uint32_t oc_depth(const PyThreadState *ts) {
     return (uint32_t)(ts->py_recursion_limit - ts->py_recursion_remaining);

@@ -4,9 +4,10 @@
  * and its later calls land in its caller's self time.  So from the first DISABLE on (timer_main has the
  * schedule: soon after it, then up to every `period`, each window recorded with the time it stands for,
  * which the renderer weighs it by) a timer thread
- * asks for a window: on 3.13+ with Py_AddPendingCall (run by the main thread at its next eval-breaker
- * check, at once while it runs Python code), and, if no window opened within 2 ms (the main thread
- * sleeps, waits or is blocked in C), by taking the GIL itself (PyGILState_Ensure; it runs no bytecode,
+ * asks for a window: with Py_AddPendingCall (run by the main thread at its next eval-breaker check: on
+ * 3.13+ at once while it runs Python code, on 3.12 once it takes the GIL again after releasing it), and,
+ * if no window opened within 2 ms (the main thread sleeps, waits or is blocked in C; on 3.12, runs
+ * Python code without releasing the GIL), by taking the GIL itself (PyGILState_Ensure; it runs no bytecode,
  * so it fires no event).  Whoever opens the window checks that no other sys.monitoring tool is
  * registered, calls sys.monitoring.restart_events() (the only way to re-arm a site that answered
  * DISABLE; set_local_events does not) and sets oc_win_end to `window` from now.  Until then the
@@ -17,9 +18,9 @@
  *
  * restart_events() re-arms every tool's disabled sites, so a window is opened only while no other tool
  * holds a tool id (checked at each window; a skipped window is counted, and the report says the split
- * is not estimated).  Why not Py_AddPendingCall: on 3.12 a pending call added from a thread other than
- * the main one does not set the eval breaker, so it waits until the main thread happens to switch the
- * GIL (never, in a pure-Python loop); and it runs only in the main thread.  The hot path at threshold
+ * is not estimated).  Why not the GIL at once: on 3.12 a thread waiting for it while the program releases
+ * it briefly and often (asyncio's epoll with no timeout) waited up to 240 ms, slowing each of the
+ * program's releases meanwhile.  The hot path at threshold
  * 0 is unchanged: the check sits behind the branches that answer DISABLE.
  */
 #include "ocular.h"
@@ -279,7 +280,6 @@ static int wait_ns(uint64_t ns) {
     return SW.stop;
 }
 
-#if OC_PENDING_CALLS_FROM_ANY_THREAD
 /* lock held: wait up to `ns` for window `seq` to open (or stop); returns SW.stop */
 static int wait_opened(uint32_t seq, uint64_t ns) {
     uint64_t until = mono_ns() + ns;
@@ -300,7 +300,6 @@ static int wait_opened(uint32_t seq, uint64_t ns) {
     }
     return SW.stop;
 }
-#endif
 
 static rd_snap rd_snaps[3]; /* (the timer thread's) */
 static rd_snap *rd_last = &rd_snaps[0]; /* read at the end of the last measured window, or at the start */
@@ -386,19 +385,20 @@ static int running_threads(const rd_snap *a, rd_snap *b) {
     return n;
 }
 
-/* lock held: ask for window `seq` (a pending call on 3.13+, else the GIL taken by this thread), and
- * measure its run delays; returns SW.stop */
+/* lock held: ask for window `seq` -- a pending call, run by the main thread at its next eval-breaker
+ * check (on 3.12 only once it takes the GIL again: after a sleep, I/O, a poll), else after 2 ms the GIL
+ * taken by this thread -- and measure its run delays; returns SW.stop.  (On 3.12 the GIL at once made a
+ * program that releases it briefly and often wait: asyncio's epoll with no timeout, 240 ms while this
+ * thread waited for it, poll's share 6-17 % instead of 2 %.) */
 static int ask_window(uint32_t seq) {
-#if OC_PENDING_CALLS_FROM_ANY_THREAD
     int expected = 0;
-    if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+    if (atomic_load(&SW.opened) != seq && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
         Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
         atomic_store(&SW.pending, 0);
     if (wait_opened(seq, 2000000))
         return 1;
     if (atomic_load(&SW.opened) == seq)
         return measure_window(seq);
-#endif
     pthread_mutex_unlock(&SW.lock);
     if (oc_is_finalizing()) {
         pthread_mutex_lock(&SW.lock);
@@ -415,9 +415,12 @@ static int ask_window(uint32_t seq) {
     return measure_window(seq);
 }
 
+/* the gap after the first window: two windows' length, doubling after each up to the period */
+static uint64_t first_gap(void) { return 2 * SW.window_ns; }
+
 /* The schedule.  No window opens before something is de-instrumented (nothing to estimate: the
  * estimates cover the time from the first window on); then the first opens at once (a program of a
- * few tens of milliseconds gets several), and the gap after each doubles from two windows' length up
+ * few tens of milliseconds gets several on 3.13+), and the gap after each doubles from first_gap() up
  * to the period (each jittered +-50%: no aliasing with a periodic program).  A window is a sample of
  * the time from its begin to the next one's begin, which it records (`stands`; the renderer weighs its
  * ticks by it).  With several running threads (a GIL hands over every switch interval) a window lasts
@@ -430,7 +433,7 @@ static void *timer_main(void *arg) {
         pthread_cond_wait(&SW.cond, &SW.lock);
     rd_read(rd_last);
     static rd_snap probe;
-    uint64_t step = 2 * SW.window_ns;
+    uint64_t step = first_gap();
     while (!SW.stop) {
         int n = atomic_load(&SW.seq) ? running_threads(rd_last, &probe) : 1; /* (the first: oc_sampling_kick_slow) */
         uint64_t len = SW.window_ns;
@@ -503,7 +506,7 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     SW.period_ns = (uint64_t)period_us * 1000u;
     SW.window_ns = (uint64_t)window_us * 1000u;
     SW.len_ns = SW.window_ns; /* (the first window's: timer_main) */
-    SW.stands_ns = SW.window_ns + SW.window_ns / 2 + 2 * SW.window_ns;
+    SW.stands_ns = SW.window_ns + SW.window_ns / 2 + first_gap();
     SW.switch_ns = 5000000;
     PyObject *sw = PySys_GetObject("getswitchinterval"); /* (borrowed) */
     PyObject *swv = sw ? PyObject_CallNoArgs(sw) : NULL;
