@@ -233,10 +233,14 @@ def test_a_recording_converted_in_another_process_reports_specialized_instructio
         return {(lp["function"], lp["offset"]): [(r["offset"], r["line"], r["base"], r["specialized"], r["arg"])
                                                  for r in lp["rows"]] for lp in mine}
 
-    p = cli(["-q", "-o", "t.json", "--report-json", "--report", "live.json", str(script)], tmp_path)
+    # (two runs compared: without sampling windows, whose restart_events() re-instruments the code and
+    # sends its specialized instructions back through warm-up, so that a run's last window decides
+    # whether a CALL is CALL_PY_EXACT_ARGS at stop)
+    e = dict(os.environ, PYTHONPATH=SRC, OCULAR_SAMPLING="0")
+    p = cli(["-q", "-o", "t.json", "--report-json", "--report", "live.json", str(script)], tmp_path, env=e)
     assert p.returncode == 0, p.stderr
     live = rows(json.loads((tmp_path / "live.json").read_text()))
-    p = cli(["-q", "-o", "run.ocular", str(script)], tmp_path)
+    p = cli(["-q", "-o", "run.ocular", str(script)], tmp_path, env=e)
     assert p.returncode == 0, p.stderr
     assert _adaptive.block_offset(tmp_path / "run.ocular") is not None
     p = cli(["convert", "run.ocular", "-q", "-o", "c.json", "--report-json", "--report-file", "conv.json"], tmp_path)
