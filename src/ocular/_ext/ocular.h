@@ -16,6 +16,7 @@
 #include "codemap.h"
 #include <pthread.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -645,7 +646,7 @@ static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, vo
     sigset_t all, old;
     void *st = oc_own_thread_arg(fn, arg);
     if (!st)
-        return -1;
+        return ENOMEM; /* (an errno, as pthread_create's: callers say strerror of it) */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = pthread_create(th, attr, oc_own_thread_main, st);
