@@ -474,15 +474,19 @@ static void *timer_main(void *arg) {
  * eval-breaker check: the timer thread, woken, may not run for milliseconds on a loaded machine, and
  * on 3.12 it would then wait for the GIL up to a switch interval (5 ms: a short program's whole run).
  * Its length and weight are the defaults the timer thread gives the first window. */
+static void ask_first(void) {
+    int expected = 0;
+    if (SW.running && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+        Py_AddPendingCall(pending_open, (void *)(uintptr_t)1) != 0)
+        atomic_store(&SW.pending, 0);
+}
+
 void oc_sampling_kick_slow(void) {
     pthread_mutex_lock(&SW.lock);
     atomic_store(&oc_sampling_kicked, 1);
     pthread_cond_broadcast(&SW.cond);
     pthread_mutex_unlock(&SW.lock);
-    int expected = 0;
-    if (SW.running && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
-        Py_AddPendingCall(pending_open, (void *)(uintptr_t)1) != 0)
-        atomic_store(&SW.pending, 0);
+    ask_first();
 }
 
 void oc_sampling_reset(void) {
@@ -539,6 +543,12 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
         Py_RETURN_FALSE;
     SW.running = 1;
     SW.status = OC_SAMPLING_ON;
+    /* something was de-instrumented before (the own-cost calibration's functions at a low threshold):
+     * the first window is asked for from here, start_tracing's thread (on 3.12 the timer thread's pending
+     * call would wait for the main thread to release the GIL, and its GIL, a switch interval: a CI run
+     * of a 2 ms program got no window) */
+    if (atomic_load(&oc_sampling_kicked))
+        ask_first();
     Py_RETURN_TRUE;
 }
 
