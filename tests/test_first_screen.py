@@ -151,7 +151,10 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monke
     monkeypatch.setenv("BLACK_CACHE_DIR", str(tmp_path / "black-cache"))  # (black checks every run afresh)
     cmd = PROGRAMS[name](tmp_path)
     misses, spy = [], {}
-    for attempt in range(3):
+    # (five runs: a function's self time net of its de-instrumented C callees' estimated share varies from
+    # run to run with the windows that saw it -- docutils' State.make_transition, 15 ms recorded, came out
+    # at 4-16 ms, 4th to 19th, on this build and stop 37's alike, and three runs in a row missed on CI)
+    for attempt in range(5):
         top, per_call = _cprofile_top(cmd, tmp_path)
         p = _ocular(["--width", str(width), "--report", "rep.txt", "-o", "t.pftrace", *cmd], tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
