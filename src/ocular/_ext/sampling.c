@@ -270,6 +270,14 @@ static int pending_open(void *arg) {
     return 0;
 }
 
+/* window `seq` asked for with a pending call, unless one is queued already */
+static void queue_open(uint32_t seq) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+        Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
+        atomic_store(&SW.pending, 0);
+}
+
 /* lock held: wait until `ns` from now or stop; returns SW.stop */
 static int wait_ns(uint64_t ns) {
     struct timespec dl;
@@ -396,10 +404,8 @@ static int running_threads(const rd_snap *a, rd_snap *b) {
  * program that releases it briefly and often wait: asyncio's epoll with no timeout, 240 ms while this
  * thread waited for it, poll's share 6-17 % instead of 2 %.) */
 static int ask_window_now(uint32_t seq) {
-    int expected = 0;
-    if (atomic_load(&SW.opened) != seq && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
-        Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
-        atomic_store(&SW.pending, 0);
+    if (atomic_load(&SW.opened) != seq)
+        queue_open(seq);
     if (wait_opened(seq, 2000000))
         return 1;
     if (atomic_load(&SW.opened) == seq)
@@ -475,10 +481,8 @@ static void *timer_main(void *arg) {
  * on 3.12 it would then wait for the GIL up to a switch interval (5 ms: a short program's whole run).
  * Its length and weight are the defaults the timer thread gives the first window. */
 static void ask_first(void) {
-    int expected = 0;
-    if (SW.running && atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
-        Py_AddPendingCall(pending_open, (void *)(uintptr_t)1) != 0)
-        atomic_store(&SW.pending, 0);
+    if (SW.running)
+        queue_open(1);
 }
 
 void oc_sampling_kick_slow(void) {
