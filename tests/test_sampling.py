@@ -270,18 +270,21 @@ def test_a_short_program_is_estimated(tmp_path):
     its 100th call, gets a window, and its calls after it are estimated, marked, not left unsaid in
     main's self time.  (Windows spaced by the period only, the first 50-150 ms in, gave it none.)"""
     (tmp_path / "m.py").write_text(SHORT)
-    for attempt in range(3):  # (CI's 3.12 under load once had none: tried again, and said how often)
+    # A window or two of 1 ms in a 2 ms run is a large sample, but a sample: a window's ticks are wall time,
+    # so a preemption inside it (CI's 3.12 under load once had no window; CI's 3.15 once saw 942 calls, a
+    # third) moves the estimate by what the thread lost.  Up to three runs; each failed one is printed.
+    for attempt in range(3):
         p = subprocess.run([*python_cmd(), "-m", "ocular", "--near-zero", "--threshold", "100", "-o", "t.json",
                             "--report-json", "m.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, p.stderr
         out = p.stdout + p.stderr
         rep = json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
-        if rep["sampling"]["windows"] >= 1:
+        f = {r["name"]: r for r in rep["functions"]}
+        if rep["sampling"]["windows"] >= 1 and 1500 <= f["child"]["calls"] <= 6000:
             break
-        print(f"no window in run {attempt + 1}: {rep['sampling']}")
+        print(f"run {attempt + 1}: {rep['sampling']}, child {f['child']}")
     assert rep["sampling"]["windows"] >= 1, rep["sampling"]
-    f = {r["name"]: r for r in rep["functions"]}
     # estimated, or (3.15: the window stays open for most of a 1 ms run) recorded nearly all, marked at least
     assert "calls" in f["child"]["estimated_fields"] or f["child"]["sample"], f["child"]
     # (3,000 calls: a window or two of 1 ms in a 2 ms run is a large sample, but a sample)
