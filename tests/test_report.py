@@ -76,6 +76,72 @@ def test_golden_loop_disassembly():
     assert "Hot loop loop at /golden/prog.py:11" in text
 
 
+def test_a_loops_instructions_are_decoded_from_its_slice_as_dis_decodes_the_whole_code():
+    """The report reads a loop's instructions from the bytecode and decodes the argument column of the
+    rows it shows from a stand-in code object holding only their slice; what it gives must be what
+    dis.get_instructions on the whole code gives for those offsets: base and specialized names, the
+    argument column (jump targets as offsets), lines, for every loop of a few standard modules (all of
+    its rows, and every third one alone) and for a specialized loop."""
+    p = run_py("""
+        import dis, importlib, types
+        from ocular import _report as R
+
+        def codes(co):
+            yield co
+            for c in co.co_consts:
+                if isinstance(c, types.CodeType):
+                    yield from codes(c)
+
+        def key(i):
+            arg = R._arg(i) or ("(fall-through of the jump above)" if i.opname == "NOT_TAKEN" else "")
+            return (i.offset, i.opname, arg, i.positions.lineno if i.positions else None)
+
+        def compare(co):
+            n = bad = 0
+            whole = list(dis.get_instructions(co, adaptive=True))  # (3.12 quickens superinstructions at once)
+            base = {i.offset: i.opname for i in dis.get_instructions(co)}
+            for ins in whole:
+                if base[ins.offset] == "JUMP_BACKWARD":
+                    lo, hi = ins.argval, ins.offset
+                    want = [key(i) for i in whole if lo <= i.offset <= hi]
+                    new = R._loop_instructions(co, lo, hi)
+                    R._loop_args(co, new[::3])  # (a few rows alone, as the text decodes what it shows)
+                    R._loop_args(co, new)
+                    got = [(i.offset, i.opname, i.arg, i.line) for i in new]
+                    n += 1
+                    if want != got or any(i.base != base[i.offset] for i in new):
+                        bad += 1
+                        print("differs", co.co_name, lo, hi, want, got)
+            return n, bad
+
+        n = bad = 0
+        for m in ["json.decoder", "re._parser", "argparse", "inspect", "tokenize", "difflib", "textwrap"]:
+            for co in codes(importlib.import_module(m).__spec__.loader.get_code(m)):
+                a, b = compare(co)
+                n, bad = n + a, bad + b
+
+        class P:
+            def __init__(self):
+                self.x = 1
+
+        def hot(k):
+            t, p, d = 0, P(), {"a": 1}
+            for i in range(k):
+                t += i * 2 + p.x + d["a"] + len(d)
+            return t
+
+        for _ in range(60):
+            hot(300)
+        spec = [i.opname for i in dis.get_instructions(hot.__code__, adaptive=True)]
+        a, b = compare(hot.__code__)
+        print("loops", n + a, "differ", bad + b, "specialized", sum(s not in dis.opmap for s in spec))
+    """)
+    last = p.stdout.split()
+    assert last[-6] == "loops" and int(last[-5]) > 300, p.stdout
+    assert last[-4:-2] == ["differ", "0"], p.stdout
+    assert int(last[-1]) > 0, p.stdout  # (the specialized loop was specialized: its names were compared)
+
+
 def test_specialized_opcodes_appear_in_adaptive_mode():
     p = run_py("""
         import ocular

@@ -153,19 +153,96 @@ def _same_bytecode(recorded, running):
     return recorded == running or (recorded >> 16 == running >> 16 and final(recorded) and final(running))
 
 
-def _instructions_upto(code, last, adaptive):
-    """dis.get_instructions(code) up to offset `last` (the rest is not decoded: a report shows loops'
-    instructions only, and big functions' tails cost the report's stop more than the loops)"""
+class _Ins:
+    """One instruction of a loop's rows: offset, base and specialized names, line; `arg` its argument
+    column once decoded (None until then)."""
+
+    __slots__ = ("offset", "base", "opname", "line", "arg")
+
+    def __init__(self, offset, base, opname, line, arg=None):
+        self.offset, self.base, self.opname, self.line, self.arg = offset, base, opname, line, arg
+
+
+def _loop_instructions(code, lo, hi):
+    """The instructions of `code` from offset `lo` to `hi` (a loop's), read from its bytecode: base
+    names from co_code (de-specialized, un-instrumented), specialized ones from the adaptive bytecode,
+    lines from co_lines(); no argument yet (_loop_args decodes it for the rows that are shown: dis on a
+    big loop was the largest part of a report's stop, ~40,000 instructions an instruction on 3.12)."""
+    bc = code.co_code
+    if not 0 <= lo <= hi < len(bc) or lo % 2 or hi % 2:
+        return []
+    spec = getattr(code, "_co_code_adaptive", bc)
+    names = getattr(dis, "_all_opname", dis.opname)
+    end = hi + 2
+    lines = {}
+    for a, b, line in code.co_lines():
+        if b > lo and a < end:
+            for off in range(max(a, lo), min(b, end), 2):
+                lines[off] = line
     out = []
-    for ins in dis.get_instructions(code, adaptive=adaptive):
-        if ins.offset > last:
-            break
-        out.append(ins)
+    off = lo
+    while off <= hi:
+        op = bc[off]
+        base = dis.opname[op] if op < len(dis.opname) else ""
+        sp = spec[off] if off < len(spec) else op
+        name = names[sp] if sp < len(names) else ""
+        if not name or name.startswith(("INSTRUMENTED_", "<")) or name == "ENTER_EXECUTOR":
+            name = base
+        out.append(_Ins(off, base, name, lines.get(off)))
+        off += 2 + 2 * _caches_after(op)
     return out
 
 
-def _base_names(code, last):
-    return {ins.offset: ins.opname for ins in _instructions_upto(code, last, False)}
+def _loop_args(code, ins):
+    """Fill the argument column of instructions `ins` (_Ins of `code`) as dis shows it, jump targets as
+    offsets.  Each run of consecutive ones is decoded alone: dis gets a stand-in of the code holding
+    only that slice (with the EXTENDED_ARG prefix of its first instruction); jumps are relative since
+    3.12, so the slice keeps them, and their targets are moved back by the slice's start."""
+    todo = sorted((i for i in ins if i.arg is None), key=lambda i: i.offset)
+    if not todo:
+        return
+    bc = code.co_code
+    ext = dis.opmap["EXTENDED_ARG"]
+    runs, run = [], [todo[0]]
+    for i in todo[1:]:
+        prev = run[-1].offset
+        if i.offset == prev + 2 + 2 * _caches_after(bc[prev]):
+            run.append(i)
+        else:
+            runs.append(run)
+            run = [i]
+    runs.append(run)
+    for run in runs:
+        lo, hi = run[0].offset, run[-1].offset
+        while lo >= 2 and bc[lo - 2] == ext:
+            lo -= 2
+        end = min(len(bc), hi + 2 + 2 * _caches_after(bc[hi]))
+        want = {i.offset: i for i in run}
+        try:
+            piece = code.replace(co_code=bc[lo:end], co_linetable=b"", co_exceptiontable=b"")
+            for d in dis.get_instructions(piece):
+                i = want.get(d.offset + lo)
+                if i is not None:
+                    if getattr(d, "baseopcode", d.opcode) in _JUMPS and isinstance(d.argval, int):
+                        i.arg = f"to {d.argval + lo}"
+                    else:
+                        i.arg = d.argrepr
+        except (ValueError, TypeError, IndexError):
+            pass
+    for i in todo:
+        if i.arg is None:
+            i.arg = ""
+        if i.base == "NOT_TAKEN" and not i.arg:  # 3.14+: a no-op that carries the BRANCH_LEFT event
+            i.arg = "(fall-through of the jump above)"
+
+
+@functools.lru_cache(maxsize=None)
+def _caches_after(op):
+    """Inline cache entries after base opcode `op` (dis's table: by opcode on 3.12, by name since)."""
+    table = dis._inline_cache_entries
+    if hasattr(table, "get"):
+        return table.get(dis.opname[op] if op < len(dis.opname) else "", 0)
+    return table[op] if op < len(table) else 0
 
 
 _OCULAR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -370,6 +447,7 @@ class Report:
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
+        self._args_todo = {}  # id(loop) -> (code, [_Ins]) while some of its rows' "arg" is not decoded
         for f in data["functions"]:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
@@ -382,17 +460,18 @@ class Report:
         self._fill(self._loops)
         return self._loops
 
-    def _fill(self, loops):
+    def _fill(self, loops, args=True):
+        """Build the rows of `loops` that have none yet, and (args) their argument column."""
         todo = [lp for lp in loops if id(lp) in self._pending]
+        if args:
+            for lp in loops:
+                if id(lp) in self._args_todo:
+                    self._fill_args(lp)
         if not todo:
             return
         codes = {id(self._pending[id(lp)][0]): self._pending[id(lp)][0] for lp in todo}
         codes.pop(id(None), None)
         _settle(list(codes.values()))  # adaptive bytecode without our instrumentation
-        cache, last = {}, {}  # (last: per code, the end of its last loop shown)
-        for lp in todo:
-            code, _, raw = self._pending[id(lp)]
-            last[id(code)] = max(last.get(id(code), -1), raw["src"])
         for lp in todo:
             code, f, raw = self._pending.pop(id(lp))
             # how the rows' cycles were had: per instruction (precise), or blocks split by an instruction
@@ -410,10 +489,28 @@ class Report:
                 lp["note"] = self.bytecode_note
                 lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), f["firstlineno"])
                 continue
-            if id(code) not in cache:  # (decoded up to the last loop of this code that is shown)
-                cache[id(code)] = (_base_names(code, last[id(code)]), _instructions_upto(code, last[id(code)], True))
-            lp["rows"] = self._rows(code, f, raw, *cache[id(code)])
+            instrs = _loop_instructions(code, raw["dest"], raw["src"])
+            lp["rows"] = self._rows(f, raw, instrs)
+            self._args_todo[id(lp)] = (code, instrs)
             lp["line"] = next((r["line"] for r in lp["rows"] if r["line"]), code.co_firstlineno)
+            if args:
+                self._fill_args(lp)
+
+    def _fill_args(self, lp, rows=None):
+        """The argument column of a live code's loop rows (all, or `rows`), decoded when first shown."""
+        todo = self._args_todo.get(id(lp))
+        if todo is None:
+            return
+        code, instrs = todo
+        want = {r["offset"] for r in (lp["rows"] if rows is None else rows) if r["arg"] is None}
+        ins = [i for i in instrs if i.offset in want]
+        _loop_args(code, ins)
+        by = {i.offset: i.arg for i in ins}
+        for r in lp["rows"]:
+            if r["offset"] in by:
+                r["arg"] = by[r["offset"]]
+        if all(r["arg"] is not None for r in lp["rows"]):
+            del self._args_todo[id(lp)]
 
     # -- building -----------------------------------------------------------------------------
     def _add_function(self, f):
@@ -470,7 +567,9 @@ class Report:
             self._loops.append(entry)
             self._pending[id(entry)] = (code, f, lp)
 
-    def _rows(self, code, f, lp, base, all_instrs):
+    def _rows(self, f, lp, all_instrs):
+        """A loop's rows from its instructions (_Ins): cycles per execution from the instruction's counts
+        (precise) or its block's, split by the probe; "arg" is None until _fill_args."""
         ns = self.ns_per_tick
         units = f["units"]
         precise = self.mode == "precise"
@@ -482,7 +581,7 @@ class Report:
         blocks = sorted((start, v) for start, v in units.items() if v[0] and lo <= start <= hi) if not precise else []
         instrs = [i for i in all_instrs if lo <= i.offset <= hi]
         offsets = [i.offset for i in instrs]
-        calls = {i.offset for i in instrs if _is_call(base.get(i.offset, i.opname))}
+        calls = {i.offset for i in instrs if _is_call(i.base)}
         shares = {}  # adaptive: block start -> {offset: cycles per execution}
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
         for ins in instrs:
@@ -501,17 +600,12 @@ class Report:
                         shares[start] = _block_shares(units, offsets[i0:i1], calls, cycles / count)
                     cyc = shares[start].get(ins.offset)
                     blk = cyc is not None and None in shares[start]
-            line = ins.positions.lineno if ins.positions and ins.positions.lineno else None
-            b = base.get(ins.offset, ins.opname)
-            arg = _arg(ins)
-            if b == "NOT_TAKEN" and not arg:  # 3.14+: a no-op that carries the BRANCH_LEFT event
-                arg = "(fall-through of the jump above)"
             rows.append({
                 "offset": ins.offset,
-                "line": line,
-                "base": b,
+                "line": ins.line,
+                "base": ins.base,
                 "specialized": ins.opname,
-                "arg": arg,
+                "arg": ins.arg,
                 "cycles": cyc,
                 "ns": cyc * ns if cyc is not None else None,
                 "block_total": blk,  # cycles: the whole block's (it calls a function: not split)
@@ -530,8 +624,14 @@ class Report:
             return []
         lines = array.array("i")
         lines.frombytes(raw_lines)
-        base = {i.offset: dis.opname[bc[i.offset]] for i in instrs}
-        rows = self._rows(None, f, lp, base, instrs)
+        ins = []
+        for i in instrs:
+            b = dis.opname[bc[i.offset]]
+            arg = _arg(i)
+            if b == "NOT_TAKEN" and not arg:
+                arg = "(fall-through of the jump above)"
+            ins.append(_Ins(i.offset, b, i.opname, None, arg))
+        rows = self._rows(f, lp, ins)
         for r in rows:
             u = r["offset"] // 2
             r["line"] = lines[u] if u < len(lines) and lines[u] >= 0 else None
@@ -634,14 +734,15 @@ class Report:
         }
 
     # -- views --------------------------------------------------------------------------------
-    def hot_loops(self, n=TOP_LOOPS, all_code=True):
+    def hot_loops(self, n=TOP_LOOPS, all_code=True, args=True):
         """The hottest loops by their own time (the loop's own instructions, callees excluded), the top n
-        (all_code=False: the user's own code's first, then the others')."""
+        (all_code=False: the user's own code's first, then the others'); args=False leaves the rows'
+        "arg" None where not decoded yet (the text decodes the rows it shows)."""
         ranked = sorted(self._loops, key=lambda r: r["own_cycles"], reverse=True)
         if not all_code:  # the user's own loops first, then the others' (a thin driver's are few)
             ranked = [lp for lp in ranked if lp["category"] == USER] + [lp for lp in ranked if lp["category"] != USER]
         out = ranked[:n]
-        self._fill(out)
+        self._fill(out, args)
         return out
 
     def to_dict(self):
@@ -904,7 +1005,7 @@ class Report:
                 if len(others) > n_other:
                     out.append(f"{'':>10} ... {len(others) - n_other:,} more (--all ranks every function)")
                 noted = noted + others[:n_other]
-        hot = self.hot_loops(loops, all_code=all_code) if loops else []
+        hot = self.hot_loops(loops, all_code=all_code, args=False) if loops else []
         out.append("")
         if not hot:
             out.append("Hot loops: none recorded")
@@ -1003,6 +1104,7 @@ class Report:
             hottest = sorted(range(len(shown)), key=lambda i: shown[i]["cycles"] or 0, reverse=True)
             keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
             shown = [r if i in keep else None for i, r in enumerate(shown)]
+        self._fill_args(lp, [r for r in shown if r])
         cells = []
         for r in shown:
             if r is None:

@@ -305,6 +305,38 @@ static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
     return 0;
 }
 
+/* A dict of `n` items: keys[i] -> vals[i] (new references, taken; NULL if one could not be made, and then
+ * NULL).  The keys are interned once per call site in `cache` (Py_BuildValue's "{s:...}" made, hashed and
+ * freed a fresh str per key per function: 9,000 instructions a function, most of the export; the module
+ * is single-phase, one interpreter, so the cached keys are this interpreter's). */
+static PyObject *dict_of(PyObject **cache, const char *const *keys, PyObject **vals, int n) {
+    PyObject *d = NULL;
+    for (int i = 0; i < n; i++)
+        if (!vals[i] || (!cache[i] && !(cache[i] = PyUnicode_InternFromString(keys[i]))))
+            goto done;
+    d = PyDict_New();
+    for (int i = 0; d && i < n; i++)
+        if (PyDict_SetItem(d, cache[i], vals[i]) < 0)
+            Py_CLEAR(d);
+done:
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(vals[i]);
+    return d;
+}
+
+#define ULL(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
+
+static const char *const LOOP_KEYS[] = {"src", "dest", "iterations", "jumps", "timed_iterations", "cycles",
+                                        "self_cycles", "instructions"};
+static PyObject *loop_keys[8];
+static const char *const FUNC_KEYS[] = {"untraced_callees", "code", "bytecode", "lines", "id", "name", "file",
+                                        "firstlineno", "calls", "segments", "truncated", "incl", "self",
+                                        "looped_self", "mean", "stddev", "min", "max", "deinstrumented", "enters",
+                                        "loops", "units", "callers"};
+static PyObject *func_keys[23];
+_Static_assert(sizeof LOOP_KEYS / sizeof *LOOP_KEYS == sizeof loop_keys / sizeof *loop_keys, "loop keys");
+_Static_assert(sizeof FUNC_KEYS / sizeof *FUNC_KEYS == sizeof func_keys / sizeof *func_keys, "function keys");
+
 /* GIL held, renderer finished.  One dict per code object that has any figure, at most `limit` by self
  * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
  * session, whose code table (same ids) still holds the code objects. */
@@ -351,13 +383,9 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             oc_loop_stat *l = &c->loops[i];
             if (!l->iterations) /* (only runs of one iteration: nothing timed) */
                 continue;
-            PyObject *t = Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:K,s:K}", "src", l->src * 2, "dest", l->dest * 2,
-                                        "iterations", (unsigned long long)l->iterations,
-                                        "jumps", (unsigned long long)l->jumps,
-                                        "timed_iterations", (unsigned long long)l->timed,
-                                        "cycles", (unsigned long long)l->cycles,
-                                        "self_cycles", (unsigned long long)l->self_cycles,
-                                        "instructions", (unsigned long long)l->insns);
+            PyObject *lv[] = {ULL(l->src * 2), ULL(l->dest * 2), ULL(l->iterations), ULL(l->jumps), ULL(l->timed),
+                              ULL(l->cycles), ULL(l->self_cycles), ULL(l->insns)};
+            PyObject *t = dict_of(loop_keys, LOOP_KEYS, lv, 8);
             if (!t || PyList_Append(loops, t) < 0) {
                 Py_XDECREF(t);
                 Py_DECREF(loops);
@@ -423,23 +451,10 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                 }
             }
         }
-        PyObject *d = Py_BuildValue(
-            "{s:N,s:N,s:N,s:N,s:I,s:N,s:N,s:i,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K,s:K,s:O,s:I,s:N,s:N}",
-            "untraced_callees", untraced, "code", code_obj,
-            "bytecode", bytecode, "lines", lines,
-            "id", id, "name", PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
-            "file", PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
-            "firstlineno", e->firstlineno,
-            "calls", (unsigned long long)c->calls, "segments", (unsigned long long)c->segments,
-            "truncated", (unsigned long long)c->truncated, "incl", (unsigned long long)c->incl,
-            "self", (unsigned long long)c->self, "looped_self", (unsigned long long)c->looped_self, "mean", mean, "stddev", sqrt(var), "min", (unsigned long long)(c->segments ? c->min : 0),
-            "max", (unsigned long long)c->max,
-            "deinstrumented", (e->flags & CF_START_DISABLED) ? Py_True : Py_False,
-            "enters", e->enters, "loops", loops, "units", unitd);
         uint32_t ncallers = 0; /* the code ids of its first OC_CALLERS callers */
         while (ncallers < OC_CALLERS && oc_stats_caller_at(c, ncallers))
             ncallers++;
-        PyObject *callers = d ? PyTuple_New(ncallers) : NULL;
+        PyObject *callers = PyTuple_New(ncallers);
         for (uint32_t k = 0; callers && k < ncallers; k++) {
             PyObject *v = PyLong_FromUnsignedLong(oc_stats_caller_at(c, k) - 1);
             if (!v) {
@@ -448,11 +463,15 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             }
             PyTuple_SET_ITEM(callers, k, v);
         }
-        if (d && (!callers || PyDict_SetItemString(d, "callers", callers) < 0)) {
-            Py_XDECREF(callers);
-            Py_CLEAR(d);
-        }
-        Py_XDECREF(callers);
+        PyObject *fv[] = {untraced, code_obj, bytecode, lines, PyLong_FromUnsignedLong(id),
+                          PyUnicode_DecodeUTF8(e->qualname_raw, (Py_ssize_t)strlen(e->qualname_raw), "replace"),
+                          PyUnicode_DecodeUTF8(e->filename_raw, (Py_ssize_t)strlen(e->filename_raw), "replace"),
+                          PyLong_FromLong(e->firstlineno), ULL(c->calls), ULL(c->segments), ULL(c->truncated),
+                          ULL(c->incl), ULL(c->self), ULL(c->looped_self), PyFloat_FromDouble(mean),
+                          PyFloat_FromDouble(sqrt(var)), ULL(c->segments ? c->min : 0), ULL(c->max),
+                          Py_NewRef((e->flags & CF_START_DISABLED) ? Py_True : Py_False),
+                          PyLong_FromUnsignedLong(e->enters), loops, unitd, callers};
+        PyObject *d = dict_of(func_keys, FUNC_KEYS, fv, 23);
         if (!d || oc_attr_export(d, id) < 0 || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);
             goto fail;
