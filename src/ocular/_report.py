@@ -811,6 +811,7 @@ class Report:
         rows = [f for f in self.functions if f["category"] == TASKS]
         if rows:
             self.functions = [f for f in self.functions if f["category"] != TASKS]
+            self.functions_total -= len(rows)
         groups = {}
         for f in rows:
             coros = sorted(set(self._task_coros.get(f["name"], ())))

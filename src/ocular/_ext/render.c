@@ -304,16 +304,21 @@ static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
         t->stall_codes[0] = UINT32_MAX;
 }
 
+/* the step's slice in the trace: whole before its frame's (a slice sink: written first, the enclosing one of two
+ * slices alike), or its end after the frame's */
+static __attribute__((noinline, cold)) void step_slice(rthread *t, const frame *f, uint64_t ts, int whole) {
+    if (whole)
+        W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
+    else
+        W.sink->end(&W.out, t->tid, to_ns(ts));
+}
+
 static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f, uint64_t ts, int counted,
                                                      int nostats) {
     uint32_t task = t->step_task;
     uint64_t incl = ts > f->begin_ts ? ts - f->begin_ts : 0;
     t->step_at = 0;
     t->stall_at = 0;
-    if (W.sink->slice)
-        W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), task, f->cut);
-    else
-        W.sink->end(&W.out, t->tid, to_ns(ts));
     if (nostats)
         return;
     oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
@@ -334,10 +339,15 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
                 end_run(t, f, &f->loops[i]);
     t->n--;
     if (nostats) {
-        if (sink_slices(slice))
+        if (sink_slices(slice)) {
+            if (UNLIKELY(t->step_at == t->n + 1)) /* (the step's slice first: the enclosing one of two alike) */
+                step_slice(t, f, ts, 1);
             W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-        else
+        } else {
             W.sink->end(&W.out, t->tid, to_ns(ts));
+            if (UNLIKELY(t->step_at == t->n + 1))
+                step_slice(t, f, ts, 0);
+        }
         if (UNLIKELY(t->step_at == t->n + 1))
             step_end(t, f, ts, counted, nostats);
         return;
@@ -358,10 +368,15 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     }
     if (t->n > 0)
         f[-1].child += incl;
-    if (sink_slices(slice))
+    if (sink_slices(slice)) {
+        if (UNLIKELY(t->step_at == t->n + 1))
+            step_slice(t, f, ts, 1);
         W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-    else
+    } else {
         W.sink->end(&W.out, t->tid, to_ns(ts));
+        if (UNLIKELY(t->step_at == t->n + 1))
+            step_slice(t, f, ts, 0);
+    }
     if (UNLIKELY(t->step_at == t->n + 1))
         step_end(t, f, ts, counted, nostats);
 }
