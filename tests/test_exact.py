@@ -235,7 +235,9 @@ def _log(**kw):
 
 
 def _is_python(key):
-    return key[0] != "~"
+    # (not C functions, file "~", nor asyncio tasks' steps, file "<asyncio task>": rows of Ocular's own,
+    # which cProfile has not, with no self time)
+    return key[0] not in ("~", "<asyncio task>")
 
 
 def _ocular_own(key):

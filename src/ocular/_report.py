@@ -46,6 +46,9 @@ LOOP_ROWS = 16  # a longer loop is cut to its hottest rows
 SORT_KEYS = {"self": "self_cycles", "total": "total_cycles", "calls": "calls", "mean": "mean_ns", "name": "name"}
 USER = "your code"
 GENERATED = "generated code"
+TASKS = "asyncio tasks"  # a task's steps (asyncio.c): one entry per task name, file "<asyncio task>"
+TASK_FILE = "<asyncio task>"
+STALL_MS = 100  # a step that holds the event loop this long is a loop stall (render.c OC_STALL_NS)
 FOLDED = ("site-packages", "standard library", GENERATED, "frozen importlib", "ocular")
 KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
@@ -261,6 +264,8 @@ def category(path, user_files=()):
     code, then the C functions, and folds the others into one line each)."""
     if path == "~":
         return C_FUNCTIONS
+    if path == TASK_FILE:
+        return TASKS
     if path in user_files or path == "<stdin>":
         return USER
     if path.startswith("<frozen "):
@@ -452,6 +457,7 @@ class Report:
             self._add_function(f)
         self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
         self._entry_points(data["functions"])
+        self._tasks(data)
         self._loops.sort(key=lambda r: r["own_cycles"], reverse=True)
 
     @property
@@ -765,6 +771,9 @@ class Report:
             "unended": self.unended,
             "entry_points": self.entry_points,
             "loops": self.hot_loops(JSON_LOOPS, all_code=False),
+            "tasks": self.tasks,
+            "stalls": self.stalls,
+            "stalls_more": self.stalls_more,
         }
 
     def to_json(self, **kw):
@@ -777,10 +786,15 @@ class Report:
         bodies) called from code elsewhere (a test runner's call of a test, a server's of a handler), or
         with no caller recorded (a thread's run function), slowest (by total time) first."""
         cats = {f["id"]: (category(f["file"], self._user_files), f["name"]) for f in raw if "id" in f}
+        self._task_names = {i: name for i, (cat, name) in cats.items() if cat == TASKS}
+        self._task_coros = {}
         self.entry_points = []
         for f in self.functions:
             callers = [cats.get(c, ("?", "?")) for c in f.pop("caller_ids", ())]
             f["callers"] = [name for _, name in callers]
+            for cat, name in callers:  # (a task's step begins in its coroutine: the task is its caller)
+                if cat == TASKS:
+                    self._task_coros.setdefault(name, []).append(f["name"])
             if f["category"] != USER or f["name"] == "<module>":
                 continue
             outside = [name for cat, name in callers if cat in FOLDED]  # (Python code elsewhere: not a C function
@@ -790,6 +804,44 @@ class Report:
                                               total_ns=f["total_ns"], mean_ns=f["mean_ns"], max_ns=f["max_ns"],
                                               called_from=outside[:3]))
         self.entry_points.sort(key=lambda e: -e["total_ns"])
+
+    def _tasks(self, data):
+        """asyncio: the tasks' rows out of the functions into `tasks` (one per task name; unnamed tasks,
+        asyncio's "Task-N", one per coroutine), and the loop stalls."""
+        rows = [f for f in self.functions if f["category"] == TASKS]
+        if rows:
+            self.functions = [f for f in self.functions if f["category"] != TASKS]
+            self.functions_total -= len(rows)
+        groups = {}
+        for f in rows:
+            coros = sorted(set(self._task_coros.get(f["name"], ())))
+            coro = ", ".join(coros[:3]) + (", ..." if len(coros) > 3 else "") if coros else "?"
+            unnamed = re.fullmatch(r"Task-\d+", f["name"]) is not None
+            key = ("Task-N", coro) if unnamed else (f["name"], coro)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {"name": f["name"], "coroutine": coro, "tasks": 0, "steps": 0, "running_ns": 0.0,
+                                   "slowest_step_ns": 0.0, "names": []}
+            g["tasks"] += 1
+            g["steps"] += f["calls"]
+            g["running_ns"] += f["total_ns"]
+            g["slowest_step_ns"] = max(g["slowest_step_ns"], f["max_ns"])
+            g["names"].append(f["name"])
+        self.tasks = []
+        for (name, coro), g in groups.items():
+            if name == "Task-N" and g["tasks"] > 1:
+                g["name"] = f"{g['tasks']} unnamed tasks"
+            g["mean_step_ns"] = g["running_ns"] / g["steps"] if g["steps"] else 0.0
+            del g["names"]
+            self.tasks.append(g)
+        self.tasks.sort(key=lambda g: -g["running_ns"])
+        ns = self.ns_per_tick
+        self.stalls = []
+        for s in data.get("stalls") or ():
+            self.stalls.append({"task": self._task_names.get(s["task"], "?"), "at_ns": s["begin_ns"],
+                                "held_ns": s["ticks"] * ns,
+                                "stack": [{"name": q, "file": fl, "line": ln} for q, fl, ln in s["stack"]]})
+        self.stalls_more = data.get("stalls_more", 0)
 
     # -- the text report ------------------------------------------------------------------------
     def marks(self, f):
@@ -1005,6 +1057,8 @@ class Report:
                 if len(others) > n_other:
                     out.append(f"{'':>10} ... {len(others) - n_other:,} more (--all ranks every function)")
                 noted = noted + others[:n_other]
+        if self.tasks:
+            self._tasks_text(out, width, top)
         hot = self.hot_loops(loops, all_code=all_code, args=False) if loops else []
         out.append("")
         if not hot:
@@ -1081,6 +1135,33 @@ class Report:
                         f"{'that was' if len(f['untraced_callees']) == 1 else 'those were'} de-instrumented "
                         f"({self._why_not_estimated()})")
             out.extend(_fit(" " * 8 + text, width, 8))
+
+    def _tasks_text(self, out, width, top):
+        out.append("")
+        out.append("asyncio tasks (by running time; a step: from the loop's resume of the task's coroutine to "
+                   "its next await)")
+        out.append(f"{'steps':>10} {'running':>9} {'mean':>9} {'slowest':>9}  task (its coroutine)")
+        n = max(5, min(top or 10, 10))
+        for g in self.tasks[:n]:
+            out.extend(_fit(f"{g['steps']:>10,} {_fmt_ns(g['running_ns']):>9} {_fmt_ns(g['mean_step_ns']):>9} "
+                            f"{_fmt_ns(g['slowest_step_ns']):>9}  {g['name']} ({g['coroutine']})", width, 42))
+        if len(self.tasks) > n:
+            out.append(f"{'':>10} ... {len(self.tasks) - n:,} more (--report-json lists them all)")
+        if self.stalls:
+            k = len(self.stalls) + self.stalls_more
+            out.append("")
+            out.append(f"Loop stalls: {k:,} step{'s' if k != 1 else ''} held the event loop {STALL_MS} ms or more "
+                       f"(where each was at {STALL_MS} ms)")
+            out.append(f"{'at':>10} {'held':>9}  task: stack")
+            for s in sorted(self.stalls, key=lambda s: -s["held_ns"])[:5]:
+                frames = [fr for fr in s["stack"] if fr["file"] != TASK_FILE]
+                stack = " > ".join(fr["name"] if fr["file"] == "~" else
+                                   f"{fr['name']} ({short_path(fr['file']) if width else fr['file']}:{fr['line']})"
+                                   for fr in frames) or "?"
+                out.extend(_fit(f"{_fmt_ns(s['at_ns']):>10} {_fmt_ns(s['held_ns']):>9}  {s['task']}: {stack}",
+                                width, 22))
+            if k > 5:
+                out.append(f"{'':>10} ... {k - 5:,} more (--report-json lists them)")
 
     def _loop_text(self, out, lp, width):
         ns = self.ns_per_tick

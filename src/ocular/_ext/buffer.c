@@ -274,6 +274,7 @@ oc_tbuf *oc_buffer_slow(void) {
         b->chunk = NULL;
         b->pos = b->end = b->limit = NULL;
         b->nopen = 0;
+        b->step_depth = 0;
         if (register_thread(b) < 0) {
             oc_internal_error("out of memory for the thread table");
             b->in_slow = 0;

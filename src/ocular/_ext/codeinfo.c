@@ -395,6 +395,8 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     ex->nunits = e->nunits;
     ex->id = id;
     S.ncodes = id + 1;
+    if ((co->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && !S.fn_threshold)
+        ex->flags |= CF_CORO; /* (asyncio task steps, asyncio.c; not in near-zero mode) */
     arm_calls(ex);
     return ex;
 }
@@ -507,33 +509,40 @@ static void cfunc_name(PyObject *callable, PyMethodDef *ml, char *buf, size_t ca
     snprintf(buf, cap, "<method '%s' of '%s' objects>", name, t && t->tp_name ? t->tp_name : "?");
 }
 
+uint32_t oc_code_add_named(const char *qualname, const char *filename) {
+    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE)
+        return UINT32_MAX;
+    uint32_t page = S.ncodes >> OC_PAGE_BITS;
+    if (!S.pages[page] && !(S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent))))
+        return UINT32_MAX;
+    uint32_t id = S.ncodes;
+    oc_codeent *e = oc_code_entry(id);
+    e->qualname_raw = oc_dup_raw(qualname, (Py_ssize_t)strlen(qualname));
+    e->filename_raw = oc_dup_raw(filename, (Py_ssize_t)strlen(filename));
+    if (!e->qualname_raw || !e->filename_raw) {
+        free(e->qualname_raw);
+        free(e->filename_raw);
+        memset(e, 0, sizeof *e);
+        return UINT32_MAX;
+    }
+    S.ncodes = id + 1;
+    return id;
+}
+
 static uint32_t cfunc_register(PyObject *callable, PyMethodDef *ml) {
     if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE || ((CF.n + 1) * 2 > CF.cap && cf_grow() < 0))
         return UINT32_MAX;
     PyObject *exc = PyErr_GetRaisedException();
     char name[512];
     cfunc_name(callable, ml, name, sizeof name);
-    uint32_t id = UINT32_MAX;
-    uint32_t page = S.ncodes >> OC_PAGE_BITS;
-    if (S.pages[page] || (S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent)))) {
-        id = S.ncodes;
-        oc_codeent *e = oc_code_entry(id);
-        e->qualname_raw = oc_dup_raw(name, (Py_ssize_t)strlen(name));
-        e->filename_raw = oc_dup_raw("~", 1);
-        if (!e->qualname_raw || !e->filename_raw) {
-            free(e->qualname_raw);
-            free(e->filename_raw);
-            memset(e, 0, sizeof *e);
-            id = UINT32_MAX;
-        } else {
-            S.ncodes = id + 1;
-            uint32_t j = cf_slot(ml, CF.cap);
-            while (CF.keys[j])
-                j = (j + 1) & (CF.cap - 1);
-            CF.keys[j] = ml;
-            CF.ids[j] = id;
-            CF.n++;
-        }
+    uint32_t id = oc_code_add_named(name, "~");
+    if (id != UINT32_MAX) {
+        uint32_t j = cf_slot(ml, CF.cap);
+        while (CF.keys[j])
+            j = (j + 1) & (CF.cap - 1);
+        CF.keys[j] = ml;
+        CF.ids[j] = id;
+        CF.n++;
     }
     PyErr_Clear();
     PyErr_SetRaisedException(exc);
@@ -579,7 +588,7 @@ void oc_codetable_snapshot(void) {
     for (uint32_t id = 0; id < S.ncodes; id++) {
         oc_codeent *e = oc_code_entry(id);
         if (e->extra) {
-            e->flags = e->extra->flags;
+            e->flags = e->extra->flags & ~(uint32_t)CF_CORO;
             e->enters = e->extra->enters;
         }
     }

@@ -162,6 +162,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
         return NULL;
     }
     oc_codetable_clear();
+    oc_tasks_reset(); /* (task names' code ids are the last session's) */
     free_session_strings();
     reset_counters();
     oc_sampling_reset();
@@ -249,6 +250,7 @@ static PyObject *py_stop(PyObject *mod, PyObject *unused) {
         return NULL;
     }
     oc_sampling_stop();
+    oc_tasks_reset();
     Py_CLEAR(S.set_local_events);
     Py_CLEAR(S.arm_calls);
     S.probe_after = 0;
@@ -421,7 +423,7 @@ static PyObject *py_live_codes(PyObject *mod, PyObject *unused) {
     return out;
 }
 
-static int disabled_here(const oc_codeextra *ex) { return ex->flags || ex->sites_disabled; }
+static int disabled_here(const oc_codeextra *ex) { return (ex->flags & ~(uint32_t)CF_CORO) || ex->sites_disabled; }
 static int probed_here(const oc_codeextra *ex) { return ex->probe == 1 || ex->calls == 1; }
 
 /* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later

@@ -83,15 +83,7 @@ static inline oc_codeextra *lookup(PyObject *code) {
     return LIKELY(ex != NULL) ? ex : lookup_slow(code);
 }
 
-static inline oc_rec *reserve(void) {
-    oc_tbuf *b = oc_tls.buf;
-    if (UNLIKELY(oc_tls.gen != S.gen || b->pos >= b->end)) {
-        b = oc_buffer_slow();
-        if (!b)
-            return NULL;
-    }
-    return b->pos++;
-}
+static inline oc_rec *reserve(void) { return oc_reserve_rec(); }
 
 /* Write a record.  On x86-64 with non-temporal stores: the program never reads its records again and
  * the recorder reads them on another CPU, so a store that fetched the line first (its previous chunk
@@ -244,7 +236,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex))
         RETURN_NONE;
-    if (UNLIKELY(ex->flags)) {
+    if (UNLIKELY(ex->flags & ~(uint32_t)CF_CORO)) {
         if (kind == K_THROW) {
             if (ex->flags & CF_EXCLUDED)
                 RETURN_NONE;
@@ -258,6 +250,11 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
         return enter_sampled(ex, kind);
     }
     uint32_t depth = frame_depth();
+    if (UNLIKELY(ex->flags & CF_CORO)) { /* (a coroutine: it may begin an asyncio task's step) */
+        oc_tbuf *b = session_buf();
+        if (b)
+            oc_task_enter(b, depth);
+    }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
@@ -301,6 +298,8 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
     oc_rec *r = reserve();
     if (LIKELY(r != NULL))
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
+    if (UNLIKELY(ex->flags & CF_CORO))
+        oc_task_leave(session_buf(), depth);
     if (UNLIKELY(ex->flags & CF_START_DISABLED) && kind != K_UNWIND && !ex->open && !window_open())
         RETURN_DISABLE;
     RETURN_NONE;

@@ -61,7 +61,9 @@ enum oc_kind {
  * (code_id OC_NO_CODE).  OC_MARK_CUT: a call site of the C function code_id in the thread's innermost
  * recorded frame was just de-instrumented (monitor.c ccall_keep): that frame's code holds the later
  * calls of that site in its self time. */
-enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2 };
+/* OC_MARK_TASK: the next record (an enter) begins a step of the asyncio task whose entry in the code table
+ * (one per task name, filename "<asyncio task>") is code_id (asyncio.c). */
+enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3 };
 #define OC_NO_CODE UINT32_MAX
 /* K_INSN payload bit: the instruction at this offset is not recorded (its site answered DISABLE, and so
  * will every instruction of the code object): the gap before it is the previous instruction's, and no
@@ -119,6 +121,8 @@ typedef struct oc_tbuf {
     uint64_t *open;        /* threshold > 0: this thread's recorded activations not yet ended, innermost
                               last, each depth << 32 | code id (monitor.c) */
     uint32_t nopen, capopen;
+    uint32_t step_depth;   /* asyncio.c: frame depth of the coroutine that began this thread's current
+                              task step (0: none) */
     struct oc_tbuf *next_all;
 } oc_tbuf;
 
@@ -143,7 +147,9 @@ typedef struct {
 } oc_thread;
 
 /* ---- per-code data ---- */
-enum { CF_EXCLUDED = 1, CF_START_DISABLED = 2 };
+/* CF_CORO: a coroutine's code (asyncio.c): its enters and leaves take the callbacks' slow path, which
+ * follows asyncio task steps; not a state the recording keeps (CODESTATE leaves it out) */
+enum { CF_EXCLUDED = 1, CF_START_DISABLED = 2, CF_CORO = 4 };
 
 typedef struct {
     uint32_t gen;
@@ -280,6 +286,19 @@ typedef struct {
 
 extern oc_session S;
 
+oc_tbuf *oc_buffer_slow(void);
+/* a free record of this thread's chunk for the running session (the chunk handed over and a new one
+ * taken when full), or NULL; leaves one spare record after it */
+static inline oc_rec *oc_reserve_rec(void) {
+    oc_tbuf *b = oc_tls.buf;
+    if (__builtin_expect(oc_tls.gen != S.gen || b->pos >= b->end, 0)) {
+        b = oc_buffer_slow();
+        if (!b)
+            return NULL;
+    }
+    return b->pos++;
+}
+
 /* clock.c */
 int oc_clock_init(void);                 /* chooses the source; returns 1 if TSC */
 const char *oc_clock_source(void);
@@ -314,12 +333,22 @@ uint32_t *oc_code_counters(oc_codeextra *ex, int which); /* 0 edges, 1 instructi
                                                             allocated; NULL on failure */
 /* C functions (builtins, extension functions) get code table entries of their own, one per PyMethodDef,
  * named as cProfile names them, file "~", line 0 */
+/* a code table entry that is not a code object (qualname, filename: C strings); its id, or UINT32_MAX */
+uint32_t oc_code_add_named(const char *qualname, const char *filename);
 uint32_t oc_cfunc_id(PyObject *callable);   /* UINT32_MAX: not a C function we record (or no memory) */
 void oc_cfunc_mark_cut(PyObject *callable); /* a call site of it was de-instrumented: its calls are partial */
 void oc_cfunc_reset(void);
 
 /* buffer.c */
-oc_tbuf *oc_buffer_slow(void);           /* returns a buffer with room for at least 2 records, or NULL */
+/* oc_buffer_slow (above): returns a buffer with room for at least 2 records, or NULL */
+/* asyncio.c: a coroutine's enter at `depth` (GIL held, before its record): 1 if it begins a task step
+ * (an OC_MARK_TASK record was written); its leave at `depth` ends the step it began */
+int oc_task_enter(oc_tbuf *b, uint32_t depth);
+static inline void oc_task_leave(oc_tbuf *b, uint32_t depth) {
+    if (b && b->step_depth == depth)
+        b->step_depth = 0;
+}
+void oc_tasks_reset(void);                /* GIL held: at stop */
 void oc_buffer_flush_all(void);          /* stop: hand every thread's partial chunk to the writer */
 int oc_buffer_init(void);
 void oc_buffer_fork_child(void);

@@ -46,6 +46,7 @@
 oc_rmeta R;
 
 #define NLOOPS 4
+#define OC_STALL_DEPTH 16 /* frames of a loop stall's stack kept (from the task step's coroutine up) */
 /* The recording's pages, once indexed and once rendered, leave the resident set this many bytes at a
  * time (madvise MADV_DONTNEED: a system call, and a TLB shootdown on the process's other CPUs, per step).
  * 4 MiB: a rendered output's resident memory within twice the recording run's, whatever its length
@@ -139,6 +140,14 @@ typedef struct {
     suspended_loops susp[NSUSPENDED]; /* (suspend_loops, resume_loops) */
     uint32_t nsusp;         /* entries ever used (0: no resume looks) */
     uint32_t susp_next;     /* the entry to take next once all are used */
+    /* asyncio task steps (asyncio.c): */
+    uint32_t task_mark;     /* an OC_MARK_TASK came before this record: the task's code id + 1 (0: none) */
+    uint32_t step_at;       /* the frame that began the current step: its index + 1 (0: no step) */
+    uint32_t step_task;     /* the current step's task (its code id) */
+    uint64_t stall_at;      /* ticks at which the step holds the loop for W.stall_ticks (0: no step, or
+                             * its stall already seen) */
+    uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
+    uint32_t stall_codes[OC_STALL_DEPTH];
 } rthread;
 
 static struct {
@@ -264,6 +273,62 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
 #define SLICE_ANY (-1)
 static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
 
+/* ---- asyncio task steps (asyncio.c) ----
+ * An OC_MARK_TASK record says the next enter begins a step of that task: the frame it opens is the
+ * step's (step_at).  The step is a slice of the task's code (one per task name) around that frame, on
+ * the same track -- begun before the frame's own, ended after it -- and a slice of it in the statistics
+ * (calls: steps; inclusive: the time the task ran; self: none), its frame's caller there.  A step that
+ * holds the thread W.stall_ticks or more is a loop stall: the stack when it reached that (from the step's
+ * frame up) and its whole length go to the statistics (oc_stats_stall). */
+#define OC_STALL_NS 100e6 /* asyncio's debug mode's slow_callback_duration */
+
+static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice) {
+    if (t->step_at) /* (a step inside a step: a nested event loop; the outer one goes on) */
+        return;
+    t->step_at = t->n;
+    t->step_task = t->task_mark - 1;
+    double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
+    t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
+    t->stall_n = 0;
+    if (!sink_slices(slice))
+        W.sink->begin(&W.out, t->tid, to_ns(ts), t->step_task);
+}
+
+static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
+    t->stall_at = 0;
+    uint32_t from = t->step_at ? t->step_at - 1 : t->n, k = 0;
+    for (uint32_t i = from; i < t->n && k < OC_STALL_DEPTH; i++)
+        t->stall_codes[k++] = t->stack[i].code_id;
+    t->stall_n = k ? k : 1; /* (1 with nothing kept: a stall all the same) */
+    if (!k)
+        t->stall_codes[0] = UINT32_MAX;
+}
+
+/* the step's slice in the trace: whole before its frame's (a slice sink: written first, the enclosing one of two
+ * slices alike), or its end after the frame's */
+static __attribute__((noinline, cold)) void step_slice(rthread *t, const frame *f, uint64_t ts, int whole) {
+    if (whole)
+        W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
+    else
+        W.sink->end(&W.out, t->tid, to_ns(ts));
+}
+
+static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f, uint64_t ts, int counted,
+                                                     int nostats) {
+    uint32_t task = t->step_task;
+    uint64_t incl = ts > f->begin_ts ? ts - f->begin_ts : 0;
+    t->step_at = 0;
+    t->stall_at = 0;
+    if (nostats)
+        return;
+    oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
+    if (t->stall_n) {
+        uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
+        oc_stats_stall(task, at > zero ? at - zero : 0, incl, t->stall_codes, t->stall_n);
+        t->stall_n = 0;
+    }
+}
+
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
 static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted,
                                                               int slice, int nostats) {
@@ -274,10 +339,17 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
                 end_run(t, f, &f->loops[i]);
     t->n--;
     if (nostats) {
-        if (sink_slices(slice))
+        if (sink_slices(slice)) {
+            if (UNLIKELY(t->step_at == t->n + 1)) /* (the step's slice first: the enclosing one of two alike) */
+                step_slice(t, f, ts, 1);
             W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-        else
+        } else {
             W.sink->end(&W.out, t->tid, to_ns(ts));
+            if (UNLIKELY(t->step_at == t->n + 1))
+                step_slice(t, f, ts, 0);
+        }
+        if (UNLIKELY(t->step_at == t->n + 1))
+            step_end(t, f, ts, counted, nostats);
         return;
     }
     uint64_t incl = f->self + f->child;
@@ -287,7 +359,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     /* total time counts each recursion tree once: a counted activation adds what its counted
      * same-code descendants did not already add; an uncounted one passes theirs down */
     oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
-                   t->n > 0 ? f[-1].code_id : UINT32_MAX);
+                   UNLIKELY(t->step_at == t->n + 1) ? t->step_task : t->n > 0 ? f[-1].code_id : UINT32_MAX);
     if (UNLIKELY(f->hidden))
         oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->prev_same != 0, f->win_mark, incl);
     if (f->prev_same) { /* recursion: the nearest activation of the same code below */
@@ -296,10 +368,17 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     }
     if (t->n > 0)
         f[-1].child += incl;
-    if (sink_slices(slice))
+    if (sink_slices(slice)) {
+        if (UNLIKELY(t->step_at == t->n + 1))
+            step_slice(t, f, ts, 1);
         W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-    else
+    } else {
         W.sink->end(&W.out, t->tid, to_ns(ts));
+        if (UNLIKELY(t->step_at == t->n + 1))
+            step_slice(t, f, ts, 0);
+    }
+    if (UNLIKELY(t->step_at == t->n + 1))
+        step_end(t, f, ts, counted, nostats);
 }
 
 static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
@@ -593,6 +672,8 @@ static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 
 static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady, int lean,
                                                       int nostats) {
     uint64_t ts = r->ts;
+    if (UNLIKELY(t->stall_at) && ts >= t->stall_at)
+        stall_seen(t);
     if (nostats) { /* (the thread's last time: where a recording cut short closes its slices) */
         t->prev_ts = ts;
         return;
@@ -645,11 +726,14 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         }
         frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean, nostats);
         if (LIKELY(nf != NULL)) {
+            if (UNLIKELY(t->task_mark))
+                step_begin(t, r->ts, slice);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
                 W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
         }
+        t->task_mark = 0;
         break;
     }
     case K_RETURN:
@@ -768,6 +852,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     case K_MARK: /* not timed: it has the next record's time */
         t->mark = p == OC_MARK_SAMPLED;
+        if (p == OC_MARK_TASK && valid_code(r->code_id))
+            t->task_mark = r->code_id + 1;
         if (p == OC_MARK_CUT && t->n > 0 && !nostats && !R.near_zero) /* (near-zero: that frame may not be the caller) */
             oc_stats_cut(t->stack[t->n - 1].code_id, r->code_id);
         break;

@@ -24,8 +24,74 @@ uint64_t oc_stats_net_off[16];
 int oc_stats_own_measured;
 static int failed;
 
+/* loop stalls (oc_stats_stall), in the order they ended */
+typedef struct {
+    uint32_t task, n;
+    uint64_t begin_ns, ticks;
+    uint32_t codes[16];
+} stall;
+static stall *stalls;
+static uint32_t nstalls, capstalls;
+#define OC_STALLS_KEPT 1000 /* the rest are counted */
+static uint64_t stalls_more;
+
+void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint32_t *codes, uint32_t n) {
+    if (nstalls == OC_STALLS_KEPT) {
+        stalls_more++;
+        return;
+    }
+    if (nstalls == capstalls) {
+        uint32_t cap = capstalls ? capstalls * 2 : 16;
+        stall *s = realloc(stalls, cap * sizeof *s);
+        if (!s) {
+            failed = 1;
+            return;
+        }
+        stalls = s;
+        capstalls = cap;
+    }
+    stall *s = &stalls[nstalls++];
+    s->task = task;
+    s->begin_ns = begin_ns;
+    s->ticks = ticks;
+    s->n = n < 16 ? n : 16;
+    memcpy(s->codes, codes, s->n * sizeof *codes);
+}
+
+/* [{"task": id, "begin_ns", "ticks", "stack": [(qualname, filename, firstlineno), ...]}], GIL held */
+static PyObject *export_stalls(void) {
+    PyObject *out = PyList_New(0);
+    for (uint32_t i = 0; out && i < nstalls; i++) {
+        stall *s = &stalls[i];
+        PyObject *stack = PyList_New(0);
+        for (uint32_t k = 0; stack && k < s->n; k++) {
+            if (s->codes[k] == UINT32_MAX || s->codes[k] >= R.ncodes)
+                continue;
+            oc_codeent *e = oc_rcode(s->codes[k]);
+            const char *q = e->qualname_raw ? e->qualname_raw : "?", *f = e->filename_raw ? e->filename_raw : "?";
+            PyObject *fr = Py_BuildValue("(NNi)", PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace"),
+                                         PyUnicode_DecodeUTF8(f, (Py_ssize_t)strlen(f), "replace"), e->firstlineno);
+            if (!fr || PyList_Append(stack, fr) < 0)
+                Py_CLEAR(stack);
+            Py_XDECREF(fr);
+        }
+        PyObject *d = stack ? Py_BuildValue("{s:I,s:K,s:K,s:N}", "task", s->task, "begin_ns",
+                                            (unsigned long long)s->begin_ns, "ticks", (unsigned long long)s->ticks,
+                                            "stack", stack)
+                            : NULL;
+        if (!d || PyList_Append(out, d) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(d);
+    }
+    return out;
+}
+
 
 void oc_stats_reset(void) {
+    free(stalls);
+    stalls = NULL;
+    nstalls = capstalls = 0;
+    stalls_more = 0;
     for (uint32_t i = 0; i < oc_ncs; i++) {
         free(oc_cs[i].unit_cycles);
         free(oc_cs[i].unit_count);
@@ -352,6 +418,9 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             free(keep);
             return PyErr_NoMemory();
         }
+        for (uint32_t id = 0; id < n; id++) /* (asyncio tasks: no self time, every one kept) */
+            if (R.codes[id].filename_raw && !strcmp(R.codes[id].filename_raw, "<asyncio task>"))
+                keep[id] = 1;
     }
     PyObject *funcs = PyList_New(0);
     if (!funcs) {
@@ -488,7 +557,13 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
     if (!own)
         goto fail;
     free(keep);
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N}", "events",
+    PyObject *st = export_stalls();
+    if (!st) {
+        Py_DECREF(own);
+        Py_DECREF(funcs);
+        return NULL;
+    }
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N,s:N,s:K}", "events",
                          (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
                          "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
                          (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
@@ -496,7 +571,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "near_zero", R.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
                          R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None),
-                         "own_cost", own);
+                         "own_cost", own, "stalls", st, "stalls_more", (unsigned long long)stalls_more);
 fail:
     free(keep);
     Py_DECREF(funcs);

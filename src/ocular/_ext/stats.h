@@ -58,6 +58,10 @@ void oc_stats_caller(oc_code_stat *c, uint32_t caller);
 void oc_stats_loop_start(uint32_t id, uint32_t src, uint32_t dest);
 void oc_stats_looped(uint32_t id, uint64_t self);
 void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cycles);
+/* an asyncio task's step that held its thread's loop (render.c): the task's code id, when it began (ns),
+ * its length (ticks), and the stack when it passed the limit (code ids from the step's frame up;
+ * UINT32_MAX: not known) */
+void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint32_t *codes, uint32_t n);
 
 static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uint64_t self, uint64_t total_add) {
     c->calls += is_call != 0;
