@@ -75,14 +75,16 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     for name in ("fetch-0", "fetch-1", "fetch-2", "blocker", "failing"):
         assert count[name] == 2, count
     assert count["sleeper"] >= 2, count  # (its first step, and the one the cancellation throws into)
-    assert count["Task-1"] >= 4, count  # main: the TaskGroup, gather, the two tasks awaited
+    assert count["Task (main)"] >= 4, count  # main: the TaskGroup, gather, the two tasks awaited
+    # (asyncio.run's and gather's tasks, which the program did not name: one entry per coroutine)
+    assert count["Task (fetch)"] == 4 and not [n for n in count if n.startswith("Task-")], count
     # each step wraps its task's coroutine: a slice of the coroutine with the same span on the same track
     spans = collections.defaultdict(set)
     for e in xs:
         if e["args"].get("file") != "<asyncio task>":
             spans[(e["tid"], e["ts"], e["dur"])].add(e["name"])
-    coro = {"fetch-0": "fetch", "fetch-1": "fetch", "blocker": "blocker", "failing": "failing", "Task-1": "main",
-            "sleeper": "sleep"}
+    coro = {"fetch-0": "fetch", "fetch-1": "fetch", "blocker": "blocker", "failing": "failing", "Task (main)": "main",
+            "Task (fetch)": "fetch", "sleeper": "sleep"}
     for e in steps:
         if e["name"] in coro:
             assert coro[e["name"]] in spans[(e["tid"], e["ts"], e["dur"])], e
@@ -90,7 +92,9 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     tasks = {t["name"]: t for t in rep["tasks"]}
     assert tasks["blocker"]["steps"] == 2 and tasks["blocker"]["coroutine"] == "blocker"
     assert tasks["blocker"]["slowest_step_ns"] >= 140e6
-    assert tasks["2 unnamed tasks"]["coroutine"] == "fetch" and tasks["2 unnamed tasks"]["steps"] == 4, tasks
+    assert tasks["Task (fetch)"]["coroutine"] == "fetch", tasks
+    assert tasks["Task (fetch)"]["tasks"] == 2 and tasks["Task (fetch)"]["steps"] == 4, tasks
+    assert tasks["fetch-0"]["tasks"] == 1 and tasks["Task (main)"]["tasks"] == 1, tasks
     total_steps = sum(t["steps"] for t in rep["tasks"])
     assert total_steps == len(steps)
     running = sum(t["running_ns"] for t in rep["tasks"])
@@ -117,7 +121,9 @@ def test_the_text_report_lists_tasks_and_stalls(tmp_path):
     text = p.stderr
     assert "asyncio tasks (by running time" in text, text
     row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("blocker (blocker)"))
-    assert row.split()[0] == "2", row
+    assert row.split()[:2] == ["1", "2"], row  # one task, two steps
+    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("Task (fetch)"))
+    assert row.split()[:2] == ["2", "4"], row
     assert re.search(r"Loop stalls: \d+ steps? held the event loop 100 ms or more", text), text
     stall = next(ln for ln in text.splitlines() if "blocker: blocker" in ln)
     assert stall.rstrip().endswith("<built-in method time.sleep>"), stall

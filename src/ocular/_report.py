@@ -787,14 +787,10 @@ class Report:
         with no caller recorded (a thread's run function), slowest (by total time) first."""
         cats = {f["id"]: (category(f["file"], self._user_files), f["name"]) for f in raw if "id" in f}
         self._task_names = {i: name for i, (cat, name) in cats.items() if cat == TASKS}
-        self._task_coros = {}
         self.entry_points = []
         for f in self.functions:
             callers = [cats.get(c, ("?", "?")) for c in f.pop("caller_ids", ())]
             f["callers"] = [name for _, name in callers]
-            for cat, name in callers:  # (a task's step begins in its coroutine: the task is its caller)
-                if cat == TASKS:
-                    self._task_coros.setdefault(name, []).append(f["name"])
             if f["category"] != USER or f["name"] == "<module>":
                 continue
             outside = [name for cat, name in callers if cat in FOLDED]  # (Python code elsewhere: not a C function
@@ -806,34 +802,21 @@ class Report:
         self.entry_points.sort(key=lambda e: -e["total_ns"])
 
     def _tasks(self, data):
-        """asyncio: the tasks' rows out of the functions into `tasks` (one per task name; unnamed tasks,
-        asyncio's "Task-N", one per coroutine), and the loop stalls."""
+        """asyncio: the tasks' rows out of the functions into `tasks` (asyncio.c: one entry per task name,
+        and one per coroutine for the tasks the program did not name, "Task (coroutine)"), and the loop
+        stalls."""
         rows = [f for f in self.functions if f["category"] == TASKS]
         if rows:
             self.functions = [f for f in self.functions if f["category"] != TASKS]
             self.functions_total -= len(rows)
-        groups = {}
-        for f in rows:
-            coros = sorted(set(self._task_coros.get(f["name"], ())))
-            coro = ", ".join(coros[:3]) + (", ..." if len(coros) > 3 else "") if coros else "?"
-            unnamed = re.fullmatch(r"Task-\d+", f["name"]) is not None
-            key = ("Task-N", coro) if unnamed else (f["name"], coro)
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = {"name": f["name"], "coroutine": coro, "tasks": 0, "steps": 0, "running_ns": 0.0,
-                                   "slowest_step_ns": 0.0, "names": []}
-            g["tasks"] += 1
-            g["steps"] += f["calls"]
-            g["running_ns"] += f["total_ns"]
-            g["slowest_step_ns"] = max(g["slowest_step_ns"], f["max_ns"])
-            g["names"].append(f["name"])
+        raw = {(f["name"], f["firstlineno"]): f for f in data["functions"] if f["file"] == TASK_FILE}
         self.tasks = []
-        for (name, coro), g in groups.items():
-            if name == "Task-N" and g["tasks"] > 1:
-                g["name"] = f"{g['tasks']} unnamed tasks"
-            g["mean_step_ns"] = g["running_ns"] / g["steps"] if g["steps"] else 0.0
-            del g["names"]
-            self.tasks.append(g)
+        for f in rows:
+            r = raw.get((f["name"], f["line"]), {})
+            self.tasks.append({"name": f["name"], "coroutine": r.get("coroutine", "?"), "tasks": r.get("tasks", 0),
+                               "steps": f["calls"], "running_ns": f["total_ns"],
+                               "mean_step_ns": f["total_ns"] / f["calls"] if f["calls"] else 0.0,
+                               "slowest_step_ns": f["max_ns"]})
         self.tasks.sort(key=lambda g: -g["running_ns"])
         ns = self.ns_per_tick
         self.stalls = []
@@ -1140,11 +1123,12 @@ class Report:
         out.append("")
         out.append("asyncio tasks (by running time; a step: from the loop's resume of the task's coroutine to "
                    "its next await)")
-        out.append(f"{'steps':>10} {'running':>9} {'mean':>9} {'slowest':>9}  task (its coroutine)")
+        out.append(f"{'tasks':>7} {'steps':>9} {'running':>9} {'mean':>9} {'slowest':>9}  task (its coroutine)")
         n = max(5, min(top or 10, 10))
         for g in self.tasks[:n]:
-            out.extend(_fit(f"{g['steps']:>10,} {_fmt_ns(g['running_ns']):>9} {_fmt_ns(g['mean_step_ns']):>9} "
-                            f"{_fmt_ns(g['slowest_step_ns']):>9}  {g['name']} ({g['coroutine']})", width, 42))
+            who = g["name"] if g["name"].startswith("Task (") else f"{g['name']} ({g['coroutine']})"
+            out.extend(_fit(f"{g['tasks']:>7,} {g['steps']:>9,} {_fmt_ns(g['running_ns']):>9} "
+                            f"{_fmt_ns(g['mean_step_ns']):>9} {_fmt_ns(g['slowest_step_ns']):>9}  {who}", width, 50))
         if len(self.tasks) > n:
             out.append(f"{'':>10} ... {len(self.tasks) - n:,} more (--report-json lists them all)")
         if self.stalls:

@@ -253,7 +253,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     if (UNLIKELY(ex->flags & CF_CORO)) { /* (a coroutine: it may begin an asyncio task's step) */
         oc_tbuf *b = session_buf();
         if (b)
-            oc_task_enter(b, depth);
+            oc_task_enter(b, depth, ex);
     }
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {

@@ -343,7 +343,7 @@ void oc_cfunc_reset(void);
 /* oc_buffer_slow (above): returns a buffer with room for at least 2 records, or NULL */
 /* asyncio.c: a coroutine's enter at `depth` (GIL held, before its record): 1 if it begins a task step
  * (an OC_MARK_TASK record was written); its leave at `depth` ends the step it began */
-int oc_task_enter(oc_tbuf *b, uint32_t depth);
+int oc_task_enter(oc_tbuf *b, uint32_t depth, oc_codeextra *coro);
 static inline void oc_task_leave(oc_tbuf *b, uint32_t depth) {
     if (b && b->step_depth == depth)
         b->step_depth = 0;

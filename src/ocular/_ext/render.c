@@ -144,6 +144,7 @@ typedef struct {
     uint32_t task_mark;     /* an OC_MARK_TASK came before this record: the task's code id + 1 (0: none) */
     uint32_t step_at;       /* the frame that began the current step: its index + 1 (0: no step) */
     uint32_t step_task;     /* the current step's task (its code id) */
+    int step_started;       /* the step's enter started its coroutine (PY_START): the task's first step */
     uint64_t stall_at;      /* ticks at which the step holds the loop for W.stall_ticks (0: no step, or
                              * its stall already seen) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
@@ -282,10 +283,11 @@ static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->s
  * frame up) and its whole length go to the statistics (oc_stats_stall). */
 #define OC_STALL_NS 100e6 /* asyncio's debug mode's slow_callback_duration */
 
-static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice) {
+static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice, int started) {
     if (t->step_at) /* (a step inside a step: a nested event loop; the outer one goes on) */
         return;
     t->step_at = t->n;
+    t->step_started = started;
     t->step_task = t->task_mark - 1;
     double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
     t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
@@ -322,6 +324,7 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     if (nostats)
         return;
     oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
+    oc_stats_task(task, f->code_id, t->step_started);
     if (t->stall_n) {
         uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
         oc_stats_stall(task, at > zero ? at - zero : 0, incl, t->stall_codes, t->stall_n);
@@ -727,7 +730,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean, nostats);
         if (LIKELY(nf != NULL)) {
             if (UNLIKELY(t->task_mark))
-                step_begin(t, r->ts, slice);
+                step_begin(t, r->ts, slice, kind == K_START);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))

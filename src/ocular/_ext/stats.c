@@ -58,6 +58,15 @@ void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint
     memcpy(s->codes, codes, s->n * sizeof *codes);
 }
 
+void oc_stats_task(uint32_t task, uint32_t coro, int started) {
+    if (task >= oc_ncs)
+        return;
+    oc_code_stat *c = &oc_cs[task];
+    if (!c->task_root)
+        c->task_root = coro + 1;
+    c->task_starts += started != 0;
+}
+
 /* [{"task": id, "begin_ns", "ticks", "stack": [(qualname, filename, firstlineno), ...]}], GIL held */
 static PyObject *export_stalls(void) {
     PyObject *out = PyList_New(0);
@@ -403,6 +412,19 @@ static PyObject *func_keys[23];
 _Static_assert(sizeof LOOP_KEYS / sizeof *LOOP_KEYS == sizeof loop_keys / sizeof *loop_keys, "loop keys");
 _Static_assert(sizeof FUNC_KEYS / sizeof *FUNC_KEYS == sizeof func_keys / sizeof *func_keys, "function keys");
 
+/* an asyncio task's entry: "coroutine" (its steps' coroutine's qualname) and "tasks" (the steps that
+ * started it) */
+static int export_task(PyObject *d, const oc_code_stat *c) {
+    oc_codeent *e = c->task_root - 1 < R.ncodes ? oc_rcode(c->task_root - 1) : NULL;
+    const char *q = e && e->qualname_raw ? e->qualname_raw : "?";
+    PyObject *nm = PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
+    PyObject *n = PyLong_FromUnsignedLongLong((unsigned long long)c->task_starts);
+    int rc = nm && n && PyDict_SetItemString(d, "coroutine", nm) == 0 && PyDict_SetItemString(d, "tasks", n) == 0 ? 0 : -1;
+    Py_XDECREF(nm);
+    Py_XDECREF(n);
+    return rc;
+}
+
 /* GIL held, renderer finished.  One dict per code object that has any figure, at most `limit` by self
  * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
  * session, whose code table (same ids) still holds the code objects. */
@@ -541,6 +563,8 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                           Py_NewRef((e->flags & CF_START_DISABLED) ? Py_True : Py_False),
                           PyLong_FromUnsignedLong(e->enters), loops, unitd, callers};
         PyObject *d = dict_of(func_keys, FUNC_KEYS, fv, 23);
+        if (d && c->task_root && export_task(d, c) < 0)
+            Py_CLEAR(d);
         if (!d || oc_attr_export(d, id) < 0 || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);
             goto fail;

@@ -42,6 +42,8 @@ typedef struct {
      * the others in callers_more (allocated at a third caller: most functions never have one) */
     uint32_t callers[2];
     uint32_t *callers_more;
+    uint32_t task_root;         /* an asyncio task's entry: 1 + the code id of its steps' coroutine (the first) */
+    uint64_t task_starts;       /* ...and its steps that started that coroutine: its tasks */
 } oc_code_stat;
 
 /* the k-th (< OC_CALLERS) caller kept, 1 + its code id, or 0 */
@@ -61,6 +63,8 @@ void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cyc
 /* an asyncio task's step that held its thread's loop (render.c): the task's code id, when it began (ns),
  * its length (ticks), and the stack when it passed the limit (code ids from the step's frame up;
  * UINT32_MAX: not known) */
+/* an asyncio task's step ended (render.c): its coroutine, and whether the step started it */
+void oc_stats_task(uint32_t task, uint32_t coro, int started);
 void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint32_t *codes, uint32_t n);
 
 static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uint64_t self, uint64_t total_add) {
