@@ -54,8 +54,8 @@ asyncio.run(main())
 """
 
 
-def _run(tmp_path, out, *extra):
-    (tmp_path / "prog.py").write_text(PROGRAM)
+def _run(tmp_path, out, *extra, program=PROGRAM):
+    (tmp_path / "prog.py").write_text(program)
     env = dict(os.environ, PYTHONPATH=SRC)
     p = subprocess.run([*python_cmd(), "-m", "ocular", "-o", out, "--report-json", *extra, "prog.py"], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=180)
@@ -172,3 +172,31 @@ except StopIteration:
     assert rep["tasks"] == [] and rep["stalls"] == []
     work = next(f for f in rep["functions"] if f["name"] == "work")
     assert work["calls"] == 1 and work["segments"] == 1001, work
+
+
+def test_long_lived_tasks_keep_their_names_step_after_step(tmp_path):
+    """Two named tasks and one unnamed, interleaved over 50 awaits each: every step under its own task
+    (a task's later steps are found by the task itself, not by its name: get_name once per task)."""
+    rep = _run(tmp_path, "t.json", program="""
+import asyncio
+
+async def ping(n):
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+async def main():
+    await asyncio.gather(asyncio.create_task(ping(50), name="alpha"),
+                         asyncio.create_task(ping(50), name="beta"), ping(50))
+
+asyncio.run(main())
+""")
+    ev = json.loads((tmp_path / "t.json").read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    steps = sorted((e for e in ev if e.get("ph") == "X" and e["args"].get("file") == "<asyncio task>"),
+                   key=lambda e: e["ts"])
+    count = collections.Counter(e["name"] for e in steps)
+    assert count["alpha"] == count["beta"] == count["Task (ping)"] == 51, count
+    order = [e["name"] for e in steps if e["name"] in ("alpha", "beta", "Task (ping)")]
+    assert order[:6] == ["alpha", "beta", "Task (ping)"] * 2, order[:6]  # (round robin: the loop's order)
+    tasks = {t["name"]: t for t in rep["tasks"]}
+    assert tasks["alpha"]["tasks"] == tasks["beta"]["tasks"] == tasks["Task (ping)"]["tasks"] == 1, tasks

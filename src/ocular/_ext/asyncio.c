@@ -17,23 +17,68 @@
  * are de-instrumented and a step's enter may go unrecorded.
  */
 #include "ocular.h"
+#include <string.h>
 
 #define OC_TASK_NAMES 10000
 
 static PyObject *current_task; /* _asyncio.current_task (a strong reference), once asyncio was imported */
 static PyObject *names;        /* task name -> its entry's code id (a dict) */
-static PyObject *unnamed;      /* a coroutine's code id -> the entry of its unnamed tasks (a dict) */
+static uint32_t *unnamed;      /* by a coroutine's code id: 1 + the entry of its unnamed tasks (0: none yet) */
+static uint32_t nunnamed;
 static uint32_t other_id = UINT32_MAX;
 static PyTypeObject *get_name_type; /* the last task type seen, and its get_name if that is a C method */
 static PyObject *get_name_meth;
+static uint32_t entries;       /* entries made this session */
+/* task -> its entry, for the tasks seen last (direct-mapped by address; a weak reference tells a live task
+ * from a new one at a dead one's address): a task's later steps skip get_name, which formats asyncio's
+ * default names anew at each call (1,700 instructions on 3.12) */
+#define OC_TASK_CACHE 1024
+static struct {
+    PyObject *ref;
+    uint32_t id;
+} cache[OC_TASK_CACHE];
+
+static PyObject *cache_get(PyObject *task, uint32_t *id) {
+    size_t slot = ((uintptr_t)task >> 4) & (OC_TASK_CACHE - 1);
+    if (!cache[slot].ref)
+        return NULL;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(cache[slot].ref, &o) < 0)
+        PyErr_Clear();
+    Py_XDECREF(o); /* (only compared: the task is alive, held by the caller) */
+#else
+    PyObject *o = PyWeakref_GetObject(cache[slot].ref);
+#endif
+    if (o != task)
+        return NULL;
+    *id = cache[slot].id;
+    return task;
+}
+
+static void cache_put(PyObject *task, uint32_t id) {
+    size_t slot = ((uintptr_t)task >> 4) & (OC_TASK_CACHE - 1);
+    PyObject *ref = PyWeakref_NewRef(task, NULL);
+    if (!ref) {
+        PyErr_Clear();
+        return;
+    }
+    Py_XSETREF(cache[slot].ref, ref);
+    cache[slot].id = id;
+}
 
 void oc_tasks_reset(void) {
     Py_CLEAR(current_task);
     Py_CLEAR(names);
-    Py_CLEAR(unnamed);
+    free(unnamed);
+    unnamed = NULL;
+    nunnamed = 0;
     Py_CLEAR(get_name_meth);
     get_name_type = NULL;
     other_id = UINT32_MAX;
+    entries = 0;
+    for (size_t i = 0; i < OC_TASK_CACHE; i++)
+        Py_CLEAR(cache[i].ref);
 }
 
 /* _asyncio.current_task, looked up until the program imports asyncio (NULL: not yet) */
@@ -98,40 +143,38 @@ static int default_name(PyObject *name) {
 /* the code id of the entry of tasks named `name`, or of the unnamed tasks of coroutine `coro` (made on
  * first sight); UINT32_MAX on failure */
 static uint32_t id_of(PyObject *name, oc_codeextra *coro) {
-    PyObject *table = names, *key = name, *owned = NULL;
-    if (default_name(name)) {
-        if (!unnamed && !(unnamed = PyDict_New()))
-            return UINT32_MAX;
-        table = unnamed;
-        key = owned = PyLong_FromUnsignedLong(coro->id);
-        PyObject *q = ((PyCodeObject *)coro->code)->co_qualname;
-        name = q && PyUnicode_Check(q) ? PyUnicode_FromFormat("Task (%U)", q) : PyUnicode_FromString("Task");
-        if (!key || !name) {
-            Py_XDECREF(owned);
-            Py_XDECREF(name);
-            return UINT32_MAX;
+    if (default_name(name)) { /* (by the coroutine's code id: an array, no object made) */
+        uint32_t c = coro->id;
+        if (c < nunnamed && unnamed[c])
+            return unnamed[c] - 1;
+        if (c >= nunnamed) {
+            uint32_t n = c + 256;
+            uint32_t *u = realloc(unnamed, (size_t)n * sizeof *u);
+            if (!u)
+                return UINT32_MAX;
+            memset(u + nunnamed, 0, (size_t)(n - nunnamed) * sizeof *u);
+            unnamed = u;
+            nunnamed = n;
         }
-    } else {
-        if (!names && !(names = PyDict_New()))
-            return UINT32_MAX;
-        table = names;
-        Py_INCREF(name);
+        PyObject *q = ((PyCodeObject *)coro->code)->co_qualname;
+        PyObject *label = q && PyUnicode_Check(q) ? PyUnicode_FromFormat("Task (%U)", q) : PyUnicode_FromString("Task");
+        uint32_t id = label ? new_entry(NULL, NULL, label) : UINT32_MAX;
+        Py_XDECREF(label);
+        if (id != UINT32_MAX && id != other_id)
+            unnamed[c] = id + 1;
+        return id;
     }
-    uint32_t id = UINT32_MAX;
-    PyObject *v = PyDict_GetItemWithError(table, key); /* (borrowed) */
-    if (v) {
-        id = (uint32_t)PyLong_AsUnsignedLong(v);
-    } else if (!PyErr_Occurred()) {
-        id = new_entry(table, key, name);
-    }
-    Py_XDECREF(owned);
-    Py_DECREF(name);
-    return id;
+    if (!names && !(names = PyDict_New()))
+        return UINT32_MAX;
+    PyObject *v = PyDict_GetItemWithError(names, name); /* (borrowed) */
+    if (v)
+        return (uint32_t)PyLong_AsUnsignedLong(v);
+    return PyErr_Occurred() ? UINT32_MAX : new_entry(names, name, name);
 }
 
-/* a new entry for tasks named `name`, under `key` in `table` */
+/* a new entry for tasks named `name` (a str), under `key` in `table` (a dict; NULL: none) */
 static uint32_t new_entry(PyObject *table, PyObject *key, PyObject *name) {
-    if (PyDict_GET_SIZE(table) >= OC_TASK_NAMES) {
+    if (entries >= OC_TASK_NAMES) {
         if (other_id == UINT32_MAX)
             other_id = oc_code_add_named("(other tasks)", "<asyncio task>");
         return other_id;
@@ -144,6 +187,9 @@ static uint32_t new_entry(PyObject *table, PyObject *key, PyObject *name) {
     snprintf(buf, sizeof buf, "%.*s", (int)(n < 255 ? n : 255), raw);
     uint32_t id = oc_code_add_named(buf, "<asyncio task>");
     if (id == UINT32_MAX)
+        return id;
+    entries++;
+    if (!table)
         return id;
     PyObject *idobj = PyLong_FromUnsignedLong(id);
     if (!idobj || PyDict_SetItem(table, key, idobj) < 0) {
@@ -161,11 +207,13 @@ static uint32_t current_task_id(oc_codeextra *coro) {
         return UINT32_MAX;
     PyObject *task = PyObject_CallNoArgs(fn); /* (C: no Python code runs; RuntimeError without a loop) */
     uint32_t id = UINT32_MAX;
-    if (task && task != Py_None) {
+    if (task && task != Py_None && !cache_get(task, &id)) {
         PyObject *name = name_of(task);
         if (name) {
             id = id_of(name, coro);
             Py_DECREF(name);
+            if (id != UINT32_MAX)
+                cache_put(task, id);
         }
     }
     Py_XDECREF(task);
