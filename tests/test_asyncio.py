@@ -1,7 +1,23 @@
 """asyncio task steps (#34, first part): a step of a task -- from the event loop's resume of the task's
-coroutine to its next await -- is a slice named by the task around its coroutine's, in the Chrome JSON
-and in the .pftrace; the report lists the tasks (steps, running time, slowest step) and the loop stalls
-(steps that held the loop 100 ms or more) with the stack each was in when it passed 100 ms."""
+coroutine to its next await -- is a slice named by the task on its thread's track, and the same slice
+around its coroutine's stack on a track of the task's own (the Chrome JSON: a thread named "task NAME";
+the .pftrace: a track under the thread's); the report lists the tasks (tasks, steps, running time,
+slowest step) and the loop stalls (steps that held the loop 100 ms or more) with the stack each was in
+when it passed 100 ms."""
+
+TASK_TID_BASE = 1 << 30  # (render.c's OC_TASK_TID_BASE: a task's track in a Chrome JSON trace)
+
+
+def _steps(ev):
+    """{task name: [its step slices on the thread's track]}, {task name: [its steps on its own track]},
+    the X events on task tracks, and the task tracks' names by tid."""
+    names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+    xs = [e for e in ev if e.get("ph") == "X"]
+    on_thread, on_task = collections.defaultdict(list), collections.defaultdict(list)
+    for e in xs:
+        if e["args"].get("file") == "<asyncio task>":
+            (on_task if e["tid"] >= TASK_TID_BASE else on_thread)[e["name"]].append(e)
+    return on_thread, on_task, [e for e in xs if e["tid"] >= TASK_TID_BASE], names
 
 import collections
 import json
@@ -68,9 +84,14 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     rep = _run(tmp_path, "t.json")
     ev = json.loads((tmp_path / "t.json").read_text())
     ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-    xs = [e for e in ev if e.get("ph") == "X"]
-    steps = [e for e in xs if e["args"].get("file") == "<asyncio task>"]
+    on_thread, on_task, task_xs, names = _steps(ev)
+    steps = [e for v in on_task.values() for e in v]
     count = collections.Counter(e["name"] for e in steps)
+    # the same steps on the thread's track (one slice each) and on the task's (around the coroutine's stack)
+    assert {k: len(v) for k, v in on_thread.items()} == dict(count), (on_thread.keys(), count)
+    for name, ss in on_task.items():
+        assert {names[e["tid"]] for e in ss} == {f"task {name}"}, (name, {e["tid"] for e in ss})
+        assert len({e["tid"] for e in ss}) == 1  # (one loop thread: one track per task)
     # a task that awaits once: two steps (up to the await, and after it to its end)
     for name in ("fetch-0", "fetch-1", "fetch-2", "blocker", "failing"):
         assert count[name] == 2, count
@@ -80,7 +101,7 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     assert count["Task (fetch)"] == 4 and not [n for n in count if n.startswith("Task-")], count
     # each step wraps its task's coroutine: a slice of the coroutine with the same span on the same track
     spans = collections.defaultdict(set)
-    for e in xs:
+    for e in task_xs:
         if e["args"].get("file") != "<asyncio task>":
             spans[(e["tid"], e["ts"], e["dur"])].add(e["name"])
     coro = {"fetch-0": "fetch", "fetch-1": "fetch", "blocker": "blocker", "failing": "failing", "Task (main)": "main",
@@ -137,11 +158,18 @@ def test_the_pftrace_has_the_same_task_slices(tmp_path):
 
     _run(tmp_path, "t.pftrace")
     d = Decoded(str(tmp_path / "t.pftrace"))
-    names = collections.Counter(name for slices in d.slices().values() for name, *_ in slices)
-    for name in ("fetch-0", "fetch-1", "fetch-2", "sleeper"):
-        assert names[name] == 2, {k: names[k] for k in ("fetch-0", "fetch-1", "fetch-2", "sleeper")}
-    # (these tasks are named as their coroutines: two steps, each around a slice of the coroutine)
-    assert names["blocker"] == names["failing"] == 4, (names["blocker"], names["failing"])
+    slices = d.slices()
+    (main_thread,) = [u for u, ds in d.thread_tracks().items() if ds[-1][1].thread.tid == ds[-1][1].thread.pid]
+    # a track per task under the thread's, named by the task, with its steps and their coroutines' stacks
+    tracks = {ds[-1][1].name: u for u, ds in d.descriptors.items()
+              if ds[-1][1].parent_uuid == main_thread and not ds[-1][1].HasField("thread")}
+    for name, coro in (("fetch-0", "fetch"), ("fetch-1", "fetch"), ("blocker", "blocker"), ("failing", "failing")):
+        mine = slices[tracks[name]]
+        assert [s[0] for s in mine if s[3] == 0] == [name, name], (name, mine[:4])  # two steps, at the top
+        assert [s[0] for s in mine if s[3] == 1] == [coro, coro], (name, mine[:4])  # each around its coroutine
+    # the thread's track has each step as one slice
+    on_thread = collections.Counter(s[0] for s in slices[main_thread])
+    assert on_thread["fetch-0"] == on_thread["fetch-2"] == 2 and on_thread["Task (fetch)"] == 4, on_thread
 
 
 def test_coroutines_outside_asyncio_make_no_tasks(tmp_path):
@@ -192,8 +220,8 @@ asyncio.run(main())
 """)
     ev = json.loads((tmp_path / "t.json").read_text())
     ev = ev["traceEvents"] if isinstance(ev, dict) else ev
-    steps = sorted((e for e in ev if e.get("ph") == "X" and e["args"].get("file") == "<asyncio task>"),
-                   key=lambda e: e["ts"])
+    on_thread, _, _, _ = _steps(ev)
+    steps = sorted((e for v in on_thread.values() for e in v), key=lambda e: e["ts"])
     count = collections.Counter(e["name"] for e in steps)
     assert count["alpha"] == count["beta"] == count["Task (ping)"] == 51, count
     order = [e["name"] for e in steps if e["name"] in ("alpha", "beta", "Task (ping)")]

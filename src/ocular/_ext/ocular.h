@@ -527,6 +527,11 @@ typedef struct {
 /* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
 enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };
 #define OC_PAUSE_NAME "ocular: waiting for the disk"
+/* render.c: asyncio task tracks -- a trace's slices of task `task`'s steps on thread `tid` go to the track
+ * OC_TASK_TID_BASE + k (above any kernel tid), which the sinks name after the task and put under the thread */
+#define OC_TASK_TID_BASE (1L << 30)
+int oc_render_task_track(long otid, long *tid, uint32_t *task); /* 1: otid is a task's track (*tid, *task) */
+uint32_t oc_render_task_tracks(void);                           /* how many (their tids: BASE + 0, 1, ...) */
 extern const oc_sink oc_sink_json;
 extern const oc_sink oc_sink_perfetto; /* sink_perfetto.c */
 extern const oc_sink oc_sink_none;     /* render.c: statistics only */

@@ -123,6 +123,8 @@ typedef struct {
 
 typedef struct {
     long tid;
+    long otid;              /* the track its slices go to: tid, or during an asyncio task's step (trace
+                             * formats) that task's track on this thread (oc_render_task_track) */
     uint32_t slot;          /* its slot in W.threads, W.ix and R.threads */
     uint64_t prev_ts;
     int have_prev;
@@ -150,6 +152,13 @@ typedef struct {
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
     uint32_t stall_codes[OC_STALL_DEPTH];
 } rthread;
+
+/* the thread's tid is known: its slices' track too, unless a task's step is on its own track now */
+static inline void set_otid(rthread *t, long tid) {
+    if (t->otid == t->tid || !t->step_at)
+        t->otid = tid;
+    t->tid = tid;
+}
 
 static struct {
     oc_out out;
@@ -188,7 +197,64 @@ static struct {
     uint32_t codes_seen;     /* CODE blocks indexed (a damaged id is one far out of their sequence) */
     uint64_t last_ts;        /* the latest last record of a chunk indexed */
     size_t index_dropped;    /* the recording's pages below this offset were dropped after indexing */
+    int task_tracks;         /* a trace format: an asyncio task's steps go to a track of the task's own */
+    struct {
+        long tid;
+        uint32_t task;
+    } *tt;                   /* task tracks, by index: OC_TASK_TID_BASE + index is the track's tid */
+    uint32_t ntt, captt;
+    uint32_t *tt_hash;       /* (thread tid, task) -> 1 + index, open addressing (0: free) */
+    uint32_t tt_cap;
 } W;
+
+/* the track of task `task`'s steps on thread `tid`: its tid (made on first use); tid itself if none can be */
+static long task_track(long tid, uint32_t task) {
+    uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
+    if (W.ntt * 2 >= W.tt_cap) { /* (grow: at most half full) */
+        uint32_t cap = W.tt_cap ? W.tt_cap * 2 : 64;
+        uint32_t *nh = calloc(cap, sizeof *nh);
+        if (!nh)
+            return tid;
+        for (uint32_t k = 0; k < W.ntt; k++) {
+            uint64_t g = ((uint64_t)W.tt[k].tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)W.tt[k].task * 0xC2B2AE3D27D4EB4Full);
+            uint32_t j = (uint32_t)(g >> 32) & (cap - 1);
+            while (nh[j])
+                j = (j + 1) & (cap - 1);
+            nh[j] = k + 1;
+        }
+        free(W.tt_hash);
+        W.tt_hash = nh;
+        W.tt_cap = cap;
+    }
+    uint32_t j = (uint32_t)(h >> 32) & (W.tt_cap - 1);
+    for (; W.tt_hash[j]; j = (j + 1) & (W.tt_cap - 1)) {
+        uint32_t k = W.tt_hash[j] - 1;
+        if (W.tt[k].tid == tid && W.tt[k].task == task)
+            return OC_TASK_TID_BASE + (long)k;
+    }
+    if (W.ntt == W.captt) {
+        uint32_t cap = W.captt ? W.captt * 2 : 16;
+        void *n = realloc(W.tt, cap * sizeof *W.tt);
+        if (!n)
+            return tid;
+        W.tt = n;
+        W.captt = cap;
+    }
+    W.tt[W.ntt].tid = tid;
+    W.tt[W.ntt].task = task;
+    W.tt_hash[j] = ++W.ntt;
+    return OC_TASK_TID_BASE + (long)(W.ntt - 1);
+}
+
+int oc_render_task_track(long otid, long *tid, uint32_t *task) {
+    if (otid < OC_TASK_TID_BASE || otid - OC_TASK_TID_BASE >= (long)W.ntt)
+        return 0;
+    *tid = W.tt[otid - OC_TASK_TID_BASE].tid;
+    *task = W.tt[otid - OC_TASK_TID_BASE].task;
+    return 1;
+}
+
+uint32_t oc_render_task_tracks(void) { return W.ntt; }
 
 static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
                                   .filename_raw = "?"};
@@ -256,7 +322,7 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
     if (l->run_iters && W.loops == OC_LOOPS_RUNS && W.sink->loop_run) {
         oc_codeent *e = oc_rcode(f->code_id);
         int line = e->lines && l->dest < e->nunits ? e->lines[l->dest] : -1;
-        W.sink->loop_run(&W.out, t->tid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
+        W.sink->loop_run(&W.out, t->otid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
                          l->run_iters, l->run_cycles);
     }
     l->run_iters = 0;
@@ -292,8 +358,13 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
     double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
     t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
     t->stall_n = 0;
-    if (!sink_slices(slice))
-        W.sink->begin(&W.out, t->tid, to_ns(ts), t->step_task);
+    if (!sink_slices(slice)) /* (the step on the thread's track) */
+        W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
+    if (W.task_tracks) { /* ...and on the task's, with the coroutine's stack */
+        t->otid = task_track(t->tid, t->step_task);
+        if (t->otid != t->tid && !sink_slices(slice))
+            W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
+    }
 }
 
 static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
@@ -310,9 +381,9 @@ static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
  * slices alike), or its end after the frame's */
 static __attribute__((noinline, cold)) void step_slice(rthread *t, const frame *f, uint64_t ts, int whole) {
     if (whole)
-        W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
+        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
     else
-        W.sink->end(&W.out, t->tid, to_ns(ts));
+        W.sink->end(&W.out, t->otid, to_ns(ts));
 }
 
 static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f, uint64_t ts, int counted,
@@ -321,6 +392,13 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     uint64_t incl = ts > f->begin_ts ? ts - f->begin_ts : 0;
     t->step_at = 0;
     t->stall_at = 0;
+    if (t->otid != t->tid) { /* back on the thread's track, which has the step as one slice */
+        t->otid = t->tid;
+        if (W.sink->slice)
+            W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), task, f->cut);
+        else
+            W.sink->end(&W.out, t->otid, to_ns(ts));
+    }
     if (nostats)
         return;
     oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
@@ -345,9 +423,9 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
         if (sink_slices(slice)) {
             if (UNLIKELY(t->step_at == t->n + 1)) /* (the step's slice first: the enclosing one of two alike) */
                 step_slice(t, f, ts, 1);
-            W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
+            W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
         } else {
-            W.sink->end(&W.out, t->tid, to_ns(ts));
+            W.sink->end(&W.out, t->otid, to_ns(ts));
             if (UNLIKELY(t->step_at == t->n + 1))
                 step_slice(t, f, ts, 0);
         }
@@ -374,9 +452,9 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     if (sink_slices(slice)) {
         if (UNLIKELY(t->step_at == t->n + 1))
             step_slice(t, f, ts, 1);
-        W.sink->slice(&W.out, t->tid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
+        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
     } else {
-        W.sink->end(&W.out, t->tid, to_ns(ts));
+        W.sink->end(&W.out, t->otid, to_ns(ts));
         if (UNLIKELY(t->step_at == t->n + 1))
             step_slice(t, f, ts, 0);
     }
@@ -526,7 +604,7 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
             oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
         if (W.loops == OC_LOOPS_ITERATIONS && !carried) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
-            W.sink->loop(&W.out, t->tid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+            W.sink->loop(&W.out, t->otid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                          dur_ns(cycles, ts));
         }
         if (!carried) {
@@ -734,7 +812,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
-                W.sink->begin(&W.out, t->tid, to_ns(r->ts), r->code_id);
+                W.sink->begin(&W.out, t->otid, to_ns(r->ts), r->code_id);
         }
         t->task_mark = 0;
         break;
@@ -839,10 +917,10 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (t->pause_begin) {
             uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
             if (W.sink->slice) {
-                W.sink->slice(&W.out, t->tid, to_ns(t->pause_begin), to_ns(r->ts), W.pause_code, 0);
+                W.sink->slice(&W.out, t->otid, to_ns(t->pause_begin), to_ns(r->ts), W.pause_code, 0);
             } else {
-                W.sink->begin(&W.out, t->tid, to_ns(t->pause_begin), W.pause_code);
-                W.sink->end(&W.out, t->tid, to_ns(r->ts));
+                W.sink->begin(&W.out, t->otid, to_ns(t->pause_begin), W.pause_code);
+                W.sink->end(&W.out, t->otid, to_ns(r->ts));
             }
             if (t->n > 0 && !nostats) {
                 frame *f = &t->stack[t->n - 1];
@@ -1034,9 +1112,9 @@ done:
             if (W.sink->slice)
                 continue; /* (given whole at its end) */
             if (W.sink->begin_cut)
-                W.sink->begin_cut(&W.out, t->tid, to_ns(first_ts), ends[k][0]);
+                W.sink->begin_cut(&W.out, t->otid, to_ns(first_ts), ends[k][0]);
             else
-                W.sink->begin(&W.out, t->tid, to_ns(first_ts), ends[k][0]);
+                W.sink->begin(&W.out, t->otid, to_ns(first_ts), ends[k][0]);
         }
     free(ends);
     free(depths);
@@ -1310,6 +1388,11 @@ static void free_thread(uint32_t i) {
 }
 
 static void free_render_state(void) {
+    free(W.tt);
+    free(W.tt_hash);
+    W.tt = NULL;
+    W.tt_hash = NULL;
+    W.ntt = W.captt = W.tt_cap = 0;
     for (uint32_t i = 0; i < W.nthreads; i++) {
         if (W.threads[i]) {
             free(W.threads[i]->stack);
@@ -1561,7 +1644,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             th->tid = (long)rd64(p + 8);
             th->ident = (unsigned long)rd64(p + 16);
             if (W.threads[idx])
-                W.threads[idx]->tid = th->tid;
+                set_otid(W.threads[idx], th->tid);
             if (nl && !th->name_raw) {
                 th->name_raw = clean_name(p + 28, nl, &nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
@@ -1735,6 +1818,7 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
     /* the trace formats (and the statistics alone) take the threads' events interleaved; speedscope
      * streams one thread's profile at a time and the call tree folds one thread at a time */
     W.file_order = format != OC_FORMAT_TREE && format != OC_FORMAT_SPEEDSCOPE;
+    W.task_tracks = format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO;
     W.sink = format == OC_FORMAT_PERFETTO    ? &oc_sink_perfetto
              : format == OC_FORMAT_JSON      ? &oc_sink_json
              : format == OC_FORMAT_TREE      ? &oc_sink_tree
@@ -1802,7 +1886,7 @@ static int add_pause_code(void) {
 }
 
 static inline void set_tid(uint32_t i) {
-    W.threads[i]->tid = i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.ix[i].idx;
+    set_otid(W.threads[i], i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.ix[i].idx);
 }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks

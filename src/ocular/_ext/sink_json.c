@@ -259,6 +259,17 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
         put_str(o, R.threads[i].name ? R.threads[i].name : "thread");
         LIT(o, "\"}}");
     }
+    for (uint32_t k = 0; k < oc_render_task_tracks(); k++) { /* asyncio tasks' tracks (render.c) */
+        long tid;
+        uint32_t task;
+        if (!oc_render_task_track(OC_TASK_TID_BASE + (long)k, &tid, &task))
+            continue;
+        LIT(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",");
+        put_pid_tid(o, OC_TASK_TID_BASE + (long)k);
+        LIT(o, ",\"args\":{\"name\":\"task ");
+        put_str(o, oc_rcode(task)->qualname ? oc_rcode(task)->qualname : "?");
+        LIT(o, "\"}}");
+    }
     LIT(o, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"tracer\":\"ocular\",\"mode\":\"");
     put_str(o, precise ? "precise" : "adaptive");
     LIT(o, "\",\"clock\":\"");

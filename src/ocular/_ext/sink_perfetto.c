@@ -88,6 +88,7 @@ enum {
     CLK_INCREMENTAL = 3,
 
     TD_UUID = 1, /* TrackDescriptor */
+    TD_NAME = 2,
     TD_PROCESS = 3,
     TD_THREAD = 4,
     TD_PARENT_UUID = 5,
@@ -608,6 +609,17 @@ static void put_clock(pbw *w, uint32_t id, uint64_t ts, int incremental) {
 }
 
 static void put_thread_descriptor(pbw *w, pf_thread *t, const char *name) {
+    long tid;
+    uint32_t task;
+    if (oc_render_task_track(t->tid, &tid, &task)) { /* an asyncio task's steps: a track under its thread's */
+        oc_codeent *e = oc_rcode(task);
+        pb_open(w, TP_TRACK_DESCRIPTOR);
+        pb_uint(w, TD_UUID, t->uuid);
+        pb_uint(w, TD_PARENT_UUID, thread_uuid(tid));
+        pb_str(w, TD_NAME, e->qualname_raw ? e->qualname_raw : "task");
+        pb_close(w);
+        return;
+    }
     pb_open(w, TP_TRACK_DESCRIPTOR);
     pb_uint(w, TD_UUID, t->uuid);
     pb_uint(w, TD_PARENT_UUID, P.process_uuid);
