@@ -228,3 +228,18 @@ asyncio.run(main())
     assert order[:6] == ["alpha", "beta", "Task (ping)"] * 2, order[:6]  # (round robin: the loop's order)
     tasks = {t["name"]: t for t in rep["tasks"]}
     assert tasks["alpha"]["tasks"] == tasks["beta"]["tasks"] == tasks["Task (ping)"]["tasks"] == 1, tasks
+
+
+def test_the_html_page_has_the_tasks_and_the_stalls(tmp_path):
+    """The .html's data: the tasks' table and the stalls, as the text report has them (the page draws them
+    under the hot loops; tests/test_formats.py checks the page's drawing in Chromium)."""
+    _run(tmp_path, "p.html")
+    page = (tmp_path / "p.html").read_text()
+    blob = page[page.index('<script type="application/json" id="data">') + 42:]
+    data = json.loads(blob[:blob.index("</script>")])
+    tasks = {t[5]: t for t in data["tasks"]}
+    assert tasks["blocker"][:2] == [1, 2] and tasks["blocker"][4] >= 140e6, tasks["blocker"]
+    assert tasks["Task (fetch)"][:2] == [2, 4], tasks["Task (fetch)"]
+    (stall,) = [s for s in data["stalls"] if s[2] == "blocker"]
+    assert stall[3].startswith("blocker (prog.py:") and stall[3].endswith("<built-in method time.sleep>"), stall
+    assert 'id="tasks"' in page and "tasktable" in page

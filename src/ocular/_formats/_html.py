@@ -175,6 +175,11 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             "sampling_windows": sw.get("windows", 0),
             "notation": d.get("notation") or {}, "mark_titles": MARK_TITLES,
             "page_rows": PAGE_ROWS, "top_rows": TOP_ROWS,
+            "tasks": [[t["tasks"], t["steps"], t["running_ns"], t["mean_step_ns"], t["slowest_step_ns"], t["name"],
+                       t["coroutine"]] for t in d.get("tasks") or []],
+            "stalls": [[s["at_ns"], s["held_ns"], s["task"], " > ".join(
+                fr["name"] if fr["file"] == "~" else f"{fr['name']} ({short_path(fr['file'], project)}:{fr['line']})"
+                for fr in s["stack"] if fr["file"] != "<asyncio task>")] for s in d.get("stalls") or []],
             "note": tree.note}
     # inside <script>: no "<" at all (a name holding "<!--" then "<script" would put the HTML parser in a
     # state where the page's own </script> no longer ends the data, and the page would stay blank)
@@ -227,6 +232,7 @@ pre{margin:0}
 <th class="l">function</th><th class="l">where</th></tr></thead><tbody></tbody></table>
 <h2 id="loops-h">Hot loops</h2>
 <div id="loops"></div>
+<div id="tasks"></div>
 <h2 id="flames-h">Call tree <span class="muted">(icicle: callers above callees; width = total time, wall-clock as in the
 timeline; click to zoom)</span></h2>
 <div id="flames"></div>
@@ -294,6 +300,28 @@ var bySelf=D.functions.slice().sort(function(a,b){return b[4]-a[4];});
 var tb=document.querySelector("#top tbody");
 bySelf.slice(0,D.top_rows).forEach(function(f){tb.appendChild(fnRow(f,false));});
 if(!D.functions.length)tb.appendChild(el("tr",{},"")).appendChild(el("td",{colspan:"6","class":"l"},"no function recorded"));
+// asyncio tasks and loop stalls, when the program ran any
+if(D.tasks.length){var tk=$("tasks");
+  tk.appendChild(el("h2",{},"asyncio tasks (by running time; a step: from the loop's resume of the task's coroutine to its next await)"));
+  var tt=el("table",{id:"tasktable"}),th=el("tr");
+  ["tasks","steps","running ms","mean µs","slowest ms","task (its coroutine)"].forEach(function(c,i){th.appendChild(el("th",i>4?{"class":"l"}:{},c));});
+  tt.appendChild(th);
+  D.tasks.forEach(function(t){var tr=el("tr",{"class":"task"});
+    tr.appendChild(el("td",{"class":"num"},num(t[0])));tr.appendChild(el("td",{"class":"num"},num(t[1])));
+    tr.appendChild(el("td",{"class":"num"},ms(t[2])));tr.appendChild(el("td",{"class":"num"},us(t[3])));
+    tr.appendChild(el("td",{"class":"num"},ms(t[4])));
+    tr.appendChild(el("td",{"class":"l name"},t[5].indexOf("Task (")===0?t[5]:t[5]+" ("+t[6]+")"));tt.appendChild(tr);});
+  tk.appendChild(tt);
+  if(D.stalls.length){
+    tk.appendChild(el("h3",{},"Loop stalls: steps that held the event loop 100 ms or more (the stack each was in at 100 ms)"));
+    var st=el("table",{id:"stalltable"}),sh=el("tr");
+    ["at ms","held ms","task","stack"].forEach(function(c,i){sh.appendChild(el("th",i>1?{"class":"l"}:{},c));});
+    st.appendChild(sh);
+    D.stalls.forEach(function(s){var tr=el("tr",{"class":"stall"});
+      tr.appendChild(el("td",{"class":"num"},ms(s[0])));tr.appendChild(el("td",{"class":"num"},ms(s[1])));
+      tr.appendChild(el("td",{"class":"l"},s[2]));tr.appendChild(el("td",{"class":"l"},s[3]));st.appendChild(tr);});
+    tk.appendChild(st);}
+}
 // the hot loops, their disassembly a click away
 var lb=$("loops");
 if(!D.loops.length)lb.textContent="none recorded";
