@@ -809,10 +809,10 @@ class Report:
         if rows:
             self.functions = [f for f in self.functions if f["category"] != TASKS]
             self.functions_total -= len(rows)
-        raw = {(f["name"], f["firstlineno"]): f for f in data["functions"] if f["file"] == TASK_FILE}
+        raw = {f["id"]: f for f in data["functions"] if f["file"] == TASK_FILE}
         self.tasks = []
         for f in rows:
-            r = raw.get((f["name"], f["line"]), {})
+            r = raw.get(f["id"], {})
             self.tasks.append({"name": f["name"], "coroutine": r.get("coroutine", "?"), "tasks": r.get("tasks", 0),
                                "steps": f["calls"], "running_ns": f["total_ns"],
                                "mean_step_ns": f["total_ns"] / f["calls"] if f["calls"] else 0.0,

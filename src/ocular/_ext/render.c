@@ -349,12 +349,13 @@ static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->s
  * frame up) and its whole length go to the statistics (oc_stats_stall). */
 #define OC_STALL_NS 100e6 /* asyncio's debug mode's slow_callback_duration */
 
-static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice, int started) {
+static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice, int started,
+                                                       uint32_t task) {
     if (t->step_at) /* (a step inside a step: a nested event loop; the outer one goes on) */
         return;
     t->step_at = t->n;
     t->step_started = started;
-    t->step_task = t->task_mark - 1;
+    t->step_task = task;
     double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
     t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
     t->stall_n = 0;
@@ -792,6 +793,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_RESUME:
     case K_THROW:
     case K_CCALL: {
+        uint32_t task_mark = t->task_mark; /* (an asyncio task's step begins here: consumed by this enter) */
+        t->task_mark = 0;
         t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
         if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= rdepth(kind, p)) && valid_code(r->code_id))
             pop_stale(t, rdepth(kind, p), 1);
@@ -807,14 +810,13 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         }
         frame *nf = push(t, r->code_id, p, r->ts, kind == K_START || kind == K_CCALL, lean, nostats);
         if (LIKELY(nf != NULL)) {
-            if (UNLIKELY(t->task_mark))
-                step_begin(t, r->ts, slice, kind == K_START);
+            if (UNLIKELY(task_mark))
+                step_begin(t, r->ts, slice, kind == K_START, task_mark - 1);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
                 W.sink->begin(&W.out, t->otid, to_ns(r->ts), r->code_id);
         }
-        t->task_mark = 0;
         break;
     }
     case K_RETURN:
