@@ -26,7 +26,7 @@ static PyObject *names;        /* task name -> its entry's code id (a dict) */
 static uint32_t *unnamed;      /* by a coroutine's code id: 1 + the entry of its unnamed tasks (0: none yet) */
 static uint32_t nunnamed;
 static uint32_t other_id = UINT32_MAX;
-static PyTypeObject *get_name_type; /* the last task type seen, and its get_name if that is a C method */
+static PyObject *get_name_type; /* the last task type seen (held), and its get_name if that is a C method */
 static PyObject *get_name_meth;
 static uint32_t entries;       /* entries made this session */
 /* task -> its entry, for the tasks seen last (direct-mapped by address; a weak reference tells a live task
@@ -74,7 +74,7 @@ void oc_tasks_reset(void) {
     unnamed = NULL;
     nunnamed = 0;
     Py_CLEAR(get_name_meth);
-    get_name_type = NULL;
+    Py_CLEAR(get_name_type);
     other_id = UINT32_MAX;
     entries = 0;
     for (size_t i = 0; i < OC_TASK_CACHE; i++)
@@ -100,10 +100,10 @@ static PyObject *current_task_fn(void) {
  * method (asyncio's own tasks, uvloop's), else the `_name` attribute asyncio's Python Task keeps (read
  * without __getattr__); NULL if neither (a new reference otherwise). */
 static PyObject *name_of(PyObject *task) {
-    if (Py_TYPE(task) != get_name_type) { /* (one task type in nearly every program: looked up once) */
+    if ((PyObject *)Py_TYPE(task) != get_name_type) { /* (one task type in nearly every program: looked up once) */
         Py_CLEAR(get_name_meth);
-        get_name_type = Py_TYPE(task);
-        PyObject *meth = PyObject_GetAttrString((PyObject *)get_name_type, "get_name");
+        Py_XSETREF(get_name_type, Py_NewRef((PyObject *)Py_TYPE(task)));
+        PyObject *meth = PyObject_GetAttrString(get_name_type, "get_name");
         if (meth && Py_IS_TYPE(meth, &PyMethodDescr_Type))
             get_name_meth = meth;
         else
