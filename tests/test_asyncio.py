@@ -116,6 +116,13 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     assert tasks["Task (fetch)"]["coroutine"] == "fetch", tasks
     assert tasks["Task (fetch)"]["tasks"] == 2 and tasks["Task (fetch)"]["steps"] == 4, tasks
     assert tasks["fetch-0"]["tasks"] == 1 and tasks["Task (main)"]["tasks"] == 1, tasks
+    # how each ended: the cancellation and the exception told apart
+    assert tasks["sleeper"]["ended"] == {"returned": 0, "raised": 0, "cancelled": 1}, tasks["sleeper"]
+    assert tasks["failing"]["ended"] == {"returned": 0, "raised": 1, "cancelled": 0}, tasks["failing"]
+    assert tasks["fetch-0"]["ended"]["returned"] == 1 and tasks["Task (fetch)"]["ended"]["returned"] == 2
+    # waiting: fetch-2's 20 ms sleep ended while the blocker held the loop 150 ms: it waited for it
+    assert tasks["fetch-2"]["waiting_ns"] >= 130e6, tasks["fetch-2"]
+    assert tasks["Task (fetch)"]["waiting_ns"] is None  # (two tasks: no one life)
     total_steps = sum(t["steps"] for t in rep["tasks"])
     assert total_steps == len(steps)
     running = sum(t["running_ns"] for t in rep["tasks"])
@@ -141,10 +148,12 @@ def test_the_text_report_lists_tasks_and_stalls(tmp_path):
     assert p.returncode == 0, p.stderr
     text = p.stderr
     assert "asyncio tasks (by running time" in text, text
-    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("blocker (blocker)"))
+    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("blocker (blocker): returned"))
     assert row.split()[:2] == ["1", "2"], row  # one task, two steps
-    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("Task (fetch)"))
-    assert row.split()[:2] == ["2", "4"], row
+    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("Task (fetch): 2 returned"))
+    assert row.split()[:2] == ["2", "4"] and row.split()[3] == "-", row
+    assert any(ln.rstrip().endswith("sleeper (sleep): cancelled") for ln in text.splitlines()), text
+    assert any(ln.rstrip().endswith("failing (failing): raised") for ln in text.splitlines()), text
     assert re.search(r"Loop stalls: \d+ steps? held the event loop 100 ms or more", text), text
     stall = next(ln for ln in text.splitlines() if "blocker: blocker" in ln)
     assert stall.rstrip().endswith("<built-in method time.sleep>"), stall
@@ -239,6 +248,7 @@ def test_the_html_page_has_the_tasks_and_the_stalls(tmp_path):
     data = json.loads(blob[:blob.index("</script>")])
     tasks = {t[5]: t for t in data["tasks"]}
     assert tasks["blocker"][:2] == [1, 2] and tasks["blocker"][4] >= 140e6, tasks["blocker"]
+    assert tasks["sleeper"][8] == "cancelled" and tasks["failing"][8] == "raised", (tasks["sleeper"], tasks["failing"])
     assert tasks["Task (fetch)"][:2] == [2, 4], tasks["Task (fetch)"]
     (stall,) = [s for s in data["stalls"] if s[2] == "blocker"]
     assert stall[3].startswith("blocker (prog.py:") and stall[3].endswith("<built-in method time.sleep>"), stall
