@@ -253,3 +253,27 @@ def test_the_html_page_has_the_tasks_and_the_stalls(tmp_path):
     (stall,) = [s for s in data["stalls"] if s[2] == "blocker"]
     assert stall[3].startswith("blocker (prog.py:") and stall[3].endswith("<built-in method time.sleep>"), stall
     assert 'id="tasks"' in page and "tasktable" in page
+
+
+def test_past_256_task_tracks_steps_stay_on_the_thread_track(tmp_path):
+    """300 named tasks: 256 get a track of their own, the other 44's steps stay on the thread's track
+    (still named by their task), and every step is on the thread's track once."""
+    rep = _run(tmp_path, "t.json", program="""
+import asyncio
+
+async def one():
+    await asyncio.sleep(0)
+
+async def main():
+    await asyncio.gather(*(asyncio.create_task(one(), name=f"t{i}") for i in range(300)))
+
+asyncio.run(main())
+""")
+    ev = json.loads((tmp_path / "t.json").read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    on_thread, on_task, _, names = _steps(ev)
+    named = [n for n in on_thread if n.startswith("t") and n[1:].isdigit()]
+    assert len(named) == 300 and all(len(on_thread[n]) == 2 for n in named), len(named)
+    tracks = {n for n in on_task if n.startswith("t") and n[1:].isdigit()}
+    assert 200 <= len(tracks) <= 256 and len({e["tid"] for e in ev if e.get("ph") == "X" and e["tid"] >= TASK_TID_BASE}) <= 256
+    assert sum(t["tasks"] for t in rep["tasks"] if t["name"].startswith("t")) == 300

@@ -210,6 +210,11 @@ static struct {
     uint32_t tt_cap;
 } W;
 
+/* Task tracks made at most: a sink keeps a sequence per track (the .pftrace: its interning state, a bitmap
+ * over the code ids) and looks a track up among them, so a program with 10,000 named tasks would cost a
+ * trace 10,000 of them; past this many, a task's steps stay on its thread's track (still named by it). */
+#define OC_TASK_TRACKS_MAX 256
+
 /* the track of task `task`'s steps on thread `tid`: its tid (made on first use); tid itself if none can be */
 static long task_track(long tid, uint32_t task) {
     uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
@@ -235,6 +240,8 @@ static long task_track(long tid, uint32_t task) {
         if (W.tt[k].tid == tid && W.tt[k].task == task)
             return OC_TASK_TID_BASE + (long)k;
     }
+    if (W.ntt >= OC_TASK_TRACKS_MAX)
+        return tid;
     if (W.ntt == W.captt) {
         uint32_t cap = W.captt ? W.captt * 2 : 16;
         void *n = realloc(W.tt, cap * sizeof *W.tt);
