@@ -80,6 +80,7 @@ def _run(tmp_path, out, *extra, program=PROGRAM):
     return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
 
 
+@pytest.mark.quiet  # (the loop's own time between steps is compared: another test's load beside it inflates it)
 def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_path):
     rep = _run(tmp_path, "t.json")
     ev = json.loads((tmp_path / "t.json").read_text())
