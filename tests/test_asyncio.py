@@ -80,6 +80,7 @@ def _run(tmp_path, out, *extra, program=PROGRAM):
     return json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
 
 
+@pytest.mark.quiet  # (the loop's own time between steps is compared: another test's load beside it inflates it)
 def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_path):
     rep = _run(tmp_path, "t.json")
     ev = json.loads((tmp_path / "t.json").read_text())
@@ -116,11 +117,26 @@ def test_each_task_step_is_a_slice_named_by_its_task_around_its_coroutine(tmp_pa
     assert tasks["Task (fetch)"]["coroutine"] == "fetch", tasks
     assert tasks["Task (fetch)"]["tasks"] == 2 and tasks["Task (fetch)"]["steps"] == 4, tasks
     assert tasks["fetch-0"]["tasks"] == 1 and tasks["Task (main)"]["tasks"] == 1, tasks
+    # how each ended: the cancellation and the exception told apart
+    assert tasks["sleeper"]["ended"] == {"returned": 0, "raised": 0, "cancelled": 1}, tasks["sleeper"]
+    assert tasks["failing"]["ended"] == {"returned": 0, "raised": 1, "cancelled": 0}, tasks["failing"]
+    assert tasks["fetch-0"]["ended"]["returned"] == 1 and tasks["Task (fetch)"]["ended"]["returned"] == 2
+    # waiting: fetch-2's 20 ms sleep ended while the blocker held the loop 150 ms: it waited for it
+    assert tasks["fetch-2"]["waiting_ns"] >= 130e6, tasks["fetch-2"]
+    assert tasks["Task (fetch)"]["waiting_ns"] is None  # (two tasks: no one life)
     total_steps = sum(t["steps"] for t in rep["tasks"])
     assert total_steps == len(steps)
     running = sum(t["running_ns"] for t in rep["tasks"])
     traced = sum(e["dur"] for e in steps) * 1e3
     assert abs(running - traced) <= 0.01 * traced, (running, traced)
+    # the tasks' running time is the loop thread's busy time: its loops' runs (run_forever) less their waits
+    # in epoll, within 5 % (the rest is the loop's own work between steps)
+    thread = [e for e in ev if e.get("ph") == "X" and e["tid"] < TASK_TID_BASE]
+    runs = [e for e in thread if e["name"] == "BaseEventLoop.run_forever"]
+    waits = [e for e in thread if e["name"] == "<method 'poll' of 'select.epoll' objects>"
+             and any(r["ts"] <= e["ts"] <= r["ts"] + r["dur"] for r in runs)]
+    busy = (sum(e["dur"] for e in runs) - sum(e["dur"] for e in waits)) * 1e3
+    assert 0.95 * busy <= running <= busy, (running, busy)
     # task rows are not functions
     assert not [f for f in rep["functions"] if f["file"] == "<asyncio task>"]
 
@@ -141,10 +157,12 @@ def test_the_text_report_lists_tasks_and_stalls(tmp_path):
     assert p.returncode == 0, p.stderr
     text = p.stderr
     assert "asyncio tasks (by running time" in text, text
-    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("blocker (blocker)"))
+    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("blocker (blocker): returned"))
     assert row.split()[:2] == ["1", "2"], row  # one task, two steps
-    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("Task (fetch)"))
-    assert row.split()[:2] == ["2", "4"], row
+    row = next(ln for ln in text.splitlines() if ln.rstrip().endswith("Task (fetch): 2 returned"))
+    assert row.split()[:2] == ["2", "4"] and row.split()[3] == "-", row
+    assert any(ln.rstrip().endswith("sleeper (sleep): cancelled") for ln in text.splitlines()), text
+    assert any(ln.rstrip().endswith("failing (failing): raised") for ln in text.splitlines()), text
     assert re.search(r"Loop stalls: \d+ steps? held the event loop 100 ms or more", text), text
     stall = next(ln for ln in text.splitlines() if "blocker: blocker" in ln)
     assert stall.rstrip().endswith("<built-in method time.sleep>"), stall
@@ -239,7 +257,32 @@ def test_the_html_page_has_the_tasks_and_the_stalls(tmp_path):
     data = json.loads(blob[:blob.index("</script>")])
     tasks = {t[5]: t for t in data["tasks"]}
     assert tasks["blocker"][:2] == [1, 2] and tasks["blocker"][4] >= 140e6, tasks["blocker"]
+    assert tasks["sleeper"][8] == "cancelled" and tasks["failing"][8] == "raised", (tasks["sleeper"], tasks["failing"])
     assert tasks["Task (fetch)"][:2] == [2, 4], tasks["Task (fetch)"]
     (stall,) = [s for s in data["stalls"] if s[2] == "blocker"]
     assert stall[3].startswith("blocker (prog.py:") and stall[3].endswith("<built-in method time.sleep>"), stall
     assert 'id="tasks"' in page and "tasktable" in page
+
+
+def test_past_256_task_tracks_steps_stay_on_the_thread_track(tmp_path):
+    """300 named tasks: 256 get a track of their own, the other 44's steps stay on the thread's track
+    (still named by their task), and every step is on the thread's track once."""
+    rep = _run(tmp_path, "t.json", program="""
+import asyncio
+
+async def one():
+    await asyncio.sleep(0)
+
+async def main():
+    await asyncio.gather(*(asyncio.create_task(one(), name=f"t{i}") for i in range(300)))
+
+asyncio.run(main())
+""")
+    ev = json.loads((tmp_path / "t.json").read_text())
+    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    on_thread, on_task, _, names = _steps(ev)
+    named = [n for n in on_thread if n.startswith("t") and n[1:].isdigit()]
+    assert len(named) == 300 and all(len(on_thread[n]) == 2 for n in named), len(named)
+    tracks = {n for n in on_task if n.startswith("t") and n[1:].isdigit()}
+    assert 200 <= len(tracks) <= 256 and len({e["tid"] for e in ev if e.get("ph") == "X" and e["tid"] >= TASK_TID_BASE}) <= 256
+    assert sum(t["tasks"] for t in rep["tasks"] if t["name"].startswith("t")) == 300

@@ -307,6 +307,15 @@ def _group_generated(rows, key):
     return sorted(out, key=lambda r: r[key], reverse=key != "name") if groups else rows
 
 
+def _ended_text(g):
+    """How a task row's tasks ended: "returned", "raised", "cancelled", "not done" (one task), else counts."""
+    e, rest = g["ended"], g["not_ended"]
+    if g["tasks"] == 1:
+        return next((k for k in ("returned", "raised", "cancelled") if e[k]), "not done")
+    parts = [f"{e[k]:,} {k}" for k in ("returned", "raised", "cancelled") if e[k]]
+    return ", ".join(parts + ([f"{rest:,} not done"] if rest else [])) or "not done"
+
+
 def _fmt_ns(ns):
     if ns < 0:
         return "-" + _fmt_ns(-ns)
@@ -813,10 +822,18 @@ class Report:
         self.tasks = []
         for f in rows:
             r = raw.get(f["id"], {})
+            ended = {k: r.get(k, 0) for k in ("returned", "raised", "cancelled")}
+            one = r.get("tasks", 0) == 1
+            life = r.get("last_ns", 0) - r.get("first_ns", 0) if one else None
             self.tasks.append({"name": f["name"], "coroutine": r.get("coroutine", "?"), "tasks": r.get("tasks", 0),
                                "steps": f["calls"], "running_ns": f["total_ns"],
                                "mean_step_ns": f["total_ns"] / f["calls"] if f["calls"] else 0.0,
-                               "slowest_step_ns": f["max_ns"]})
+                               "slowest_step_ns": f["max_ns"],
+                               # one task: from its first step's begin to its last step's end, and the part of it
+                               # it was not running (awaiting); several: their steps' span
+                               "first_ns": r.get("first_ns"), "last_ns": r.get("last_ns"),
+                               "life_ns": life, "waiting_ns": max(0.0, life - f["total_ns"]) if one else None,
+                               "ended": ended, "not_ended": max(0, r.get("tasks", 0) - sum(ended.values()))})
         self.tasks.sort(key=lambda g: -g["running_ns"])
         ns = self.ns_per_tick
         self.stalls = []
@@ -1123,12 +1140,15 @@ class Report:
         out.append("")
         out.append("asyncio tasks (by running time; a step: from the loop's resume of the task's coroutine to "
                    "its next await)")
-        out.append(f"{'tasks':>7} {'steps':>9} {'running':>9} {'mean':>9} {'slowest':>9}  task (its coroutine)")
+        out.append(f"{'tasks':>7} {'steps':>9} {'running':>9} {'waiting':>9} {'mean':>9} {'slowest':>9}  "
+                   f"task (its coroutine): how it ended")
         n = max(5, min(top or 10, 10))
         for g in self.tasks[:n]:
             who = g["name"] if g["name"].startswith("Task (") else f"{g['name']} ({g['coroutine']})"
             out.extend(_fit(f"{g['tasks']:>7,} {g['steps']:>9,} {_fmt_ns(g['running_ns']):>9} "
-                            f"{_fmt_ns(g['mean_step_ns']):>9} {_fmt_ns(g['slowest_step_ns']):>9}  {who}", width, 50))
+                            f"{_fmt_ns(g['waiting_ns']) if g['waiting_ns'] is not None else '-':>9} "
+                            f"{_fmt_ns(g['mean_step_ns']):>9} {_fmt_ns(g['slowest_step_ns']):>9}  {who}: "
+                            f"{_ended_text(g)}", width, 60))
         if len(self.tasks) > n:
             out.append(f"{'':>10} ... {len(self.tasks) - n:,} more (--report-json lists them all)")
         if self.stalls:

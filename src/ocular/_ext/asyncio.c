@@ -29,6 +29,7 @@ static uint32_t other_id = UINT32_MAX;
 static PyObject *get_name_type; /* the last task type seen (held), and its get_name if that is a C method */
 static PyObject *get_name_meth;
 static uint32_t entries;       /* entries made this session */
+static PyObject *cancelled_error; /* asyncio.CancelledError, once asyncio.exceptions was imported */
 /* task -> its entry, for the tasks seen last (direct-mapped by address; a weak reference tells a live task
  * from a new one at a dead one's address): a task's later steps skip get_name, which formats asyncio's
  * default names anew at each call (1,700 instructions on 3.12) */
@@ -75,6 +76,7 @@ void oc_tasks_reset(void) {
     nunnamed = 0;
     Py_CLEAR(get_name_meth);
     Py_CLEAR(get_name_type);
+    Py_CLEAR(cancelled_error);
     other_id = UINT32_MAX;
     entries = 0;
     for (size_t i = 0; i < OC_TASK_CACHE; i++)
@@ -237,4 +239,33 @@ int oc_task_enter(oc_tbuf *b, uint32_t depth, oc_codeextra *coro) {
     r->code_id = id;
     r->info = OC_INFO(K_MARK, OC_MARK_TASK);
     return 1;
+}
+
+void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc) {
+    if (!b || b->step_depth != depth || !exc)
+        return;
+    if (!cancelled_error) {
+        PyObject *saved = PyErr_GetRaisedException();
+        PyObject *key = PyUnicode_FromString("asyncio.exceptions");
+        PyObject *mod = key ? PyImport_GetModule(key) : NULL; /* (imports nothing) */
+        Py_XDECREF(key);
+        if (mod) {
+            cancelled_error = PyObject_GetAttrString(mod, "CancelledError");
+            Py_DECREF(mod);
+            if (cancelled_error && !PyType_Check(cancelled_error))
+                Py_CLEAR(cancelled_error);
+        }
+        PyErr_Clear();
+        PyErr_SetRaisedException(saved);
+        if (!cancelled_error)
+            return;
+    }
+    if (!PyObject_TypeCheck(exc, (PyTypeObject *)cancelled_error))
+        return;
+    oc_rec *r = oc_reserve_rec();
+    if (!r)
+        return;
+    r->ts = oc_now();
+    r->code_id = OC_NO_CODE;
+    r->info = OC_INFO(K_MARK, OC_MARK_CANCELLED);
 }

@@ -295,6 +295,8 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
             RETURN_DISABLE;
         }
     }
+    if (UNLIKELY(ex->flags & CF_CORO) && kind == K_UNWIND) /* (a task's coroutine ends by an exception: cancelled?) */
+        oc_task_unwind(session_buf(), depth, args[2]);
     oc_rec *r = reserve();
     if (LIKELY(r != NULL))
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));

@@ -63,7 +63,9 @@ enum oc_kind {
  * calls of that site in its self time. */
 /* OC_MARK_TASK: the next record (an enter) begins a step of the asyncio task whose entry in the code table
  * (one per task name, filename "<asyncio task>") is code_id (asyncio.c). */
-enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3 };
+/* OC_MARK_CANCELLED: the next record (an unwind) ends the coroutine of a task's step by asyncio.CancelledError:
+ * the task was cancelled (code_id OC_NO_CODE). */
+enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3, OC_MARK_CANCELLED = 4 };
 #define OC_NO_CODE UINT32_MAX
 /* K_INSN payload bit: the instruction at this offset is not recorded (its site answered DISABLE, and so
  * will every instruction of the code object): the gap before it is the previous instruction's, and no
@@ -349,6 +351,9 @@ static inline void oc_task_leave(oc_tbuf *b, uint32_t depth) {
         b->step_depth = 0;
 }
 void oc_tasks_reset(void);                /* GIL held: at stop */
+/* a coroutine's unwind at `depth` by `exc`: an OC_MARK_CANCELLED record first if it is the step's coroutine
+ * and `exc` an asyncio.CancelledError */
+void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc);
 void oc_buffer_flush_all(void);          /* stop: hand every thread's partial chunk to the writer */
 int oc_buffer_init(void);
 void oc_buffer_fork_child(void);

@@ -147,6 +147,9 @@ typedef struct {
     uint32_t step_at;       /* the frame that began the current step: its index + 1 (0: no step) */
     uint32_t step_task;     /* the current step's task (its code id) */
     int step_started;       /* the step's enter started its coroutine (PY_START): the task's first step */
+    int step_how;           /* how the step's coroutine left: 0 suspended (or unseen), 1 returned, 2 raised,
+                             * 3 cancelled (an OC_MARK_CANCELLED came before its unwind) */
+    int cancel_mark;
     uint64_t stall_at;      /* ticks at which the step holds the loop for W.stall_ticks (0: no step, or
                              * its stall already seen) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
@@ -207,6 +210,11 @@ static struct {
     uint32_t tt_cap;
 } W;
 
+/* Task tracks made at most: a sink keeps a sequence per track (the .pftrace: its interning state, a bitmap
+ * over the code ids) and looks a track up among them, so a program with 10,000 named tasks would cost a
+ * trace 10,000 of them; past this many, a task's steps stay on its thread's track (still named by it). */
+#define OC_TASK_TRACKS_MAX 256
+
 /* the track of task `task`'s steps on thread `tid`: its tid (made on first use); tid itself if none can be */
 static long task_track(long tid, uint32_t task) {
     uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
@@ -232,6 +240,8 @@ static long task_track(long tid, uint32_t task) {
         if (W.tt[k].tid == tid && W.tt[k].task == task)
             return OC_TASK_TID_BASE + (long)k;
     }
+    if (W.ntt >= OC_TASK_TRACKS_MAX)
+        return tid;
     if (W.ntt == W.captt) {
         uint32_t cap = W.captt ? W.captt * 2 : 16;
         void *n = realloc(W.tt, cap * sizeof *W.tt);
@@ -355,6 +365,8 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
         return;
     t->step_at = t->n;
     t->step_started = started;
+    t->step_how = 0;
+    t->cancel_mark = 0;
     t->step_task = task;
     double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
     t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
@@ -403,7 +415,8 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     if (nostats)
         return;
     oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
-    oc_stats_task(task, f->code_id, t->step_started);
+    uint64_t zero = to_ns(R.tsc0), b = to_ns(f->begin_ts), e = to_ns(ts);
+    oc_stats_task(task, f->code_id, t->step_started, t->step_how, b > zero ? b - zero : 0, e > zero ? e - zero : 0);
     if (t->stall_n) {
         uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
         oc_stats_stall(task, at > zero ? at - zero : 0, incl, t->stall_codes, t->stall_n);
@@ -836,6 +849,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
             pop_to(t, keep, r->ts, 0);
         }
         if (LIKELY(t->n > 0) && t->stack[t->n - 1].depth == p) {
+            if (UNLIKELY(t->step_at == t->n)) /* (the step's coroutine: how the task goes on) */
+                t->step_how = kind == K_RETURN ? 1 : kind == K_UNWIND ? 2 + t->cancel_mark : 0;
             if (kind == K_YIELD && t->stack[t->n - 1].loops_on && t->stack[t->n - 1].code_id == r->code_id)
                 suspend_loops(t, &t->stack[t->n - 1]);
             else if (UNLIKELY(t->nsusp) && kind != K_YIELD)
@@ -937,6 +952,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         t->mark = p == OC_MARK_SAMPLED;
         if (p == OC_MARK_TASK && valid_code(r->code_id))
             t->task_mark = r->code_id + 1;
+        else if (p == OC_MARK_CANCELLED)
+            t->cancel_mark = 1;
         if (p == OC_MARK_CUT && t->n > 0 && !nostats && !R.near_zero) /* (near-zero: that frame may not be the caller) */
             oc_stats_cut(t->stack[t->n - 1].code_id, r->code_id);
         break;

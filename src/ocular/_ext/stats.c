@@ -58,13 +58,39 @@ void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint
     memcpy(s->codes, codes, s->n * sizeof *codes);
 }
 
-void oc_stats_task(uint32_t task, uint32_t coro, int started) {
+/* asyncio tasks' entries, by code id: their first step's begin, their last step's end, and how many of their
+ * tasks' coroutines returned, raised, were cancelled */
+typedef struct {
+    uint64_t first_ns, last_ns;
+    uint64_t ended[4];
+} task_life;
+static task_life *lives;
+static uint32_t nlives;
+
+void oc_stats_task(uint32_t task, uint32_t coro, int started, int how, uint64_t begin_ns, uint64_t end_ns) {
     if (task >= oc_ncs)
         return;
     oc_code_stat *c = &oc_cs[task];
     if (!c->task_root)
         c->task_root = coro + 1;
     c->task_starts += started != 0;
+    if (task >= nlives) {
+        uint32_t n = task + 64;
+        task_life *l = realloc(lives, (size_t)n * sizeof *l);
+        if (!l) {
+            failed = 1;
+            return;
+        }
+        memset(l + nlives, 0, (size_t)(n - nlives) * sizeof *l);
+        lives = l;
+        nlives = n;
+    }
+    task_life *l = &lives[task];
+    if (!l->last_ns || begin_ns < l->first_ns)
+        l->first_ns = begin_ns;
+    if (end_ns > l->last_ns)
+        l->last_ns = end_ns;
+    l->ended[how & 3]++;
 }
 
 /* [{"task": id, "begin_ns", "ticks", "stack": [(qualname, filename, firstlineno), ...]}], GIL held */
@@ -97,6 +123,9 @@ static PyObject *export_stalls(void) {
 
 
 void oc_stats_reset(void) {
+    free(lives);
+    lives = NULL;
+    nlives = 0;
     free(stalls);
     stalls = NULL;
     nstalls = capstalls = 0;
@@ -414,14 +443,19 @@ _Static_assert(sizeof FUNC_KEYS / sizeof *FUNC_KEYS == sizeof func_keys / sizeof
 
 /* an asyncio task's entry: "coroutine" (its steps' coroutine's qualname) and "tasks" (the steps that
  * started it) */
-static int export_task(PyObject *d, const oc_code_stat *c) {
+static int export_task(PyObject *d, const oc_code_stat *c, uint32_t id) {
     oc_codeent *e = c->task_root - 1 < R.ncodes ? oc_rcode(c->task_root - 1) : NULL;
     const char *q = e && e->qualname_raw ? e->qualname_raw : "?";
-    PyObject *nm = PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
-    PyObject *n = PyLong_FromUnsignedLongLong((unsigned long long)c->task_starts);
-    int rc = nm && n && PyDict_SetItemString(d, "coroutine", nm) == 0 && PyDict_SetItemString(d, "tasks", n) == 0 ? 0 : -1;
-    Py_XDECREF(nm);
-    Py_XDECREF(n);
+    static const task_life none;
+    const task_life *l = id < nlives ? &lives[id] : &none;
+    PyObject *life = Py_BuildValue("{s:N,s:K,s:K,s:K,s:K,s:K,s:K}", "coroutine",
+                                   PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace"), "tasks",
+                                   (unsigned long long)c->task_starts, "first_ns", (unsigned long long)l->first_ns,
+                                   "last_ns", (unsigned long long)l->last_ns, "returned",
+                                   (unsigned long long)l->ended[1], "raised", (unsigned long long)l->ended[2],
+                                   "cancelled", (unsigned long long)l->ended[3]);
+    int rc = life ? PyDict_Update(d, life) : -1;
+    Py_XDECREF(life);
     return rc;
 }
 
@@ -563,7 +597,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                           Py_NewRef((e->flags & CF_START_DISABLED) ? Py_True : Py_False),
                           PyLong_FromUnsignedLong(e->enters), loops, unitd, callers};
         PyObject *d = dict_of(func_keys, FUNC_KEYS, fv, 23);
-        if (d && c->task_root && export_task(d, c) < 0)
+        if (d && c->task_root && export_task(d, c, id) < 0)
             Py_CLEAR(d);
         if (!d || oc_attr_export(d, id) < 0 || PyList_Append(funcs, d) < 0) {
             Py_XDECREF(d);

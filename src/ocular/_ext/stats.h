@@ -63,8 +63,9 @@ void oc_stats_block_slow(uint32_t id, uint32_t start, uint32_t end, uint64_t cyc
 /* an asyncio task's step that held its thread's loop (render.c): the task's code id, when it began (ns),
  * its length (ticks), and the stack when it passed the limit (code ids from the step's frame up;
  * UINT32_MAX: not known) */
-/* an asyncio task's step ended (render.c): its coroutine, and whether the step started it */
-void oc_stats_task(uint32_t task, uint32_t coro, int started);
+/* an asyncio task's step ended (render.c): its coroutine, whether the step started it, how the coroutine
+ * left (0 suspended, 1 returned, 2 raised, 3 cancelled), and the step's begin and end (ns from the start) */
+void oc_stats_task(uint32_t task, uint32_t coro, int started, int how, uint64_t begin_ns, uint64_t end_ns);
 void oc_stats_stall(uint32_t task, uint64_t begin_ns, uint64_t ticks, const uint32_t *codes, uint32_t n);
 
 static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uint64_t self, uint64_t total_add) {

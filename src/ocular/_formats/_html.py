@@ -29,7 +29,7 @@ import os
 import re
 
 from .. import _ocular
-from .._report import _OCULAR_DIR, _STDLIB_DIRS, _STDLIB_RE
+from .._report import _OCULAR_DIR, _STDLIB_DIRS, _STDLIB_RE, _ended_text
 
 MIN_FRACTION = 0.0005  # icicle: frames narrower than this share of their thread are left out
 HTML_KEEP = 100000  # function rows the page keeps (by self time): a big program's every function
@@ -176,7 +176,7 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             "notation": d.get("notation") or {}, "mark_titles": MARK_TITLES,
             "page_rows": PAGE_ROWS, "top_rows": TOP_ROWS,
             "tasks": [[t["tasks"], t["steps"], t["running_ns"], t["mean_step_ns"], t["slowest_step_ns"], t["name"],
-                       t["coroutine"]] for t in d.get("tasks") or []],
+                       t["coroutine"], t.get("waiting_ns"), _ended_text(t)] for t in d.get("tasks") or []],
             "stalls": [[s["at_ns"], s["held_ns"], s["task"], " > ".join(
                 fr["name"] if fr["file"] == "~" else f"{fr['name']} ({short_path(fr['file'], project)}:{fr['line']})"
                 for fr in s["stack"] if fr["file"] != "<asyncio task>")] for s in d.get("stalls") or []],
@@ -304,13 +304,15 @@ if(!D.functions.length)tb.appendChild(el("tr",{},"")).appendChild(el("td",{colsp
 if(D.tasks.length){var tk=$("tasks");
   tk.appendChild(el("h2",{},"asyncio tasks (by running time; a step: from the loop's resume of the task's coroutine to its next await)"));
   var tt=el("table",{id:"tasktable"}),th=el("tr");
-  ["tasks","steps","running ms","mean µs","slowest ms","task (its coroutine)"].forEach(function(c,i){th.appendChild(el("th",i>4?{"class":"l"}:{},c));});
+  ["tasks","steps","running ms","waiting ms","mean µs","slowest ms","task (its coroutine)","how it ended"].forEach(function(c,i){th.appendChild(el("th",i>5?{"class":"l"}:{},c));});
   tt.appendChild(th);
   D.tasks.forEach(function(t){var tr=el("tr",{"class":"task"});
     tr.appendChild(el("td",{"class":"num"},num(t[0])));tr.appendChild(el("td",{"class":"num"},num(t[1])));
-    tr.appendChild(el("td",{"class":"num"},ms(t[2])));tr.appendChild(el("td",{"class":"num"},us(t[3])));
+    tr.appendChild(el("td",{"class":"num"},ms(t[2])));
+    tr.appendChild(el("td",{"class":"num"},t[7]===null?"-":ms(t[7])));tr.appendChild(el("td",{"class":"num"},us(t[3])));
     tr.appendChild(el("td",{"class":"num"},ms(t[4])));
-    tr.appendChild(el("td",{"class":"l name"},t[5].indexOf("Task (")===0?t[5]:t[5]+" ("+t[6]+")"));tt.appendChild(tr);});
+    tr.appendChild(el("td",{"class":"l name"},t[5].indexOf("Task (")===0?t[5]:t[5]+" ("+t[6]+")"));
+    tr.appendChild(el("td",{"class":"l"},t[8]));tt.appendChild(tr);});
   tk.appendChild(tt);
   if(D.stalls.length){
     tk.appendChild(el("h3",{},"Loop stalls: steps that held the event loop 100 ms or more (the stack each was in at 100 ms)"));
