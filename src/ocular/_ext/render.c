@@ -424,6 +424,24 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     }
 }
 
+/* The popped frame f's slice to the sink (whole, or its end), and, when it began a task's step, the step's
+ * slice around it (written first: the enclosing one of two alike) and the step's end. */
+static inline __attribute__((always_inline)) void emit_pop(rthread *t, const frame *f, uint64_t ts, int counted,
+                                                           int slice, int nostats) {
+    int step = UNLIKELY(t->step_at == t->n + 1);
+    if (sink_slices(slice)) {
+        if (step)
+            step_slice(t, f, ts, 1);
+        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
+    } else {
+        W.sink->end(&W.out, t->otid, to_ns(ts));
+        if (step)
+            step_slice(t, f, ts, 0);
+    }
+    if (step)
+        step_end(t, f, ts, counted, nostats);
+}
+
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
 static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted,
                                                               int slice, int nostats) {
@@ -434,17 +452,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
                 end_run(t, f, &f->loops[i]);
     t->n--;
     if (nostats) {
-        if (sink_slices(slice)) {
-            if (UNLIKELY(t->step_at == t->n + 1)) /* (the step's slice first: the enclosing one of two alike) */
-                step_slice(t, f, ts, 1);
-            W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-        } else {
-            W.sink->end(&W.out, t->otid, to_ns(ts));
-            if (UNLIKELY(t->step_at == t->n + 1))
-                step_slice(t, f, ts, 0);
-        }
-        if (UNLIKELY(t->step_at == t->n + 1))
-            step_end(t, f, ts, counted, nostats);
+        emit_pop(t, f, ts, counted, slice, 1);
         return;
     }
     uint64_t incl = f->self + f->child;
@@ -463,17 +471,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     }
     if (t->n > 0)
         f[-1].child += incl;
-    if (sink_slices(slice)) {
-        if (UNLIKELY(t->step_at == t->n + 1))
-            step_slice(t, f, ts, 1);
-        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
-    } else {
-        W.sink->end(&W.out, t->otid, to_ns(ts));
-        if (UNLIKELY(t->step_at == t->n + 1))
-            step_slice(t, f, ts, 0);
-    }
-    if (UNLIKELY(t->step_at == t->n + 1))
-        step_end(t, f, ts, counted, nostats);
+    emit_pop(t, f, ts, counted, slice, 0);
 }
 
 static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
