@@ -83,18 +83,26 @@ void oc_tasks_reset(void) {
         Py_CLEAR(cache[i].ref);
 }
 
+/* module.name if the program has imported that module (a new reference), else NULL; imports nothing,
+ * and leaves no exception set (the one in flight, if any, is kept) */
+static PyObject *imported_attr(const char *module, const char *name) {
+    PyObject *saved = PyErr_GetRaisedException();
+    PyObject *key = PyUnicode_FromString(module), *v = NULL;
+    PyObject *mod = key ? PyImport_GetModule(key) : NULL;
+    Py_XDECREF(key);
+    if (mod) {
+        v = PyObject_GetAttrString(mod, name);
+        Py_DECREF(mod);
+    }
+    PyErr_Clear();
+    PyErr_SetRaisedException(saved);
+    return v;
+}
+
 /* _asyncio.current_task, looked up until the program imports asyncio (NULL: not yet) */
 static PyObject *current_task_fn(void) {
-    if (!current_task) {
-        PyObject *key = PyUnicode_FromString("_asyncio");
-        PyObject *mod = key ? PyImport_GetModule(key) : NULL; /* (imports nothing) */
-        Py_XDECREF(key);
-        if (mod) {
-            current_task = PyObject_GetAttrString(mod, "current_task");
-            Py_DECREF(mod);
-        }
-        PyErr_Clear();
-    }
+    if (!current_task)
+        current_task = imported_attr("_asyncio", "current_task");
     return current_task;
 }
 
@@ -245,18 +253,9 @@ void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc) {
     if (!b || b->step_depth != depth || !exc)
         return;
     if (!cancelled_error) {
-        PyObject *saved = PyErr_GetRaisedException();
-        PyObject *key = PyUnicode_FromString("asyncio.exceptions");
-        PyObject *mod = key ? PyImport_GetModule(key) : NULL; /* (imports nothing) */
-        Py_XDECREF(key);
-        if (mod) {
-            cancelled_error = PyObject_GetAttrString(mod, "CancelledError");
-            Py_DECREF(mod);
-            if (cancelled_error && !PyType_Check(cancelled_error))
-                Py_CLEAR(cancelled_error);
-        }
-        PyErr_Clear();
-        PyErr_SetRaisedException(saved);
+        cancelled_error = imported_attr("asyncio.exceptions", "CancelledError");
+        if (cancelled_error && !PyType_Check(cancelled_error))
+            Py_CLEAR(cancelled_error);
         if (!cancelled_error)
             return;
     }
