@@ -183,11 +183,133 @@ def test_the_pftrace_has_the_same_task_slices(tmp_path):
               if ds[-1][1].parent_uuid == main_thread and not ds[-1][1].HasField("thread")}
     for name, coro in (("fetch-0", "fetch"), ("fetch-1", "fetch"), ("blocker", "blocker"), ("failing", "failing")):
         mine = slices[tracks[name]]
-        assert [s[0] for s in mine if s[3] == 0] == [name, name], (name, mine[:4])  # two steps, at the top
-        assert [s[0] for s in mine if s[3] == 1] == [coro, coro], (name, mine[:4])  # each around its coroutine
+        assert [s[0] for s in mine if s[3] == 0] == ["task life"], (name, mine[:4])  # its life, around...
+        assert [s[0] for s in mine if s[3] == 1] == [name, name], (name, mine[:4])  # ...two steps
+        assert [s[0] for s in mine if s[3] == 2] == [coro, coro], (name, mine[:4])  # each around its coroutine
     # the thread's track has each step as one slice
     on_thread = collections.Counter(s[0] for s in slices[main_thread])
     assert on_thread["fetch-0"] == on_thread["fetch-2"] == 2 and on_thread["Task (fetch)"] == 4, on_thread
+
+
+def _flows(ev):
+    """{flow id: {"s": its start, "f": its end}} of the asyncio flows in a Chrome JSON trace"""
+    out = collections.defaultdict(dict)
+    for e in ev:
+        if e.get("ph") in ("s", "f") and e.get("cat") == "asyncio":
+            assert e["ph"] not in out[e["id"]], e  # (one start and one end per id)
+            out[e["id"]][e["ph"]] = e
+    return out
+
+
+def _inside(xs, tid, ts):
+    """the X events on track tid that hold time ts, outermost first"""
+    return sorted((e for e in xs if e["tid"] == tid and e["ts"] <= ts <= e["ts"] + e["dur"]),
+                  key=lambda e: (e["ts"], -e["dur"]))
+
+
+def test_each_scheduling_of_a_task_is_a_flow_to_the_step_it_began(tmp_path):
+    """Every step of every task was scheduled through the loop's call_soon: its creation (its first step)
+    or a wake-up (a future it awaited is done, or it was cancelled).  Each is a flow from inside that
+    call_soon -- in the step of the task that did it, or in a loop callback on the thread's track -- to
+    the step it scheduled, which begins where the flow ends."""
+    _run(tmp_path, "t.json")
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    on_thread, on_task, task_xs, names = _steps(ev)
+    xs = [e for e in ev if e.get("ph") == "X"]
+    flows = _flows(ev)
+    assert flows and all(set(f) == {"s", "f"} for f in flows.values()), flows  # every flow ends
+    steps = [e for v in on_task.values() for e in v]
+    assert len(flows) == len(steps), (len(flows), len(steps))  # one per step
+    begins = {(e["tid"], e["ts"]) for e in steps}
+    by_task = collections.defaultdict(list)
+    for f in flows.values():
+        s, e = f["s"], f["f"]
+        assert (e["tid"], e["ts"]) in begins, e  # ends where a step of the task begins
+        assert s["ts"] <= e["ts"], f
+        # starts inside the loop's call_soon (on a task's track or the thread's)
+        assert _inside(xs, s["tid"], s["ts"])[-1]["name"] == "BaseEventLoop.call_soon", (s, _inside(xs, s["tid"], s["ts"]))
+        by_task[names[e["tid"]]].append((e["ts"], names[s["tid"]] if s["tid"] >= TASK_TID_BASE else "thread"))
+    main = "task Task (main)"
+    for name in ("fetch-0", "fetch-1", "fetch-2", "blocker", "failing", "sleeper"):
+        first, *later = sorted(by_task[f"task {name}"])
+        assert first[1] == main, (name, first)  # created by main's step
+    # woken: the sleeps' timers are loop callbacks (the thread's track); the cancellation is main's
+    assert [w for _, w in sorted(by_task["task blocker"])] == [main, "thread"]
+    assert [w for _, w in sorted(by_task["task sleeper"])] == [main, main]
+
+
+def test_a_task_s_life_is_a_slice_from_its_creation_to_its_end(tmp_path):
+    _run(tmp_path, "t.json")
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    on_thread, on_task, task_xs, names = _steps(ev)
+    lives = collections.defaultdict(list)
+    for e in task_xs:
+        if e["name"] == "task life":
+            lives[names[e["tid"]]].append(e)
+    flows = _flows(ev)
+    for name in ("fetch-0", "fetch-1", "fetch-2", "blocker", "failing", "sleeper"):
+        (life,) = lives[f"task {name}"]
+        mine = sorted(on_task[name], key=lambda e: e["ts"])
+        created = min(f["s"]["ts"] for f in flows.values() if names.get(f["f"]["tid"]) == f"task {name}")
+        assert abs(life["ts"] - created) < 0.002, (life, created)  # (µs, three decimals)
+        end = mine[-1]["ts"] + mine[-1]["dur"]
+        assert abs(life["ts"] + life["dur"] - end) < 0.002, (life, mine[-1])
+        assert life["ts"] < mine[0]["ts"]
+    # two tasks of one coroutine at once (gather's): their shared track shows the first life only
+    assert len(lives["task Task (fetch)"]) == 1, lives["task Task (fetch)"]
+
+
+def test_the_pftrace_has_the_flows(tmp_path):
+    pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                        reason="the perfetto package (tests/requirements.txt) decodes the .pftrace")
+    from test_perfetto import Decoded, INSTANT
+
+    _run(tmp_path, "t.pftrace")
+    d = Decoded(str(tmp_path / "t.pftrace"))
+    slices = d.slices()
+    wakes = [e for e in d.events if e["type"] == INSTANT and e["cats"] == ["asyncio"]]
+    starts = collections.Counter(i for e in wakes for i in e["flows"])
+    ends = collections.Counter(i for e in wakes for i in e["ends"])
+    assert starts and set(starts.values()) == {1} and starts == ends, (starts, ends)
+    steps = {(t, s[1]) for t, ss in slices.items() for s in ss if s[4] and s[4]["file"] == "<asyncio task>"}
+    for e in wakes:
+        assert e["name"] == "wake"
+        if e["ends"]:
+            assert (e["track"], e["ts"]) in steps, e  # in the step that begins there
+        else:
+            holding = [s for s in slices[e["track"]] if s[1] <= e["ts"] <= s[2]]
+            assert max(holding, key=lambda s: s[3])[0] == "BaseEventLoop.call_soon", (e, holding)
+
+
+def test_the_stall_limit_is_an_option(tmp_path):
+    rep = _run(tmp_path, "t.json", "--stall-ms", "300")
+    assert not [s for s in rep["stalls"] if s["task"] == "blocker"], rep["stalls"]  # (150 ms < 300)
+    assert rep["stall_ms"] == 300
+    rep = _run(tmp_path, "t.json", "--stall-ms", "5")
+    assert rep["stall_ms"] == 5
+    (stall,) = [s for s in rep["stalls"] if s["task"] == "blocker"]
+    assert stall["stack"][-1]["name"] == "<built-in method time.sleep>", stall  # (where it was at 5 ms)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "-o", "t.json", "--stall-ms", "0", "prog.py"], cwd=tmp_path,
+                       env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=180)
+    assert p.returncode != 0 and "stall_ms must be from 1" in p.stderr, p.stderr
+
+
+def test_uvloop_s_tasks_are_tasks_too(tmp_path):
+    """uvloop's loop runs asyncio's own (C) tasks: their steps, names, ends and stalls are found as with
+    asyncio's loop.  Its call_soon is compiled (no Python function starts), so no flow and no life is drawn."""
+    pytest.importorskip("uvloop", reason="uvloop (requirements-test.txt) is not installed")
+    program = PROGRAM.replace("asyncio.run(main())",
+                              "import uvloop\nasyncio.run(main(), loop_factory=uvloop.new_event_loop)")
+    rep = _run(tmp_path, "t.json", program=program)
+    tasks = {t["name"]: t for t in rep["tasks"]}
+    for name in ("fetch-0", "fetch-1", "fetch-2", "blocker", "failing"):
+        assert tasks[name]["steps"] == 2, tasks[name]
+    assert tasks["sleeper"]["ended"]["cancelled"] == 1 and tasks["failing"]["ended"]["raised"] == 1, tasks
+    (stall,) = [s for s in rep["stalls"] if s["task"] == "blocker"]
+    assert stall["stack"][-1]["name"] == "<built-in method time.sleep>", stall
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    on_thread, on_task, _, _ = _steps(ev)
+    assert len(on_task["blocker"]) == 2 and not _flows(ev)
 
 
 def test_coroutines_outside_asyncio_make_no_tasks(tmp_path):

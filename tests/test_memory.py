@@ -92,9 +92,11 @@ def test_many_threads_recording_converts_in_bounded_memory(tmp_path):
             if flags & 1:
                 assert idx in last_chunk and idx not in ended
                 ended[idx] = off
-    # every worker thread ended (the main thread did not) -- but the last one may be unmarked: join() returns
-    # when its Python state is done, before the OS thread's destructors run, and the stop may come first
-    assert len(ended) >= 20000 - 1, len(ended)
+    # every worker thread ended (the main thread did not) -- but the last ones may be unmarked: join() returns
+    # when its Python state is done, before the OS thread's destructors run, and the stop may come first; on
+    # a loaded machine the destructors of the last two or three threads can still be waiting for a CPU (CI
+    # saw 19,998 under a parallel test run)
+    assert len(ended) >= 20000 - 4, len(ended)
     for out in ("c.pftrace", "c.speedscope.json"):
         status, mb, err = peak(tmp_path, "-m", "ocular", "convert", str(rec), "-o", str(tmp_path / out))
         assert status == 0, err

@@ -113,9 +113,10 @@ class Decoded:
                 kind = a.WhichOneof("value")
                 args[key] = st["strs"][a.string_value_iid] if kind == "string_value_iid" else getattr(a, kind)
             source = st["locs"][te.source_location_iid] if te.HasField("source_location_iid") else None
-            self.events.append(dict(track=track, ts=ts, type=te.type, seq=p.trusted_packet_sequence_id,
-                                    name=st["names"][te.name_iid] if te.HasField("name_iid") else None,
-                                    cats=[st["cats"][c] for c in te.category_iids], args=args, source=source))
+            name = st["names"][te.name_iid] if te.HasField("name_iid") else te.name if te.HasField("name") else None
+            self.events.append(dict(track=track, ts=ts, type=te.type, seq=p.trusted_packet_sequence_id, name=name,
+                                    cats=[st["cats"][c] for c in te.category_iids], args=args, source=source,
+                                    flows=list(te.flow_ids), ends=list(te.terminating_flow_ids)))
 
     # ---- views ----
     def process_tracks(self):

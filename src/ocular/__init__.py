@@ -681,7 +681,7 @@ def _release_signals():
 def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, exclude=None,
                   include_only=None, output="ocular_trace.pftrace", tool_id=None, format=None, report=True,
                   ring=None, loops=None, thread_roots=False, c_functions=None, sampling=True, near_zero=False,
-                  save_on_signals=None):
+                  save_on_signals=None, stall_ms=100):
     """Start tracing every thread of this process.
 
     mode: "adaptive" (every function start and return, and jumps; a jump site is de-instrumented after
@@ -756,6 +756,9 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         (made in the main thread) is kept: the signal stops tracing (saving everything, as stop_tracing() does), then calls it,
         and it decides what happens.  An ignored signal stays ignored, a handler installed outside Python
         is left alone, and a handler the program installs while tracing replaces Ocular's.
+    stall_ms: asyncio: a task step that holds the event loop this many milliseconds or more (1 to
+        3,600,000; default 100, as asyncio's debug mode) is a loop stall, listed in the report with where
+        it was when it reached that.
 
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
@@ -779,6 +782,10 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         raise ValueError(f"deinstrument_threshold must be >= 0 (0 = trace everything), got {deinstrument_threshold}")
     if deinstrument_threshold > 0xFFFFFFF0:
         raise ValueError(f"deinstrument_threshold is too large: {deinstrument_threshold}")
+    if isinstance(stall_ms, bool) or not isinstance(stall_ms, int):
+        raise TypeError(f"stall_ms must be an int (milliseconds), not {type(stall_ms).__name__}")
+    if not 1 <= stall_ms <= 3_600_000:
+        raise ValueError(f"stall_ms must be from 1 to 3600000 (milliseconds), got {stall_ms}")
     excl = _check_patterns("exclude", exclude)
     incl = _check_patterns("include_only", include_only)
     if tool_id is not None:
@@ -821,7 +828,7 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
                 own_dir=_PACKAGE_DIR, cache_entries=_cache_entries(), process_name=_process_name(),
                 disable=_mon.DISABLE, main_ident=threading.main_thread().ident,
                 format=_start_code(fmt if path else None), recording=rec, ring_bytes=ring_bytes, loops=loops_code,
-                c_functions=c_functions, near_zero=near_zero,
+                c_functions=c_functions, near_zero=near_zero, stall_ms=stall_ms,
             )
     except BaseException:
         _release_tool(tid, ())

@@ -143,6 +143,10 @@ def build_parser():
                         "them); by default short windows (1 ms, the first at once, then 2, 4, 8 ... ms apart up "
                         "to every 100 ms; OCULAR_SAMPLING=PERIOD_MS,WINDOW_MS changes it) keep measuring them and the "
                         "report shows the estimated split, marked ~")
+    p.add_argument("--stall-ms", type=int, default=100, metavar="MS",
+                   help="asyncio: a task step that holds the event loop MS milliseconds or more is a loop stall, "
+                        "listed in the report with where it was at MS (default: %(default)s, as asyncio's debug "
+                        "mode)")
     p.add_argument("--ring", default=None, metavar="SIZE",
                    help="flight recorder: keep only the newest SIZE (e.g. 64M) of the recording in memory and "
                         "render it at exit; SIGUSR2 renders it without stopping, into OUTPUT with "
@@ -169,9 +173,7 @@ def _split_argv(argv, parser):
     argparse reads them: a long option by a unique prefix, a short option's value attached)."""
     ours = []
     i = 0
-    takes_value = {"--mode", "--threshold", "--include", "--exclude", "-o", "--output", "--tool-id", "--format",
-                   "--follow-wait", "--ring", "--top", "--sort", "--loops", "--report", "--loop-events",
-                   "--width"}
+    takes_value = {o for a in parser._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
     longs = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     while i < len(argv):
         a = argv[i]
@@ -605,7 +607,7 @@ def _run(argv=None):
                                  exclude=ns.exclude, include_only=ns.include, output=ns.output, tool_id=ns.tool_id,
                                  format=ns.format, ring=ns.ring, loops=ns.loop_events, thread_roots=ns.thread_roots,
                                  c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
-                                 report=False if ns.no_report else ("json" if ns.report_json else True),
+                                 stall_ms=ns.stall_ms, report=False if ns.no_report else ("json" if ns.report_json else True),
                                  save_on_signals=True)
 
     status = 0

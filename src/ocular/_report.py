@@ -48,7 +48,7 @@ USER = "your code"
 GENERATED = "generated code"
 TASKS = "asyncio tasks"  # a task's steps (asyncio.c): one entry per task name, file "<asyncio task>"
 TASK_FILE = "<asyncio task>"
-STALL_MS = 100  # a step that holds the event loop this long is a loop stall (render.c OC_STALL_NS)
+STALL_MS = 100  # by default, a step that holds the event loop this long is a loop stall (render.c OC_STALL_MS)
 FOLDED = ("site-packages", "standard library", GENERATED, "frozen importlib", "ocular")
 KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
 
@@ -783,6 +783,7 @@ class Report:
             "tasks": self.tasks,
             "stalls": self.stalls,
             "stalls_more": self.stalls_more,
+            "stall_ms": self.stall_ms,
         }
 
     def to_json(self, **kw):
@@ -842,6 +843,7 @@ class Report:
                                 "held_ns": s["ticks"] * ns,
                                 "stack": [{"name": q, "file": fl, "line": ln} for q, fl, ln in s["stack"]]})
         self.stalls_more = data.get("stalls_more", 0)
+        self.stall_ms = data.get("stall_ms", STALL_MS)
 
     # -- the text report ------------------------------------------------------------------------
     def marks(self, f):
@@ -1154,8 +1156,8 @@ class Report:
         if self.stalls:
             k = len(self.stalls) + self.stalls_more
             out.append("")
-            out.append(f"Loop stalls: {k:,} step{'s' if k != 1 else ''} held the event loop {STALL_MS} ms or more "
-                       f"(where each was at {STALL_MS} ms)")
+            out.append(f"Loop stalls: {k:,} step{'s' if k != 1 else ''} held the event loop {self.stall_ms} ms or more "
+                       f"(where each was at {self.stall_ms} ms)")
             out.append(f"{'at':>10} {'held':>9}  task: stack")
             for s in sorted(self.stalls, key=lambda s: -s["held_ns"])[:5]:
                 frames = [fr for fr in s["stack"] if fr["file"] != TASK_FILE]

@@ -15,6 +15,12 @@
  * the same depth (oc_task_leave).  A task renamed later keeps its first name; past OC_TASK_NAMES
  * distinct names, further ones are all "(other tasks)".  Not in near-zero mode, where function starts
  * are de-instrumented and a step's enter may go unrecorded.
+ *
+ * Who scheduled a step: asyncio's BaseEventLoop.call_soon carries CF_WAKE (codeinfo.c), so its start takes
+ * the slow path too, which calls oc_task_wake after recording the enter: when its `callback` argument is a
+ * task's step or wake-up (a bound method or builtin of a Task, or _asyncio's TaskStepMethWrapper), an
+ * OC_MARK_WAKE record names the task by its key (its address / 16), as the OC_MARK_KEY before each step's
+ * OC_MARK_TASK does; the renderer joins the two into a flow and a task's first scheduling into its life.
  */
 #include "ocular.h"
 #include <string.h>
@@ -30,6 +36,7 @@ static PyObject *get_name_type; /* the last task type seen (held), and its get_n
 static PyObject *get_name_meth;
 static uint32_t entries;       /* entries made this session */
 static PyObject *cancelled_error; /* asyncio.CancelledError, once asyncio.exceptions was imported */
+static PyObject *task_type;       /* asyncio.tasks.Task, once it was imported */
 /* task -> its entry, for the tasks seen last (direct-mapped by address; a weak reference tells a live task
  * from a new one at a dead one's address): a task's later steps skip get_name, which formats asyncio's
  * default names anew at each call (1,700 instructions on 3.12) */
@@ -77,6 +84,7 @@ void oc_tasks_reset(void) {
     Py_CLEAR(get_name_meth);
     Py_CLEAR(get_name_type);
     Py_CLEAR(cancelled_error);
+    Py_CLEAR(task_type);
     other_id = UINT32_MAX;
     entries = 0;
     for (size_t i = 0; i < OC_TASK_CACHE; i++)
@@ -210,13 +218,19 @@ static uint32_t new_entry(PyObject *table, PyObject *key, PyObject *name) {
     return id;
 }
 
-/* the code id of the current task's entry, or UINT32_MAX (no running loop, no task, no asyncio) */
-static uint32_t current_task_id(oc_codeextra *coro) {
+/* a task's key in the recording: its address / 16, 32 bits of it (OC_MARK_KEY) */
+static uint32_t key_of(PyObject *task) { return (uint32_t)((uintptr_t)task >> 4); }
+
+/* the code id of the current task's entry, or UINT32_MAX (no running loop, no task, no asyncio); *key
+ * its key */
+static uint32_t current_task_id(oc_codeextra *coro, uint32_t *key) {
     PyObject *fn = current_task_fn();
     if (!fn)
         return UINT32_MAX;
     PyObject *task = PyObject_CallNoArgs(fn); /* (C: no Python code runs; RuntimeError without a loop) */
     uint32_t id = UINT32_MAX;
+    if (task)
+        *key = key_of(task);
     if (task && task != Py_None && !cache_get(task, &id)) {
         PyObject *name = name_of(task);
         if (name) {
@@ -236,17 +250,70 @@ int oc_task_enter(oc_tbuf *b, uint32_t depth, oc_codeextra *coro) {
         return 0; /* inside the thread's current step: awaited by its coroutine */
     b->step_depth = depth;
     PyObject *exc = PyErr_GetRaisedException(); /* (PY_THROW: the exception being thrown in is kept) */
-    uint32_t id = current_task_id(coro);
+    uint32_t key = 0, id = current_task_id(coro, &key);
     PyErr_SetRaisedException(exc);
     if (id == UINT32_MAX)
         return 0;
+    uint64_t now = oc_now();
     oc_rec *r = oc_reserve_rec();
     if (!r)
         return 0;
-    r->ts = oc_now();
+    r->ts = now;
+    r->code_id = key;
+    r->info = OC_INFO(K_MARK, OC_MARK_KEY);
+    if (!(r = oc_reserve_rec()))
+        return 0; /* (a key mark alone names nothing) */
+    r->ts = now;
     r->code_id = id;
     r->info = OC_INFO(K_MARK, OC_MARK_TASK);
     return 1;
+}
+
+/* asyncio.tasks.Task (the type asyncio's tasks are instances of), once the program imported it */
+static PyObject *task_type_of_asyncio(void) {
+    if (!task_type) {
+        task_type = imported_attr("asyncio.tasks", "Task");
+        if (task_type && !PyType_Check(task_type))
+            Py_CLEAR(task_type);
+    }
+    return task_type;
+}
+
+/* The task whose step callback `cb` is, when call_soon is given one (a new reference), else NULL: asyncio's
+ * C tasks schedule a bound builtin (task_wakeup) or a TaskStepMethWrapper (which has __self__), Python tasks
+ * bound methods (__step, __wakeup).  Reads no attribute that runs Python code. */
+static PyObject *task_of_callback(PyObject *cb) {
+    PyObject *self = NULL;
+    if (PyCFunction_Check(cb))
+        self = Py_XNewRef(PyCFunction_GET_SELF(cb));
+    else if (PyMethod_Check(cb))
+        self = Py_NewRef(PyMethod_GET_SELF(cb));
+    else if (strcmp(Py_TYPE(cb)->tp_name, "_asyncio.TaskStepMethWrapper") == 0)
+        self = PyObject_GetAttrString(cb, "__self__"); /* (a C getter) */
+    PyObject *type = task_type_of_asyncio();
+    if (self && (!type || !PyObject_TypeCheck(self, (PyTypeObject *)type)))
+        Py_CLEAR(self);
+    return self;
+}
+
+void oc_task_wake(void) {
+    PyObject *exc = PyErr_GetRaisedException();
+    PyFrameObject *f = PyEval_GetFrame(); /* (call_soon's, borrowed: its start is this event) */
+    PyObject *cb = f ? PyFrame_GetVarString(f, "callback") : NULL;
+    PyObject *task = cb ? task_of_callback(cb) : NULL;
+    Py_XDECREF(cb);
+    PyErr_Clear();
+    PyErr_SetRaisedException(exc);
+    if (!task)
+        return;
+    uint32_t key = key_of(task);
+    Py_DECREF(task);
+    oc_rec *r = oc_reserve_rec();
+    if (!r)
+        return;
+    r->ts = oc_now();
+    r->code_id = key;
+    r->info = OC_INFO(K_MARK, OC_MARK_WAKE);
 }
 
 void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc) {

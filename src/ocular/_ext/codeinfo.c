@@ -292,6 +292,24 @@ static void arm_calls(oc_codeextra *ex) {
     }
 }
 
+/* asyncio's BaseEventLoop.call_soon (asyncio/base_events.py), through which asyncio schedules every task's
+ * steps: its creation's and its wake-ups' (asyncio.c, oc_task_wake) */
+static int is_call_soon(PyCodeObject *co) {
+    if (!PyUnicode_Check(co->co_name) || PyUnicode_CompareWithASCIIString(co->co_name, "call_soon") != 0 ||
+        !PyUnicode_Check(co->co_qualname) ||
+        PyUnicode_CompareWithASCIIString(co->co_qualname, "BaseEventLoop.call_soon") != 0)
+        return 0;
+    Py_ssize_t n;
+    const char *f = PyUnicode_Check(co->co_filename) ? PyUnicode_AsUTF8AndSize(co->co_filename, &n) : NULL;
+    if (!f) {
+        PyErr_Clear();
+        return 0;
+    }
+    static const char tail[] = "base_events.py", dir[] = "asyncio";
+    size_t t = sizeof tail - 1, d = sizeof dir - 1;
+    return (size_t)n > t + d + 1 && memcmp(f + n - t, tail, t) == 0 && memcmp(f + n - t - d - 1, dir, d) == 0;
+}
+
 oc_codeextra *oc_code_register(PyCodeObject *co) {
     oc_codeextra *ex = oc_codemap_get(&S.codes, (PyObject *)co);
     if (ex && ex->gen == S.gen)
@@ -397,6 +415,8 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     S.ncodes = id + 1;
     if ((co->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && !S.fn_threshold)
         ex->flags |= CF_CORO; /* (asyncio task steps, asyncio.c; not in near-zero mode) */
+    else if (!S.fn_threshold && is_call_soon(co))
+        ex->flags |= CF_WAKE; /* (which task a step is scheduled for: flows in the trace) */
     arm_calls(ex);
     return ex;
 }
@@ -588,7 +608,7 @@ void oc_codetable_snapshot(void) {
     for (uint32_t id = 0; id < S.ncodes; id++) {
         oc_codeent *e = oc_code_entry(id);
         if (e->extra) {
-            e->flags = e->extra->flags & ~(uint32_t)CF_CORO;
+            e->flags = e->extra->flags & ~CF_ASYNCIO;
             e->enters = e->extra->enters;
         }
     }

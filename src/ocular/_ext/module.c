@@ -121,24 +121,25 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     (void)mod;
     static char *kw[] = {"precise", "threshold", "output", "tmp_output", "include_only", "exclude", "own_dir",
                          "cache_entries", "process_name", "disable", "main_ident", "format", "recording",
-                         "ring_bytes", "loops", "c_functions", "near_zero", NULL};
-    enum { NREQUIRED = 14 }; /* (all but the last three) */
+                         "ring_bytes", "loops", "c_functions", "near_zero", "stall_ms", NULL};
+    enum { NREQUIRED = 14 }; /* (all but the last four) */
     int precise = -1;
     unsigned long threshold = ULONG_MAX;
     unsigned long main_ident = ULONG_MAX;
     int format = -1;
     unsigned long long ring = ULLONG_MAX;
     int loops = OC_LOOPS_ITERATIONS, c_functions = 0, near_zero = 0;
+    unsigned int stall_ms = 0;
     PyObject *out = NULL, *tmp = NULL, *inc = NULL, *exc = NULL, *own = NULL, *cache = NULL, *pname = NULL,
              *disable = NULL, *rec = NULL;
     if (PyTuple_GET_SIZE(args)) {
         PyErr_SetString(PyExc_TypeError, "_start() takes keyword arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pkOOO!O!UO!UOkiUKipp:_start", kw, &precise, &threshold, &out,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$pkOOO!O!UO!UOkiUKippI:_start", kw, &precise, &threshold, &out,
                                      &tmp, &PyTuple_Type, &inc, &PyTuple_Type, &exc, &own, &PyBytes_Type, &cache,
                                      &pname, &disable, &main_ident, &format, &rec, &ring, &loops, &c_functions,
-                                     &near_zero))
+                                     &near_zero, &stall_ms))
         return NULL;
     for (int i = 0; i < NREQUIRED; i++) /* (keyword-only arguments are optional to the parser) */
         if (!kwargs || !PyDict_GetItemString(kwargs, kw[i])) {
@@ -183,6 +184,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     S.precise = precise;
     S.threshold = (uint32_t)threshold;
     S.fn_threshold = near_zero ? S.threshold : 0;
+    S.stall_ms = stall_ms;
     atomic_store(&S.own_cost_set, 0);
     S.ccall_keep_ticks = 0;
     S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
@@ -423,7 +425,7 @@ static PyObject *py_live_codes(PyObject *mod, PyObject *unused) {
     return out;
 }
 
-static int disabled_here(const oc_codeextra *ex) { return (ex->flags & ~(uint32_t)CF_CORO) || ex->sites_disabled; }
+static int disabled_here(const oc_codeextra *ex) { return (ex->flags & ~CF_ASYNCIO) || ex->sites_disabled; }
 static int probed_here(const oc_codeextra *ex) { return ex->probe == 1 || ex->calls == 1; }
 
 /* Code objects with sites we disabled: the Python layer re-instruments them at stop so that a later

@@ -236,7 +236,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_codeextra *ex = lookup(args[0]);
     if (UNLIKELY(!ex))
         RETURN_NONE;
-    if (UNLIKELY(ex->flags & ~(uint32_t)CF_CORO)) {
+    if (UNLIKELY(ex->flags & ~CF_ASYNCIO)) {
         if (kind == K_THROW) {
             if (ex->flags & CF_EXCLUDED)
                 RETURN_NONE;
@@ -260,6 +260,8 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
         if (S.fn_threshold)
             open_push(oc_tls.buf, ex, depth);
+        if (UNLIKELY(ex->flags & CF_WAKE) && kind == K_START) /* (asyncio's call_soon: a task scheduled?) */
+            oc_task_wake();
     }
     RETURN_NONE;
 }

@@ -65,7 +65,12 @@ enum oc_kind {
  * (one per task name, filename "<asyncio task>") is code_id (asyncio.c). */
 /* OC_MARK_CANCELLED: the next record (an unwind) ends the coroutine of a task's step by asyncio.CancelledError:
  * the task was cancelled (code_id OC_NO_CODE). */
-enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3, OC_MARK_CANCELLED = 4 };
+/* OC_MARK_KEY: code_id is the key of the task the OC_MARK_TASK right after it names (its address / 16,
+ * truncated to 32 bits: the same for a task all its life).  OC_MARK_WAKE: the running code (asyncio's
+ * call_soon, just entered) scheduled a step of the task whose key is code_id: its creation (its first
+ * step) or its wake-up (a future it awaited is done).  The ts of either is its own (not timed). */
+enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3, OC_MARK_CANCELLED = 4, OC_MARK_KEY = 5,
+       OC_MARK_WAKE = 6 };
 #define OC_NO_CODE UINT32_MAX
 /* K_INSN payload bit: the instruction at this offset is not recorded (its site answered DISABLE, and so
  * will every instruction of the code object): the gap before it is the previous instruction's, and no
@@ -150,8 +155,11 @@ typedef struct {
 
 /* ---- per-code data ---- */
 /* CF_CORO: a coroutine's code (asyncio.c): its enters and leaves take the callbacks' slow path, which
- * follows asyncio task steps; not a state the recording keeps (CODESTATE leaves it out) */
-enum { CF_EXCLUDED = 1, CF_START_DISABLED = 2, CF_CORO = 4 };
+ * follows asyncio task steps.  CF_WAKE: asyncio's BaseEventLoop.call_soon, whose start takes the slow path
+ * to see which task it schedules (asyncio.c, oc_task_wake).  Neither is a state the recording keeps
+ * (CODESTATE leaves them out): CF_ASYNCIO is both. */
+enum { CF_EXCLUDED = 1, CF_START_DISABLED = 2, CF_CORO = 4, CF_WAKE = 8 };
+#define CF_ASYNCIO ((uint32_t)(CF_CORO | CF_WAKE))
 
 typedef struct {
     uint32_t gen;
@@ -203,6 +211,7 @@ typedef struct {
     uint32_t gen;
     int precise;
     uint32_t threshold;    /* hits of a jump, instruction or C call site before it answers DISABLE (0: never) */
+    uint32_t stall_ms;     /* an asyncio task step this long is a loop stall (the OPTIONS block; 0: default) */
     uint32_t fn_threshold; /* enters of a function before its start answers DISABLE: the threshold in
                               near-zero mode, else 0 (function events are never disabled) */
     uint64_t ccall_keep_ticks; /* a C call site whose timed calls average this long stays instrumented */
@@ -351,6 +360,9 @@ static inline void oc_task_leave(oc_tbuf *b, uint32_t depth) {
         b->step_depth = 0;
 }
 void oc_tasks_reset(void);                /* GIL held: at stop */
+/* asyncio's call_soon was entered (its enter recorded): an OC_MARK_WAKE record if its callback runs a
+ * step of a task */
+void oc_task_wake(void);
 /* a coroutine's unwind at `depth` by `exc`: an OC_MARK_CANCELLED record first if it is the step's coroutine
  * and `exc` an asyncio.CancelledError */
 void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc);
@@ -436,6 +448,7 @@ typedef struct {
     uint8_t cache_entries[256];
     int ring;                /* the recording is a flight-recorder window */
     int near_zero;           /* function starts were de-instrumented after the threshold (OC_REC_F_NEAR_ZERO) */
+    uint32_t stall_ms;       /* an asyncio task step this long is a loop stall (OPTIONS block; 0: none read) */
     int test_clock;          /* recorded with the test clock: figures count clock reads, no calibration */
     uint32_t python_hex;     /* PY_VERSION_HEX of the recorded interpreter (its opcode numbers) */
     char *adaptive;          /* the ADAPTIVE block's payload (malloc'd), or NULL */
@@ -528,6 +541,9 @@ typedef struct {
     /* optional: the thread ended (its last event was given): what the sink keeps for it may go (a thread
      * of the same tid that comes later is a new one) */
     void (*thread_end)(oc_out *o, long tid);
+    /* optional: a flow (an arrow between two slices): `id` begins (end 0) in the slice open on track `tid`
+     * at ts_ns, or ends (end 1) in the slice that begins there (an asyncio task's step: render.c) */
+    void (*flow)(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end);
 } oc_sink;
 /* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
 enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT, Q_THREAD_END };
+enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT, Q_THREAD_END, Q_FLOW };
 
 /* An operation is 2-6 words: the first holds the kind (low 8 bits), the code id (bits 8-39) and a
  * slice's cut flag (bit 40); times and figures follow.  The thread id is an operation of its own,
@@ -77,6 +77,10 @@ static long run_block(const uint64_t *w, uint32_t n, long tid) {
             break;
         case Q_THREAD_END:
             s->thread_end(o, tid);
+            break;
+        case Q_FLOW:
+            s->flow(o, tid, w[0], w[1], (int)(h >> 40) & 1);
+            w += 2;
             break;
         }
     }
@@ -211,6 +215,15 @@ static void q_thread_end(oc_out *o, long tid) {
     Q.wp = w + 1;
 }
 
+static void q_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+    (void)o;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_FLOW | (uint64_t)(end != 0) << 40;
+    w[1] = ts_ns;
+    w[2] = id;
+    Q.wp = w + 3;
+}
+
 static void q_header(oc_out *o) { (void)o; }
 static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
@@ -239,7 +252,7 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     Q.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
                        .loop = q_loop, .begin_cut = s->begin_cut ? q_begin_cut : NULL,
                        .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL,
-                       .thread_end = s->thread_end ? q_thread_end : NULL};
+                       .thread_end = s->thread_end ? q_thread_end : NULL, .flow = s->flow ? q_flow : NULL};
     Q.real = s;
     Q.out = out;
     Q.blk = Q.cons = Q.ready = 0;

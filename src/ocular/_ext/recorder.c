@@ -96,6 +96,9 @@ static void write_header(oc_out *o) {
     put_u32(o, (uint32_t)PY_VERSION_HEX);
     put_u32(o, nlen);
     oc_out_write(o, pn, nlen);
+    block(o, OC_BLK_OPTIONS, 8);
+    put_u32(o, S.stall_ms);
+    put_u32(o, 0);
 }
 
 /* CALIB: the mapping known so far (docs/recording.md): the final rate is 0 until the final calibration */

@@ -62,6 +62,10 @@ enum oc_block {
      * the recorder writes since windows are spaced unevenly (sampling.c); a reader that does not know it
      * sees no windows (no estimates) */
     OC_BLK_SAMPLING_W = 12,
+    /* u32 stall_ms (an asyncio task step this long is a loop stall; 0: the renderer's default, 100), u32 0:
+     * the session's render options, written after the header (a renderer that does not know it uses its
+     * defaults) */
+    OC_BLK_OPTIONS = 13,
 };
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 #define OC_SAMPLING_RD_MAGIC 0x594C4452u /* "RDLY" */

@@ -121,6 +121,15 @@ typedef struct {
     uint8_t ended;          /* its end was indexed: a later chunk of its index is another thread's */
 } tindex;
 
+/* An asyncio task this thread's loop scheduled (OC_MARK_WAKE) or ran (OC_MARK_KEY), by its key: the flow
+ * its last scheduling began, which its next step ends, and when it was made (until its first step). */
+typedef struct {
+    uint32_t key;
+    uint8_t used, started;  /* started: it has begun a step (a later scheduling is a wake-up) */
+    uint64_t flow;          /* 0: none pending */
+    uint64_t created;       /* ticks of its first scheduling, 0 if not seen */
+} wake_ent;
+
 typedef struct {
     long tid;
     long otid;              /* the track its slices go to: tid, or during an asyncio task's step (trace
@@ -154,6 +163,12 @@ typedef struct {
                              * its stall already seen) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
     uint32_t stall_codes[OC_STALL_DEPTH];
+    uint32_t key_mark;      /* an OC_MARK_KEY came before the OC_MARK_TASK of the next enter: its task's key */
+    uint8_t key_pending;
+    uint8_t step_keyed;     /* the current step's task key is known: step_key */
+    uint32_t step_key;
+    wake_ent *wk;           /* this thread's tasks by key, from their first scheduling to their end (task_wake) */
+    uint32_t wk_cap, wk_n;
 } rthread;
 
 /* the thread's tid is known: its slices' track too, unless a task's step is on its own track now */
@@ -204,7 +219,14 @@ static struct {
     struct {
         long tid;
         uint32_t task;
+        uint32_t life_key;   /* the task whose life is open on the track (life_open) */
+        uint8_t life_open;
+        uint64_t life_begin; /* ticks: when that task was made */
+        uint64_t last_end;   /* ticks: the end of the track's latest step */
     } *tt;                   /* task tracks, by index: OC_TASK_TID_BASE + index is the track's tid */
+    uint64_t flows;          /* flows begun (their ids: 1, 2, ...) */
+    uint32_t life_code;      /* a code id made up for tasks' lives ("task life"); UINT32_MAX: none */
+    uint64_t stall_ticks;    /* a step this long is a loop stall (R.stall_ns in ticks, at the first step) */
     uint32_t ntt, captt;
     uint32_t *tt_hash;       /* (thread tid, task) -> 1 + index, open addressing (0: free) */
     uint32_t tt_cap;
@@ -250,6 +272,7 @@ static long task_track(long tid, uint32_t task) {
         W.tt = n;
         W.captt = cap;
     }
+    memset(&W.tt[W.ntt], 0, sizeof W.tt[W.ntt]);
     W.tt[W.ntt].tid = tid;
     W.tt[W.ntt].task = task;
     W.tt_hash[j] = ++W.ntt;
@@ -357,10 +380,111 @@ static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->s
  * (calls: steps; inclusive: the time the task ran; self: none), its frame's caller there.  A step that
  * holds the thread W.stall_ticks or more is a loop stall: the stack when it reached that (from the step's
  * frame up) and its whole length go to the statistics (oc_stats_stall). */
-#define OC_STALL_NS 100e6 /* asyncio's debug mode's slow_callback_duration */
+#define OC_STALL_MS 100 /* asyncio's debug mode's slow_callback_duration; the recording may say otherwise */
+
+/* ---- which task woke which (trace formats): flows, and tasks' lives ----
+ * OC_MARK_WAKE: asyncio's call_soon, running on this thread, scheduled a step of the task with that key.
+ * The scheduling begins a flow in the slice open there (call_soon's, inside the waking task's step or
+ * the loop's callback), which the task's next step ends.  A task's first scheduling is its creation: its
+ * life, from then to the end of its last step, is a slice ("task life") on its track, when the track
+ * has no other life open and no step since (a track shared by tasks of one name or one coroutine shows
+ * the first of overlapping lives only; the report counts them all).  Keys are tasks' addresses: one is
+ * forgotten when its task ends, so that a new task at the same address is a new one. */
+static inline uint32_t wake_slot(uint32_t key, uint32_t cap) { return (key * 0x9E3779B1u) >> 7 & (cap - 1); }
+
+/* the task `key`'s entry (added: made if missing; NULL without memory) */
+static wake_ent *wake_find(rthread *t, uint32_t key, int add) {
+    if (add && (t->wk_n + 1) * 2 > t->wk_cap) {
+        uint32_t cap = t->wk_cap ? t->wk_cap * 2 : 64;
+        wake_ent *n = cap <= (1u << 24) ? calloc(cap, sizeof *n) : NULL;
+        if (!n)
+            return NULL;
+        for (uint32_t i = 0; i < t->wk_cap; i++)
+            if (t->wk[i].used) {
+                uint32_t j = wake_slot(t->wk[i].key, cap);
+                while (n[j].used)
+                    j = (j + 1) & (cap - 1);
+                n[j] = t->wk[i];
+            }
+        free(t->wk);
+        t->wk = n;
+        t->wk_cap = cap;
+    }
+    if (!t->wk_cap)
+        return NULL;
+    uint32_t j = wake_slot(key, t->wk_cap);
+    for (; t->wk[j].used; j = (j + 1) & (t->wk_cap - 1))
+        if (t->wk[j].key == key)
+            return &t->wk[j];
+    if (!add)
+        return NULL;
+    t->wk[j] = (wake_ent){.key = key, .used = 1};
+    t->wk_n++;
+    return &t->wk[j];
+}
+
+/* forget an entry (linear probing: the entries after it that would not be found move up) */
+static void wake_del(rthread *t, wake_ent *e) {
+    uint32_t m = t->wk_cap - 1, i = (uint32_t)(e - t->wk), j = i;
+    for (;;) {
+        j = (j + 1) & m;
+        if (!t->wk[j].used)
+            break;
+        uint32_t h = wake_slot(t->wk[j].key, t->wk_cap);
+        if (((j - h) & m) >= ((j - i) & m)) { /* (its home is not between i and j: it may move to i) */
+            t->wk[i] = t->wk[j];
+            i = j;
+        }
+    }
+    t->wk[i].used = 0;
+    t->wk_n--;
+}
+
+static __attribute__((noinline, cold)) void task_wake(rthread *t, uint32_t key, uint64_t ts) {
+    wake_ent *e = wake_find(t, key, 1);
+    if (!e)
+        return;
+    if (!e->started && !e->created)
+        e->created = ts ? ts : 1;
+    if (W.sink->flow) {
+        e->flow = ++W.flows;
+        W.sink->flow(&W.out, t->otid, to_ns(ts), e->flow, 0);
+    }
+}
+
+static void life_end(uint32_t k, uint64_t ts) {
+    W.tt[k].life_open = 0;
+    long track = OC_TASK_TID_BASE + (long)k;
+    if (W.sink->slice)
+        W.sink->slice(&W.out, track, to_ns(W.tt[k].life_begin), to_ns(ts), W.life_code, 0);
+    else
+        W.sink->end(&W.out, track, to_ns(ts));
+}
+
+/* the step about to begin on task track `otid` is keyed: its life begins (before the step's slice), and its
+ * scheduling's flow ends in it (after) -- step_begin */
+static __attribute__((noinline, cold)) wake_ent *step_keyed(rthread *t, int slice) {
+    wake_ent *e = wake_find(t, t->step_key, 1);
+    if (!e || e->started)
+        return e;
+    e->started = 1;
+    if (e->created && t->otid != t->tid && W.life_code != UINT32_MAX) {
+        uint32_t k = (uint32_t)(t->otid - OC_TASK_TID_BASE);
+        if (!W.tt[k].life_open && W.tt[k].last_end <= e->created) {
+            W.tt[k].life_open = 1;
+            W.tt[k].life_key = t->step_key;
+            W.tt[k].life_begin = e->created;
+            if (!sink_slices(slice))
+                W.sink->begin(&W.out, t->otid, to_ns(e->created), W.life_code);
+        }
+    }
+    return e;
+}
 
 static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice, int started,
                                                        uint32_t task) {
+    int keyed = t->key_pending;
+    t->key_pending = 0;
     if (t->step_at) /* (a step inside a step: a nested event loop; the outer one goes on) */
         return;
     t->step_at = t->n;
@@ -368,15 +492,26 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
     t->step_how = 0;
     t->cancel_mark = 0;
     t->step_task = task;
-    double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
-    t->stall_at = ts + (uint64_t)(OC_STALL_NS / npt);
+    t->step_keyed = (uint8_t)keyed;
+    t->step_key = t->key_mark;
+    if (!W.stall_ticks) {
+        double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
+        W.stall_ticks = (uint64_t)((R.stall_ms ? R.stall_ms : OC_STALL_MS) * 1e6 / npt);
+        W.stall_ticks += !W.stall_ticks;
+    }
+    t->stall_at = ts + W.stall_ticks;
     t->stall_n = 0;
     if (!sink_slices(slice)) /* (the step on the thread's track) */
         W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
     if (W.task_tracks) { /* ...and on the task's, with the coroutine's stack */
         t->otid = task_track(t->tid, t->step_task);
+        wake_ent *e = keyed ? step_keyed(t, slice) : NULL;
         if (t->otid != t->tid && !sink_slices(slice))
             W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
+        if (e && e->flow && W.sink->flow) {
+            W.sink->flow(&W.out, t->otid, to_ns(ts), e->flow, 1);
+            e->flow = 0;
+        }
     }
 }
 
@@ -405,6 +540,17 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     uint64_t incl = ts > f->begin_ts ? ts - f->begin_ts : 0;
     t->step_at = 0;
     t->stall_at = 0;
+    if (t->otid != t->tid) {
+        uint32_t k = (uint32_t)(t->otid - OC_TASK_TID_BASE);
+        W.tt[k].last_end = ts;
+        if (t->step_how && t->step_keyed && W.tt[k].life_open && W.tt[k].life_key == t->step_key)
+            life_end(k, ts); /* (the task is done) */
+    }
+    if (t->step_how && t->step_keyed && t->wk_cap) {
+        wake_ent *e = wake_find(t, t->step_key, 0);
+        if (e)
+            wake_del(t, e);
+    }
     if (t->otid != t->tid) { /* back on the thread's track, which has the step as one slice */
         t->otid = t->tid;
         if (W.sink->slice)
@@ -952,6 +1098,11 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
             t->task_mark = r->code_id + 1;
         else if (p == OC_MARK_CANCELLED)
             t->cancel_mark = 1;
+        else if (p == OC_MARK_KEY) {
+            t->key_mark = r->code_id;
+            t->key_pending = 1;
+        } else if (p == OC_MARK_WAKE && W.task_tracks)
+            task_wake(t, r->code_id, r->ts);
         if (p == OC_MARK_CUT && t->n > 0 && !nostats && !R.near_zero) /* (near-zero: that frame may not be the caller) */
             oc_stats_cut(t->stack[t->n - 1].code_id, r->code_id);
         break;
@@ -1396,6 +1547,7 @@ static void free_thread(uint32_t i) {
         if (W.cur == i + 1)
             W.cur = 0; /* (its frames are popped: none links same_top) */
         free(t->stack);
+        free(t->wk);
         free(t);
         W.threads[i] = NULL;
     }
@@ -1413,6 +1565,7 @@ static void free_render_state(void) {
     for (uint32_t i = 0; i < W.nthreads; i++) {
         if (W.threads[i]) {
             free(W.threads[i]->stack);
+            free(W.threads[i]->wk);
             free(W.threads[i]);
         }
         free(W.ix[i].spans);
@@ -1719,6 +1872,10 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             W.total += n;
             break;
         }
+        case OC_BLK_OPTIONS:
+            if (len >= 4)
+                R.stall_ms = rd32(p);
+            break;
         case OC_BLK_OWNCOST:
             if (len >= 8) {
                 uint32_t n = rd32(p);
@@ -1793,7 +1950,7 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
     (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
 }
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
-const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL, NULL};
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- the driver ---- */
 
@@ -1891,15 +2048,22 @@ static int name_output(const char *out_path) {
     return linkat(AT_FDCWD, proc, AT_FDCWD, out_path, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
 }
 
-/* The recorded pauses are slices of a code id made up after every recorded one. */
-static int add_pause_code(void) {
-    W.pause_code = R.ncodes;
-    if (grow_codes(W.pause_code) < 0)
-        return -1;
-    oc_codeent *e = &R.codes[W.pause_code];
-    e->qualname = e->qualname_raw = na_strdup(OC_PAUSE_NAME, strlen(OC_PAUSE_NAME));
+/* A code id made up after every recorded one, named `name` (UINT32_MAX without memory) */
+static uint32_t made_up_code(const char *name) {
+    uint32_t id = R.ncodes;
+    if (grow_codes(id) < 0)
+        return UINT32_MAX;
+    oc_codeent *e = &R.codes[id];
+    e->qualname = e->qualname_raw = na_strdup(name, strlen(name));
     e->filename = e->filename_raw = na_strdup("<ocular>", 8);
-    return e->qualname && e->filename ? 0 : -1;
+    return e->qualname && e->filename ? id : UINT32_MAX;
+}
+
+/* The recorded pauses are slices of a made-up code, and so are asyncio tasks' lives. */
+static int add_pause_code(void) {
+    W.pause_code = made_up_code(OC_PAUSE_NAME);
+    W.life_code = made_up_code("task life");
+    return W.pause_code != UINT32_MAX && W.life_code != UINT32_MAX ? 0 : -1;
 }
 
 static inline void set_tid(uint32_t i) {
@@ -1981,11 +2145,17 @@ static void render_ref(uint32_t i, uint32_t s, int drop) {
  * thread's last record). */
 static void close_thread(uint32_t i, int ended) {
     rthread *t = W.threads[i];
-    if (!t || !t->n)
+    if (!t)
         return;
-    switch_thread(i);
     uint64_t end = W.complete && !ended ? W.stop_ticks : t->prev_ts;
-    pop_to(t, 0, end > t->prev_ts ? end : t->prev_ts, 0);
+    end = end > t->prev_ts ? end : t->prev_ts;
+    if (t->n) {
+        switch_thread(i);
+        pop_to(t, 0, end, 0);
+    }
+    for (uint32_t k = 0; k < W.ntt; k++) /* (tasks still alive: their lives too) */
+        if (W.tt[k].life_open && W.tt[k].tid == t->tid)
+            life_end(k, end);
 }
 
 /* The end of thread slot i is rendered (its THREAD block says it ended): its open slices close, and all
@@ -2085,7 +2255,7 @@ static uint32_t live_step(void) {
             return 0;
         }
         L.opened = 1;
-        W.pause_code = UINT32_MAX;
+        W.pause_code = W.life_code = UINT32_MAX;
     }
     while (L.known < R.ncodes && R.codes[L.known].qualname)
         L.known++;

@@ -310,6 +310,21 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
     free_tails();
 }
 
+/* A flow's end (Trace Event Format's flow events): "s" binds to the slice open on the track at ts_ns,
+ * "f" to the next slice that begins there (an asyncio task's scheduling, and the step it scheduled) */
+static void json_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+    if (end)
+        LIT(o, "{\"ph\":\"f\",\"id\":");
+    else
+        LIT(o, "{\"ph\":\"s\",\"id\":");
+    put_u64(o, id);
+    LIT(o, ",");
+    put_pid_tid(o, tid);
+    LIT(o, ",\"ts\":");
+    put_ts(o, ts_ns);
+    LIT(o, ",\"cat\":\"asyncio\",\"name\":\"wake\"},\n");
+}
+
 const oc_sink oc_sink_json = {
     .name = "json",
     .header = json_header,
@@ -317,4 +332,5 @@ const oc_sink oc_sink_json = {
     .footer = json_footer,
     .loop_run = json_loop_run,
     .slice = json_slice,
+    .flow = json_flow,
 };

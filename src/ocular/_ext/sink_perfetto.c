@@ -103,6 +103,9 @@ enum {
     TE_TYPE = 9,
     TE_NAME_IID = 10,
     TE_SOURCE_LOCATION_IID = 34,
+    TE_NAME = 23,
+    TE_FLOW_IDS = 47,             /* (repeated fixed64) */
+    TE_TERMINATING_FLOW_IDS = 48, /* (repeated fixed64) */
     DA_NAME_IID = 1, /* DebugAnnotation */
     DA_UINT_VALUE = 3,
     DA_INT_VALUE = 4,
@@ -140,8 +143,8 @@ enum { SEQS_PER_PROCESS_BITS = 10 };
 #define TAG_LEN(f) ((uint8_t)((f) << 3 | 2))
 
 /* fixed interned ids */
-enum { CAT_PYTHON = 1, CAT_LOOP = 2 };
-static const char *const cat_names[] = {NULL, "python", "loop"};
+enum { CAT_PYTHON = 1, CAT_LOOP = 2, CAT_ASYNCIO = 3 };
+static const char *const cat_names[] = {NULL, "python", "loop", "asyncio"};
 enum { AN_INSTRUCTIONS = 1, AN_CYCLES, AN_NS, AN_LINE, AN_OFFSET, AN_COUNT };
 static const char *const ann_names[] = {NULL, "instructions", "cycles", "ns", "line", "offset"};
 
@@ -1270,6 +1273,31 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
     free_state();
 }
 
+/* A flow's end: an instant "wake" in the slice open on the track (flow_ids: the flow begins there; or
+ * terminating_flow_ids: it ends there) -- an asyncio task's scheduling, and the step it scheduled */
+static void pf_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+    pf_thread *t = thread_for(o, tid, ts_ns);
+    if (!t)
+        return;
+    pbw *w = pkt_start();
+    seq_header(w, t);
+    interning in = {0};
+    intern_category(w, &in, t, CAT_ASYNCIO);
+    intern_end(w, &in);
+    pb_open(w, TP_TRACK_EVENT);
+    pb_uint(w, TE_TYPE, TYPE_INSTANT);
+    pb_uint(w, TE_CATEGORY_IIDS, CAT_ASYNCIO);
+    pb_str(w, TE_NAME, "wake");
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(id >> (8 * i));
+    pb_varint(w, (uint64_t)(end ? TE_TERMINATING_FLOW_IDS : TE_FLOW_IDS) << 3 | 1); /* (wire type 1: fixed64) */
+    pb_raw(w, b, 8);
+    pb_close(w);
+    put_ts(w, t, ts_ns);
+    pkt_end(o);
+}
+
 const oc_sink oc_sink_perfetto = {
     .name = "perfetto",
     .header = pf_header,
@@ -1280,4 +1308,5 @@ const oc_sink oc_sink_perfetto = {
     .begin_cut = NULL,
     .loop_run = NULL,
     .thread_end = pf_thread_end,
+    .flow = pf_flow,
 };

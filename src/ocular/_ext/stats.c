@@ -621,7 +621,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         Py_DECREF(funcs);
         return NULL;
     }
-    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N,s:N,s:K}", "events",
+    return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N,s:N,s:K,s:I}", "events",
                          (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
                          "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
                          (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
@@ -629,7 +629,8 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
                          R.precise, "stats_incomplete", failed ? Py_True : Py_False, "threshold", R.threshold,
                          "near_zero", R.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
                          R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None),
-                         "own_cost", own, "stalls", st, "stalls_more", (unsigned long long)stalls_more);
+                         "own_cost", own, "stalls", st, "stalls_more", (unsigned long long)stalls_more,
+                         "stall_ms", R.stall_ms ? R.stall_ms : 100u);
 fail:
     free(keep);
     Py_DECREF(funcs);

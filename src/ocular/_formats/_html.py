@@ -180,6 +180,7 @@ def build(tree, rendered, title="Ocular profile", with_code=False, cwd=None):
             "stalls": [[s["at_ns"], s["held_ns"], s["task"], " > ".join(
                 fr["name"] if fr["file"] == "~" else f"{fr['name']} ({short_path(fr['file'], project)}:{fr['line']})"
                 for fr in s["stack"] if fr["file"] != "<asyncio task>")] for s in d.get("stalls") or []],
+            "stall_ms": d.get("stall_ms", 100),
             "note": tree.note}
     # inside <script>: no "<" at all (a name holding "<!--" then "<script" would put the HTML parser in a
     # state where the page's own </script> no longer ends the data, and the page would stay blank)
@@ -315,7 +316,7 @@ if(D.tasks.length){var tk=$("tasks");
     tr.appendChild(el("td",{"class":"l"},t[8]));tt.appendChild(tr);});
   tk.appendChild(tt);
   if(D.stalls.length){
-    tk.appendChild(el("h3",{},"Loop stalls: steps that held the event loop 100 ms or more (the stack each was in at 100 ms)"));
+    tk.appendChild(el("h3",{},"Loop stalls: steps that held the event loop "+D.stall_ms+" ms or more (the stack each was in at "+D.stall_ms+" ms)"));
     var st=el("table",{id:"stalltable"}),sh=el("tr");
     ["at ms","held ms","task","stack"].forEach(function(c,i){sh.appendChild(el("th",i>1?{"class":"l"}:{},c));});
     st.appendChild(sh);
