@@ -117,7 +117,7 @@ test-installed: check-versions
 SAN_CC ?= gcc
 SAN_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
               -fno-sanitize-recover=undefined -Wall -Wextra -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -pthread
-ASAN_TESTS ?= tests/test_report.py tests/test_api.py tests/test_stress.py tests/test_live_render.py \
+ASAN_TESTS ?= tests/test_report.py tests/test_api.py tests/test_stress.py tests/test_live_render.py tests/test_asyncio.py \
   tests/test_perfetto.py::test_rendering_on_two_threads_is_the_same_trace
 ASAN_K ?= not cli
 ASAN_ENV = LD_PRELOAD="$$($(SAN_CC) -print-file-name=libasan.so) $$($(SAN_CC) -print-file-name=libubsan.so)" \

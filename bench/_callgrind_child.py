@@ -142,6 +142,10 @@ def _workload(spec, outdir):
         from bench.workloads import loop_ccalls
 
         return loop_ccalls, int(arg)
+    if kind == "aio_loopback":
+        from bench.workloads import aio_loopback
+
+        return aio_loopback, int(arg)
     if kind == "pyperf":
         # the benchmark's own run_benchmark.py, unmodified, as one pyperf worker (bench/pyperf_suite.py)
         import functools

@@ -330,7 +330,7 @@ def main(argv=None) -> int:
     workloads = tuple(args.workloads.split(","))
     for w in workloads:
         kind, _, arg = w.partition(":")
-        if not (kind in ("fib", "loop_ccalls") and arg.isdigit() or kind == "pyperf" and arg in PYPERF):
+        if not (kind in ("fib", "loop_ccalls", "aio_loopback") and arg.isdigit() or kind == "pyperf" and arg in PYPERF):
             ap.error("unknown workload {!r}".format(w))
 
     from bench import micro

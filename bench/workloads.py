@@ -286,6 +286,49 @@ def threads(size):
 
 
 # --------------------------------------------------------------------------
+# aio_loopback: an asyncio server and its clients on 127.0.0.1 (asyncio's streams).
+
+
+async def _aio_serve(reader, writer):
+    while line := await reader.readline():
+        writer.write(line.upper())
+        await writer.drain()
+    writer.close()
+
+
+async def _aio_client(port, n):
+    import asyncio
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    got = 0
+    for i in range(n):
+        writer.write(b"request %d\n" % i)
+        await writer.drain()
+        got += len(await reader.readline())
+    writer.close()
+    await writer.wait_closed()
+    return got
+
+
+async def _aio_main(size, clients):
+    import asyncio
+
+    server = await asyncio.start_server(_aio_serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        got = await asyncio.gather(*(_aio_client(port, size // clients) for _ in range(clients)))
+    return sum(got)
+
+
+def aio_loopback(size):
+    """An asyncio echo server and 20 clients on loopback, ``size`` request lines in all: each a
+    client task's write, the server task's read and reply, the client's read (asyncio's streams)."""
+    import asyncio
+
+    return asyncio.run(_aio_main(size, 20))
+
+
+# --------------------------------------------------------------------------
 
 
 class Workload:
@@ -317,5 +360,6 @@ WORKLOADS = {
         Workload("strings_dicts", strings_dicts, 12_000, 1_200, "str formatting/splitting, dict counting"),
         Workload("objects", objects, 250, 25, "small OO simulation, 50 bodies"),
         Workload("threads", threads, 23, 18, "4 threads of fib(n)"),
+        Workload("aio_loopback", aio_loopback, 2_000, 200, "asyncio echo server and 20 clients on loopback"),
     )
 }

@@ -163,7 +163,7 @@ def test_the_text_report_lists_tasks_and_stalls(tmp_path):
     assert row.split()[:2] == ["2", "4"] and row.split()[3] == "-", row
     assert any(ln.rstrip().endswith("sleeper (sleep): cancelled") for ln in text.splitlines()), text
     assert any(ln.rstrip().endswith("failing (failing): raised") for ln in text.splitlines()), text
-    assert re.search(r"Loop stalls: \d+ steps? held the event loop 100 ms or more", text), text
+    assert re.search(r"Loop stalls: \d+ steps? or callbacks? held the event loop 100 ms or more", text), text
     stall = next(ln for ln in text.splitlines() if "blocker: blocker" in ln)
     assert stall.rstrip().endswith("<built-in method time.sleep>"), stall
 
@@ -267,18 +267,54 @@ def test_the_pftrace_has_the_flows(tmp_path):
     _run(tmp_path, "t.pftrace")
     d = Decoded(str(tmp_path / "t.pftrace"))
     slices = d.slices()
-    wakes = [e for e in d.events if e["type"] == INSTANT and e["cats"] == ["asyncio"]]
+    wakes = [e for e in d.events if e["type"] == INSTANT and e["cats"] == ["asyncio"] and e["name"] == "wake"]
+    stalls = [e for e in d.events if e["type"] == INSTANT and e["cats"] == ["asyncio"] and e["name"] != "wake"]
+    assert {e["name"] for e in stalls} == {"loop stall (held the event loop 100 ms)"}, stalls
     starts = collections.Counter(i for e in wakes for i in e["flows"])
     ends = collections.Counter(i for e in wakes for i in e["ends"])
     assert starts and set(starts.values()) == {1} and starts == ends, (starts, ends)
     steps = {(t, s[1]) for t, ss in slices.items() for s in ss if s[4] and s[4]["file"] == "<asyncio task>"}
     for e in wakes:
-        assert e["name"] == "wake"
         if e["ends"]:
             assert (e["track"], e["ts"]) in steps, e  # in the step that begins there
         else:
             holding = [s for s in slices[e["track"]] if s[1] <= e["ts"] <= s[2]]
             assert max(holding, key=lambda s: s[3])[0] == "BaseEventLoop.call_soon", (e, holding)
+
+
+def test_a_stall_is_marked_in_the_timeline_where_it_passed_the_limit(tmp_path):
+    _run(tmp_path, "t.json")
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    on_thread, on_task, _, names = _steps(ev)
+    marks = [e for e in ev if e.get("ph") == "i" and e.get("cat") == "asyncio"]
+    assert {e["name"] for e in marks} == {"loop stall (held the event loop 100 ms)"}, marks
+    (step,) = [e for e in on_thread["blocker"] if e["dur"] >= 140e3]  # (µs)
+    mine = [e for e in marks if step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    # on the thread's track and on the task's, 100 ms after the step began
+    assert sorted(names[e["tid"]] for e in mine) == ["MainThread", "task blocker"], mine
+    assert all(abs(e["ts"] - step["ts"] - 100e3) < 1 for e in mine), (step, mine)
+
+
+CALLBACK_STALL = """
+import asyncio, time
+
+def slow_callback():
+    time.sleep(0.15)   # a plain loop callback, not a task's step, that holds the loop
+
+async def main():
+    asyncio.get_running_loop().call_later(0.01, slow_callback)
+    await asyncio.sleep(0.2)
+
+asyncio.run(main())
+"""
+
+
+def test_a_loop_callback_that_holds_the_loop_is_a_stall_too(tmp_path):
+    rep = _run(tmp_path, "t.json", program=CALLBACK_STALL)
+    (stall,) = [s for s in rep["stalls"] if s["task"] == "(loop callback)"]
+    assert 140e6 <= stall["held_ns"] <= 1e9, stall
+    assert [f["name"] for f in stall["stack"]] == ["slow_callback", "<built-in method time.sleep>"], stall
+    assert not [s for s in rep["stalls"] if s["task"] != "(loop callback)"], rep["stalls"]
 
 
 def test_the_stall_limit_is_an_option(tmp_path):
@@ -292,6 +328,34 @@ def test_the_stall_limit_is_an_option(tmp_path):
     p = subprocess.run([*python_cmd(), "-m", "ocular", "-o", "t.json", "--stall-ms", "0", "prog.py"], cwd=tmp_path,
                        env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=180)
     assert p.returncode != 0 and "stall_ms must be from 1" in p.stderr, p.stderr
+
+
+def test_thousands_of_tasks_at_once_each_step_has_its_flow(tmp_path):
+    """5,000 tasks alive at once, made in two waves (the renderer's table of tasks by key grows, and forgets
+    each task as it ends, so that the second wave's tasks -- some at the first wave's addresses -- are new
+    ones): every step still ends exactly one flow, and each task's first flow comes from its creator."""
+    program = """
+import asyncio
+
+async def hop(i):
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    return i
+
+async def main():
+    for wave in range(2):
+        await asyncio.gather(*(hop(i) for i in range(2500)))
+
+asyncio.run(main())
+"""
+    _run(tmp_path, "t.json", program=program)
+    ev = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    on_thread, on_task, _, _ = _steps(ev)
+    flows = _flows(ev)
+    assert all(set(f) == {"s", "f"} for f in flows.values())
+    steps = sum(len(v) for v in on_thread.values())  # (the thread's track has every step, the task tracks all)
+    # (+ main's 3 steps, and asyncio.run's two shutdown tasks' one each)
+    assert steps == 5000 * 3 + 5 and len(flows) == steps, (steps, len(flows))
 
 
 def test_uvloop_s_tasks_are_tasks_too(tmp_path):

@@ -48,6 +48,8 @@ USER = "your code"
 GENERATED = "generated code"
 TASKS = "asyncio tasks"  # a task's steps (asyncio.c): one entry per task name, file "<asyncio task>"
 TASK_FILE = "<asyncio task>"
+CALLBACK = "(loop callback)"  # a loop stall's "task" when a callback that is no task's step held the loop
+_CALLBACK_RUNNERS = ("Handle._run", "<method 'run' of '_contextvars.Context' objects>")  # (asyncio's, above it)
 STALL_MS = 100  # by default, a step that holds the event loop this long is a loop stall (render.c OC_STALL_MS)
 FOLDED = ("site-packages", "standard library", GENERATED, "frozen importlib", "ocular")
 KEEP_FUNCTIONS = 5000  # rows a Report keeps (by self time, and loops by cycles): bounded memory at stop
@@ -839,9 +841,12 @@ class Report:
         ns = self.ns_per_tick
         self.stalls = []
         for s in data.get("stalls") or ():
-            self.stalls.append({"task": self._task_names.get(s["task"], "?"), "at_ns": s["begin_ns"],
-                                "held_ns": s["ticks"] * ns,
-                                "stack": [{"name": q, "file": fl, "line": ln} for q, fl, ln in s["stack"]]})
+            stack = [{"name": q, "file": fl, "line": ln} for q, fl, ln in s["stack"]]
+            if s["task"] == 0xFFFFFFFF:  # a loop callback, not a task's step: from the callback up
+                while stack and stack[0]["name"] in _CALLBACK_RUNNERS:
+                    del stack[0]
+            self.stalls.append({"task": CALLBACK if s["task"] == 0xFFFFFFFF else self._task_names.get(s["task"], "?"),
+                                "at_ns": s["begin_ns"], "held_ns": s["ticks"] * ns, "stack": stack})
         self.stalls_more = data.get("stalls_more", 0)
         self.stall_ms = data.get("stall_ms", STALL_MS)
 
@@ -1156,7 +1161,8 @@ class Report:
         if self.stalls:
             k = len(self.stalls) + self.stalls_more
             out.append("")
-            out.append(f"Loop stalls: {k:,} step{'s' if k != 1 else ''} held the event loop {self.stall_ms} ms or more "
+            out.append(f"Loop stalls: {k:,} step{'s' if k != 1 else ''} or callback{'s' if k != 1 else ''} held the "
+                       f"event loop {self.stall_ms} ms or more "
                        f"(where each was at {self.stall_ms} ms)")
             out.append(f"{'at':>10} {'held':>9}  task: stack")
             for s in sorted(self.stalls, key=lambda s: -s["held_ns"])[:5]:

@@ -544,6 +544,8 @@ typedef struct {
     /* optional: a flow (an arrow between two slices): `id` begins (end 0) in the slice open on track `tid`
      * at ts_ns, or ends (end 1) in the slice that begins there (an asyncio task's step: render.c) */
     void (*flow)(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end);
+    /* optional: an instant named by code_id on track `tid` (an asyncio loop stall: render.c) */
+    void (*instant)(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id);
 } oc_sink;
 /* what a trace shows of loops: every iteration (an instant each), one slice per run, or nothing */
 enum { OC_LOOPS_ITERATIONS = 0, OC_LOOPS_RUNS = 1, OC_LOOPS_OFF = 2 };

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT, Q_THREAD_END, Q_FLOW };
+enum { Q_TID, Q_BEGIN, Q_END, Q_SLICE, Q_LOOP, Q_LOOP_RUN, Q_BEGIN_CUT, Q_THREAD_END, Q_FLOW, Q_INSTANT };
 
 /* An operation is 2-6 words: the first holds the kind (low 8 bits), the code id (bits 8-39) and a
  * slice's cut flag (bit 40); times and figures follow.  The thread id is an operation of its own,
@@ -81,6 +81,9 @@ static long run_block(const uint64_t *w, uint32_t n, long tid) {
         case Q_FLOW:
             s->flow(o, tid, w[0], w[1], (int)(h >> 40) & 1);
             w += 2;
+            break;
+        case Q_INSTANT:
+            s->instant(o, tid, *w++, code);
             break;
         }
     }
@@ -224,6 +227,14 @@ static void q_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
     Q.wp = w + 3;
 }
 
+static void q_instant(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    (void)o;
+    uint64_t *w = next_op(tid);
+    w[0] = Q_INSTANT | (uint64_t)code_id << 8;
+    w[1] = ts_ns;
+    Q.wp = w + 2;
+}
+
 static void q_header(oc_out *o) { (void)o; }
 static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
@@ -252,7 +263,8 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     Q.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
                        .loop = q_loop, .begin_cut = s->begin_cut ? q_begin_cut : NULL,
                        .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL,
-                       .thread_end = s->thread_end ? q_thread_end : NULL, .flow = s->flow ? q_flow : NULL};
+                       .thread_end = s->thread_end ? q_thread_end : NULL, .flow = s->flow ? q_flow : NULL,
+                       .instant = s->instant ? q_instant : NULL};
     Q.real = s;
     Q.out = out;
     Q.blk = Q.cons = Q.ready = 0;

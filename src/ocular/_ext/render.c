@@ -163,6 +163,8 @@ typedef struct {
                              * its stall already seen) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
     uint32_t stall_codes[OC_STALL_DEPTH];
+    uint32_t cb_at;         /* the frame of asyncio's Handle._run running a loop callback outside any step:
+                             * its index + 1 (0: none) -- a callback that holds the loop is a stall too */
     uint32_t key_mark;      /* an OC_MARK_KEY came before the OC_MARK_TASK of the next enter: its task's key */
     uint8_t key_pending;
     uint8_t step_keyed;     /* the current step's task key is known: step_key */
@@ -226,6 +228,8 @@ static struct {
     } *tt;                   /* task tracks, by index: OC_TASK_TID_BASE + index is the track's tid */
     uint64_t flows;          /* flows begun (their ids: 1, 2, ...) */
     uint32_t life_code;      /* a code id made up for tasks' lives ("task life"); UINT32_MAX: none */
+    uint32_t stall_code;     /* ...and for loop stalls' instants; UINT32_MAX: none */
+    uint32_t handle_run1;    /* asyncio's Handle._run (a loop callback's run): its code id + 1 (0: not seen) */
     uint64_t stall_ticks;    /* a step this long is a loop stall (R.stall_ns in ticks, at the first step) */
     uint32_t ntt, captt;
     uint32_t *tt_hash;       /* (thread tid, task) -> 1 + index, open addressing (0: free) */
@@ -481,12 +485,42 @@ static __attribute__((noinline, cold)) wake_ent *step_keyed(rthread *t, int slic
     return e;
 }
 
+/* the time a step or callback that began at ts is a loop stall from */
+static uint64_t stall_from(uint64_t ts) {
+    if (!W.stall_ticks) {
+        double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
+        W.stall_ticks = (uint64_t)((R.stall_ms ? R.stall_ms : OC_STALL_MS) * 1e6 / npt);
+        W.stall_ticks += !W.stall_ticks;
+    }
+    return ts + W.stall_ticks;
+}
+
+/* a loop callback that is not a task's step (asyncio's Handle._run outside a step) began: a stall too if
+ * it holds the loop (stall_seen), ended by cb_end */
+static __attribute__((noinline, cold)) void cb_begin(rthread *t, uint64_t ts) {
+    t->cb_at = t->n;
+    t->stall_at = stall_from(ts);
+    t->stall_n = 0;
+}
+
+static __attribute__((noinline, cold)) void cb_end(rthread *t, const frame *f, uint64_t ts, int nostats) {
+    t->cb_at = 0;
+    t->stall_at = 0;
+    if (t->stall_n && !nostats) {
+        uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
+        oc_stats_stall(UINT32_MAX, at > zero ? at - zero : 0, ts > f->begin_ts ? ts - f->begin_ts : 0,
+                       t->stall_codes, t->stall_n);
+    }
+    t->stall_n = 0;
+}
+
 static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int slice, int started,
                                                        uint32_t task) {
     int keyed = t->key_pending;
     t->key_pending = 0;
     if (t->step_at) /* (a step inside a step: a nested event loop; the outer one goes on) */
         return;
+    t->cb_at = 0; /* (the callback that runs the step: the step is the stall, if any) */
     t->step_at = t->n;
     t->step_started = started;
     t->step_how = 0;
@@ -494,12 +528,7 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
     t->step_task = task;
     t->step_keyed = (uint8_t)keyed;
     t->step_key = t->key_mark;
-    if (!W.stall_ticks) {
-        double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
-        W.stall_ticks = (uint64_t)((R.stall_ms ? R.stall_ms : OC_STALL_MS) * 1e6 / npt);
-        W.stall_ticks += !W.stall_ticks;
-    }
-    t->stall_at = ts + W.stall_ticks;
+    t->stall_at = stall_from(ts);
     t->stall_n = 0;
     if (!sink_slices(slice)) /* (the step on the thread's track) */
         W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
@@ -516,8 +545,14 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
 }
 
 static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
+    uint64_t at = t->stall_at;
     t->stall_at = 0;
-    uint32_t from = t->step_at ? t->step_at - 1 : t->n, k = 0;
+    if (W.sink->instant && W.stall_code != UINT32_MAX) { /* marked in the timeline where it passed the limit */
+        W.sink->instant(&W.out, t->tid, to_ns(at), W.stall_code);
+        if (t->otid != t->tid)
+            W.sink->instant(&W.out, t->otid, to_ns(at), W.stall_code);
+    }
+    uint32_t from = t->step_at ? t->step_at - 1 : t->cb_at ? t->cb_at - 1 : t->n, k = 0;
     for (uint32_t i = from; i < t->n && k < OC_STALL_DEPTH; i++)
         t->stall_codes[k++] = t->stack[i].code_id;
     t->stall_n = k ? k : 1; /* (1 with nothing kept: a stall all the same) */
@@ -586,6 +621,8 @@ static inline __attribute__((always_inline)) void emit_pop(rthread *t, const fra
     }
     if (step)
         step_end(t, f, ts, counted, nostats);
+    if (UNLIKELY(t->cb_at == t->n + 1))
+        cb_end(t, f, ts, nostats);
 }
 
 /* Close the top frame; `counted`: it got its real end (an inferred one is counted as truncated). */
@@ -969,6 +1006,8 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (LIKELY(nf != NULL)) {
             if (UNLIKELY(task_mark))
                 step_begin(t, r->ts, slice, kind == K_START, task_mark - 1);
+            else if (UNLIKELY(r->code_id + 1 == W.handle_run1) && !t->step_at && !t->cb_at)
+                cb_begin(t, r->ts);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
@@ -1680,6 +1719,14 @@ static int64_t thread_reslot(uint32_t idx, uint32_t old) {
     return slot;
 }
 
+/* asyncio's Handle._run (asyncio/events.py), which runs each loop callback: qualname q (ql bytes), file name f */
+static int is_handle_run(const char *q, uint32_t ql, const char *f) {
+    static const char name[] = "Handle._run", tail[] = "asyncio/events.py";
+    size_t n = f ? strlen(f) : 0;
+    return ql == sizeof name - 1 && memcmp(q, name, ql) == 0 && n >= sizeof tail - 1 &&
+           memcmp(f + n - (sizeof tail - 1), tail, sizeof tail - 1) == 0;
+}
+
 static int grow_codes(uint32_t id) {
     if (id < R.ncodes)
         return 0;
@@ -1788,6 +1835,8 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             e->filename = (char *)fe;
             e->firstlineno = (int)rd32(p + 4);
             e->nunits = nu;
+            if (!W.handle_run1 && is_handle_run(q, ql, fr))
+                W.handle_run1 = id + 1;
             if (nu) {
                 e->code = na_alloc((size_t)nu * 2 + 1);
                 e->lines = na_alloc(((size_t)nu + 1) * 4);
@@ -1950,7 +1999,7 @@ static void none_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
     (void)o, (void)tid, (void)ts, (void)code_id, (void)line, (void)offset, (void)insns, (void)cycles, (void)ns;
 }
 static void none_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
-const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL, NULL, NULL};
+const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_loop, none_footer, NULL, NULL, NULL, NULL, NULL, NULL};
 
 /* ---- the driver ---- */
 
@@ -2059,11 +2108,14 @@ static uint32_t made_up_code(const char *name) {
     return e->qualname && e->filename ? id : UINT32_MAX;
 }
 
-/* The recorded pauses are slices of a made-up code, and so are asyncio tasks' lives. */
+/* The recorded pauses are slices of a made-up code, and so are asyncio tasks' lives and loop stalls. */
 static int add_pause_code(void) {
+    char stall[64];
+    snprintf(stall, sizeof stall, "loop stall (held the event loop %u ms)", R.stall_ms ? R.stall_ms : OC_STALL_MS);
     W.pause_code = made_up_code(OC_PAUSE_NAME);
     W.life_code = made_up_code("task life");
-    return W.pause_code != UINT32_MAX && W.life_code != UINT32_MAX ? 0 : -1;
+    W.stall_code = made_up_code(stall);
+    return W.pause_code != UINT32_MAX && W.life_code != UINT32_MAX && W.stall_code != UINT32_MAX ? 0 : -1;
 }
 
 static inline void set_tid(uint32_t i) {
@@ -2255,7 +2307,7 @@ static uint32_t live_step(void) {
             return 0;
         }
         L.opened = 1;
-        W.pause_code = W.life_code = UINT32_MAX;
+        W.pause_code = W.life_code = W.stall_code = UINT32_MAX;
     }
     while (L.known < R.ncodes && R.codes[L.known].qualname)
         L.known++;

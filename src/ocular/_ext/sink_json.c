@@ -325,6 +325,17 @@ static void json_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end)
     LIT(o, ",\"cat\":\"asyncio\",\"name\":\"wake\"},\n");
 }
 
+/* an instant on a thread's track, named by a code (an asyncio loop stall) */
+static void json_instant(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    LIT(o, "{\"ph\":\"i\",\"s\":\"t\",");
+    put_pid_tid(o, tid);
+    LIT(o, ",\"ts\":");
+    put_ts(o, ts_ns);
+    LIT(o, ",\"cat\":\"asyncio\",\"name\":\"");
+    put_str(o, oc_rcode(code_id)->qualname);
+    LIT(o, "\"},\n");
+}
+
 const oc_sink oc_sink_json = {
     .name = "json",
     .header = json_header,
@@ -333,4 +344,5 @@ const oc_sink oc_sink_json = {
     .loop_run = json_loop_run,
     .slice = json_slice,
     .flow = json_flow,
+    .instant = json_instant,
 };

@@ -1273,9 +1273,10 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
     free_state();
 }
 
-/* A flow's end: an instant "wake" in the slice open on the track (flow_ids: the flow begins there; or
- * terminating_flow_ids: it ends there) -- an asyncio task's scheduling, and the step it scheduled */
-static void pf_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+/* An instant `name` (category asyncio) in the slice open on the track; with a flow id, one of the flow's ends
+ * (flow_ids: the flow begins there; or terminating_flow_ids: it ends there) -- an asyncio task's scheduling,
+ * and the step it scheduled */
+static void asyncio_instant(oc_out *o, long tid, uint64_t ts_ns, const char *name, uint64_t id, int end) {
     pf_thread *t = thread_for(o, tid, ts_ns);
     if (!t)
         return;
@@ -1287,7 +1288,13 @@ static void pf_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
     pb_open(w, TP_TRACK_EVENT);
     pb_uint(w, TE_TYPE, TYPE_INSTANT);
     pb_uint(w, TE_CATEGORY_IIDS, CAT_ASYNCIO);
-    pb_str(w, TE_NAME, "wake");
+    pb_str(w, TE_NAME, name);
+    if (!id) {
+        pb_close(w);
+        put_ts(w, t, ts_ns);
+        pkt_end(o);
+        return;
+    }
     uint8_t b[8];
     for (int i = 0; i < 8; i++)
         b[i] = (uint8_t)(id >> (8 * i));
@@ -1296,6 +1303,16 @@ static void pf_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
     pb_close(w);
     put_ts(w, t, ts_ns);
     pkt_end(o);
+}
+
+static void pf_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+    asyncio_instant(o, tid, ts_ns, "wake", id, end);
+}
+
+/* an instant named by a code (an asyncio loop stall) */
+static void pf_instant(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    oc_codeent *e = oc_rcode(code_id);
+    asyncio_instant(o, tid, ts_ns, e->qualname_raw ? e->qualname_raw : "?", 0, 0);
 }
 
 const oc_sink oc_sink_perfetto = {
@@ -1309,4 +1326,5 @@ const oc_sink oc_sink_perfetto = {
     .loop_run = NULL,
     .thread_end = pf_thread_end,
     .flow = pf_flow,
+    .instant = pf_instant,
 };

@@ -153,4 +153,4 @@ static void ss_footer(oc_out *o, const char *clock, int precise) {
     SP.cap = SP.depth = 0;
 }
 
-const oc_sink oc_sink_speedscope = {"speedscope", ss_header, ss_begin, ss_end, ss_loop, ss_footer, NULL, NULL, NULL, NULL, NULL};
+const oc_sink oc_sink_speedscope = {"speedscope", ss_header, ss_begin, ss_end, ss_loop, ss_footer, NULL, NULL, NULL, NULL, NULL, NULL};

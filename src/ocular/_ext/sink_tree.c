@@ -216,7 +216,7 @@ static void tree_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int li
 
 static void tree_footer(oc_out *o, const char *clock, int precise) { (void)o, (void)clock, (void)precise; }
 
-const oc_sink oc_sink_tree = {"tree", tree_header, tree_begin, tree_end, tree_loop, tree_footer, NULL, NULL, NULL, NULL, NULL};
+const oc_sink oc_sink_tree = {"tree", tree_header, tree_begin, tree_end, tree_loop, tree_footer, NULL, NULL, NULL, NULL, NULL, NULL};
 
 void oc_tree_release(void) { tree_reset(); }
 

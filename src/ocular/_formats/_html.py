@@ -316,7 +316,7 @@ if(D.tasks.length){var tk=$("tasks");
     tr.appendChild(el("td",{"class":"l"},t[8]));tt.appendChild(tr);});
   tk.appendChild(tt);
   if(D.stalls.length){
-    tk.appendChild(el("h3",{},"Loop stalls: steps that held the event loop "+D.stall_ms+" ms or more (the stack each was in at "+D.stall_ms+" ms)"));
+    tk.appendChild(el("h3",{},"Loop stalls: task steps or loop callbacks that held the event loop "+D.stall_ms+" ms or more (the stack each was in at "+D.stall_ms+" ms)"));
     var st=el("table",{id:"stalltable"}),sh=el("tr");
     ["at ms","held ms","task","stack"].forEach(function(c,i){sh.appendChild(el("th",i>1?{"class":"l"}:{},c));});
     st.appendChild(sh);
