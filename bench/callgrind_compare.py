@@ -22,7 +22,8 @@ untraced run's instructions (Ir), side by side:
   (``pyperf:NAME``: the package's own ``run_benchmark.py``, unmodified, run by runpy as one pyperf
   worker, ``--worker --loops L --warmups 0 --values 1``, from cold code, as in
   bench/pyperf_suite.py; sizes in bench/_callgrind_child.py PYPERF keep each callgrind run under ~2
-  minutes).
+  minutes); ``aio_loopback:N`` (bench/workloads.py: an asyncio echo server and 20 clients on loopback,
+  N request lines; not in the default set).
 
 Each (configuration, workload) runs once under ``valgrind --tool=callgrind --separate-threads=yes``
 with the program's thread cut at the entry and exit of ``ocular_floor_measured_call`` (bench/floor.c)
