@@ -226,7 +226,7 @@ static struct {
         uint64_t life_begin; /* ticks: when that task was made */
         uint64_t last_end;   /* ticks: the end of the track's latest step */
     } *tt;                   /* task tracks, by index: OC_TASK_TID_BASE + index is the track's tid */
-    uint64_t flows;          /* flows begun (their ids: 1, 2, ...) */
+    uint64_t flows;          /* flows begun (task_wake numbers them) */
     uint32_t life_code;      /* a code id made up for tasks' lives ("task life"); UINT32_MAX: none */
     uint32_t stall_code;     /* ...and for loop stalls' instants; UINT32_MAX: none */
     uint32_t handle_run1;    /* asyncio's Handle._run (a loop callback's run): its code id + 1 (0: not seen) */
@@ -450,8 +450,9 @@ static __attribute__((noinline, cold)) void task_wake(rthread *t, uint32_t key, 
         return;
     if (!e->started && !e->created)
         e->created = ts ? ts : 1;
-    if (W.sink->flow) {
-        e->flow = ++W.flows;
+    if (W.sink->flow) { /* (ids unique across the processes a merged trace holds: the pid's low 20 bits above the
+                         * count; below 2^53, so that a JSON reader's doubles keep them whole) */
+        e->flow = (uint64_t)((uint32_t)R.pid & 0xFFFFFu) << 32 | (uint32_t)++W.flows;
         W.sink->flow(&W.out, t->otid, to_ns(ts), e->flow, 0);
     }
 }
