@@ -149,6 +149,8 @@ typedef struct {
     oc_attr_thread attr;    /* sampling windows: this thread's cursor (attrib.c) */
     int mark, sampled;      /* a K_MARK record came before this one */
     suspended_loops susp[NSUSPENDED]; /* (suspend_loops, resume_loops) */
+    uint64_t susp_mask;     /* bit (code id % 64) of each code in susp: a leave or resume of another code
+                             * looks at none of them (may hold bits of entries since reused) */
     uint32_t nsusp;         /* entries ever used (0: no resume looks) */
     uint32_t susp_next;     /* the entry to take next once all are used */
     /* asyncio task steps (asyncio.c): */
@@ -841,6 +843,7 @@ static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) 
     if (!s) /* a new entry, else the one after the last taken (the oldest, round robin) */
         s = &t->susp[t->nsusp < NSUSPENDED ? t->nsusp++ : t->susp_next++ % NSUSPENDED];
     s->code_id = f->code_id;
+    t->susp_mask |= 1ull << (f->code_id & 63);
     for (int k = 0; k < NLOOPS; k++) {
         const loop_slot *l = &f->loops[k];
         s->loops[k].src = l->src;
@@ -851,10 +854,18 @@ static __attribute__((noinline)) void suspend_loops(rthread *t, const frame *f) 
 
 /* A generator of this code ended (returned or unwound): its loops are not carried to another one. */
 static __attribute__((noinline)) void forget_loops(rthread *t, uint32_t code_id) {
-    for (uint32_t i = 0; i < t->nsusp; i++)
+    uint64_t mask = 0;
+    for (uint32_t i = 0; i < t->nsusp; i++) {
         if (t->susp[i].code_id == code_id)
             t->susp[i].code_id = UINT32_MAX;
+        else if (t->susp[i].code_id != UINT32_MAX)
+            mask |= 1ull << (t->susp[i].code_id & 63);
+    }
+    t->susp_mask = mask;
 }
+
+/* code_id may have loops suspended on this thread (t->nsusp: some code has had) */
+static inline int maybe_suspended(const rthread *t, uint32_t code_id) { return (t->susp_mask >> (code_id & 63)) & 1; }
 
 /* A resume of code that yielded with loop slots on this thread: they go on in the new frame, their
  * last backward jump as if at the resume, their next iteration marked as carried over (on_backjump). */
@@ -1009,7 +1020,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 step_begin(t, r->ts, slice, kind == K_START, task_mark - 1);
             else if (UNLIKELY(r->code_id + 1 == W.handle_run1) && !t->step_at && !t->cb_at)
                 cb_begin(t, r->ts);
-            if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW))
+            if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW) && maybe_suspended(t, nf->code_id))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
                 W.sink->begin(&W.out, t->otid, to_ns(r->ts), r->code_id);
@@ -1037,7 +1048,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 t->step_how = kind == K_RETURN ? 1 : kind == K_UNWIND ? 2 + t->cancel_mark : 0;
             if (kind == K_YIELD && t->stack[t->n - 1].loops_on && t->stack[t->n - 1].code_id == r->code_id)
                 suspend_loops(t, &t->stack[t->n - 1]);
-            else if (UNLIKELY(t->nsusp) && kind != K_YIELD)
+            else if (UNLIKELY(t->nsusp) && kind != K_YIELD && maybe_suspended(t, r->code_id))
                 forget_loops(t, r->code_id); /* (a generator that ended: the next one starts afresh) */
             pop_frame_k(t, r->ts, t->stack[t->n - 1].code_id == r->code_id, slice, nostats);
         }

@@ -311,8 +311,13 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
 }
 
 /* A flow's end (Trace Event Format's flow events): "s" binds to the slice open on the track at ts_ns,
- * "f" to the next slice that begins there (an asyncio task's scheduling, and the step it scheduled) */
+ * "f" to the next slice that begins there (an asyncio task's scheduling, and the step it scheduled).  The
+ * "f" is written 1 ns before the step begins: Perfetto's importer takes the complete events of a timestamp
+ * before its flow events, so an "f" at the step's own time would bind to the next slice after it (seen in
+ * the Perfetto UI: 22 of 24 flows on the step's grandchildren, 2 lost) */
 static void json_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
+    if (end && ts_ns)
+        ts_ns--;
     if (end)
         LIT(o, "{\"ph\":\"f\",\"id\":");
     else

@@ -210,6 +210,7 @@ void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self,
 void oc_stats_caller(oc_code_stat *c, uint32_t caller) {
     if (caller == UINT32_MAX)
         return;
+    c->caller_last = caller + 1; /* (kept below, or already, or past OC_CALLERS: nothing to do next time) */
     uint32_t k = 0;
     while (k < OC_CALLERS && oc_stats_caller_at(c, k) && oc_stats_caller_at(c, k) != caller + 1)
         k++;

@@ -42,6 +42,8 @@ typedef struct {
      * the others in callers_more (allocated at a third caller: most functions never have one) */
     uint32_t callers[2];
     uint32_t *callers_more;
+    uint32_t caller_last;       /* 1 + the last caller oc_stats_caller looked up (0: none): a third caller
+                                 * that calls again is not looked up again */
     uint32_t task_root;         /* an asyncio task's entry: 1 + the code id of its steps' coroutine (the first) */
     uint64_t task_starts;       /* ...and its steps that started that coroutine: its tasks */
 } oc_code_stat;
@@ -90,7 +92,7 @@ static inline void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint6
         return;
     }
     oc_code_stat *c = &oc_cs[id];
-    if (UNLIKELY(is_call && c->callers[0] != caller + 1 && c->callers[1] != caller + 1))
+    if (UNLIKELY(is_call && c->callers[0] != caller + 1 && c->callers[1] != caller + 1 && c->caller_last != caller + 1))
         oc_stats_caller(c, caller);
     oc_stats_add(c, is_call, incl, self, total_add);
 }
