@@ -50,17 +50,7 @@ static struct {
 
 static PyObject *cache_get(PyObject *task, uint32_t *id) {
     size_t slot = ((uintptr_t)task >> 4) & (OC_TASK_CACHE - 1);
-    if (!cache[slot].ref)
-        return NULL;
-#if PY_VERSION_HEX >= 0x030D0000
-    PyObject *o = NULL;
-    if (PyWeakref_GetRef(cache[slot].ref, &o) < 0)
-        PyErr_Clear();
-    Py_XDECREF(o); /* (only compared: the task is alive, held by the caller) */
-#else
-    PyObject *o = PyWeakref_GetObject(cache[slot].ref);
-#endif
-    if (o != task)
+    if (!cache[slot].ref || !oc_weakref_is(cache[slot].ref, task)) /* (the task is alive: the caller holds it) */
         return NULL;
     *id = cache[slot].id;
     return task;

@@ -32,6 +32,20 @@
 #define oc_is_finalizing() _Py_IsFinalizing()
 #endif
 
+/* the weak reference `ref` refers to `obj` (alive: the caller holds it); 3.13 deprecated
+ * PyWeakref_GetObject for PyWeakref_GetRef, which returns a new reference */
+static inline int oc_weakref_is(PyObject *ref, PyObject *obj) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(ref, &o) < 0)
+        PyErr_Clear();
+    Py_XDECREF(o); /* (only compared) */
+    return o == obj;
+#else
+    return PyWeakref_GetObject(ref) == obj;
+#endif
+}
+
 /* the Python frame depth of a thread (internal fields of PyThreadState) */
 static inline uint32_t oc_depth(const PyThreadState *ts) {
     return (uint32_t)(ts->py_recursion_limit - ts->py_recursion_remaining);
