@@ -429,8 +429,10 @@ def _release_tool(tool_id, callbacks):
             mon.register_callback(tool_id, ev, None)
         if callbacks:
             for code in _ocular._probed_codes():  # instruction probes' local events (none fire now)
-                with contextlib.suppress(ValueError, TypeError):  # (as _settle: the id is freed whatever)
+                try:  # (as _settle: the id is freed whatever; try, not contextlib.suppress: hundreds of codes)
                     mon.set_local_events(tool_id, code, 0)
+                except (ValueError, TypeError):
+                    pass
     mon.free_tool_id(tool_id)
 
 

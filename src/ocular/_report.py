@@ -460,6 +460,7 @@ class Report:
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
         self._rowless = sum(1 for f in data["functions"] if not f["segments"] and f.get("truncated"))
         self._user_files = frozenset(getattr(sys.modules.get("ocular"), "_user_files", ()))
+        self._categories = {}  # file -> category (a program's functions share few files)
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
@@ -530,6 +531,12 @@ class Report:
             del self._args_todo[id(lp)]
 
     # -- building -----------------------------------------------------------------------------
+    def _category(self, path):
+        c = self._categories.get(path)
+        if c is None:
+            c = self._categories[path] = category(path, self._user_files)
+        return c
+
     def _add_function(self, f):
         code = f["code"]
         ns = self.ns_per_tick
@@ -552,7 +559,7 @@ class Report:
                             "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
                            for c in sorted(est["callees"], key=lambda c: -c["incl"])]
             self.functions.append({
-                "category": category(f["file"], self._user_files),
+                "category": self._category(f["file"]),
                 "name": f["name"],
                 "file": f["file"],
                 "line": f["firstlineno"],
@@ -721,7 +728,7 @@ class Report:
                 own, own_estimated = est, True
         per_it = lp["self_cycles"] / timed
         return {
-            "category": category(f["file"], self._user_files),
+            "category": self._category(f["file"]),
             "function": f["name"],
             "file": f["file"],
             "line": None,  # the first line of its rows, once built
@@ -797,7 +804,7 @@ class Report:
         """Each row's callers by name, and the entry points into the user's code: its functions (not module
         bodies) called from code elsewhere (a test runner's call of a test, a server's of a handler), or
         with no caller recorded (a thread's run function), slowest (by total time) first."""
-        cats = {f["id"]: (category(f["file"], self._user_files), f["name"]) for f in raw if "id" in f}
+        cats = {f["id"]: (self._category(f["file"]), f["name"]) for f in raw if "id" in f}
         self._task_names = {i: name for i, (cat, name) in cats.items() if cat == TASKS}
         self.entry_points = []
         for f in self.functions:
