@@ -146,7 +146,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
             PyErr_Format(PyExc_TypeError, "_start() missing required keyword argument '%s'", kw[i]);
             return NULL;
         }
-    if (format != OC_FORMAT_JSON && format != OC_FORMAT_PERFETTO && format != 2) {
+    if (format != OC_FORMAT_STATS && !(oc_format_caps(format) & OC_CAP_TRACE)) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
         return NULL;
     }
@@ -189,7 +189,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     S.ccall_keep_ticks = 0;
     S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
     S.probe_after = 0;
-    S.write_json = out != Py_None && format != 2;
+    S.write_json = out != Py_None && format != OC_FORMAT_STATS;
     S.format = format;
     Py_XSETREF(S.disable, Py_NewRef(disable));
     S.main_ident = main_ident;
@@ -306,7 +306,7 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
         Py_DECREF(rec_o);
         return NULL;
     }
-    if (format < 0 || format > OC_FORMAT_SPEEDSCOPE || loops < 0 || loops > 2) {
+    if (!oc_format_known(format) || loops < 0 || loops > 2) {
         Py_DECREF(rec_o);
         Py_XDECREF(outb);
         PyErr_Format(PyExc_ValueError, "unknown format %d or loops %d", format, loops);
@@ -316,7 +316,7 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
     int rc;
     const char *rec = PyBytes_AS_STRING(rec_o), *out = outb ? PyBytes_AS_STRING(outb) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = oc_render_file(rec, format == 2 ? OC_RENDER_NONE : format, out, progress, loops, stats, &res);
+    rc = oc_render_file(rec, format, out, progress, loops, stats, &res);
     Py_END_ALLOW_THREADS
     Py_DECREF(rec_o);
     Py_XDECREF(outb);
@@ -635,7 +635,7 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     S.active = 0;
     if (set_paths(out, tmp, rec) < 0)
         return NULL;
-    S.write_json = out != Py_None && S.format != 2;
+    S.write_json = out != Py_None && S.format != OC_FORMAT_STATS;
     if (oc_recorder_start() < 0)
         return NULL;
     S.active = 1;
@@ -807,8 +807,7 @@ static PyObject *py_signals_arm(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
-    if (render != OC_SIG_KEEP && render != OC_SIG_INSTALL && render != OC_FORMAT_JSON &&
-        render != OC_FORMAT_PERFETTO && render != OC_FORMAT_SPEEDSCOPE) {
+    if (render != OC_SIG_KEEP && render != OC_SIG_INSTALL && !(oc_format_caps(render) & OC_CAP_FILE)) {
         PyErr_Format(PyExc_ValueError, "unknown render %d", render);
         return NULL;
     }

@@ -413,8 +413,7 @@ typedef struct {
     int write_errno;     /* output write failure */
     char error[256];     /* a malformed or unreadable recording; empty if fine */
 } oc_render_result;
-enum { OC_RENDER_NONE = -1 };
-/* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*, or OC_RENDER_NONE: statistics only).
+/* Render `rec_path` into `out_path` with `format` (OC_FORMAT_*; OC_FORMAT_STATS: statistics only).
  * stats 0: a trace format renders the trace alone, and no statistics are kept (the report has none).
  * Returns 0, or -1 with res->error set.  No GIL, no Python API. */
 int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops, int stats,
@@ -565,7 +564,17 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out);
 void oc_pipe_end(const oc_sink **sink);
 extern const oc_sink oc_sink_tree;     /* sink_tree.c: the aggregated call tree (no output file) */
 extern const oc_sink oc_sink_speedscope; /* sink_speedscope.c */
-enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_TREE = 3, OC_FORMAT_SPEEDSCOPE = 4 };
+/* The formats the renderer makes (their codes are the Python format table's render codes, _formats/__init__.py),
+ * one row each in render.c's table: its sink and what it can do (OC_CAP_*), which the code tests instead
+ * of names.  OC_CAP_TRACE: a timeline -- the threads' events interleaved in the recording's order, asyncio
+ * task tracks, the trace alone without statistics, rendered while recording and on a second CPU (pipe.c).
+ * OC_CAP_FILE: the sink writes the whole output file (a signal's save can write it from C).
+ * OC_CAP_FILE_ORDER: takes the threads' events interleaved (the others: one thread at a time).
+ * OC_CAP_MANY_WRITES: small writes that a writer thread takes over on two CPUs (out.c). */
+enum { OC_FORMAT_JSON = 0, OC_FORMAT_PERFETTO = 1, OC_FORMAT_STATS = 2, OC_FORMAT_TREE = 3, OC_FORMAT_SPEEDSCOPE = 4 };
+enum { OC_CAP_TRACE = 1, OC_CAP_FILE = 2, OC_CAP_FILE_ORDER = 4, OC_CAP_MANY_WRITES = 8 };
+unsigned oc_format_caps(int format); /* 0 for a code that is no format (no format has no capability: STATS has FILE_ORDER) */
+int oc_format_known(int format);
 PyObject *oc_tree_export(void); /* sink_tree.c: the last tree render's call tree (GIL held) */
 void oc_tree_release(void);
 

@@ -632,7 +632,7 @@ int oc_recorder_start(void) {
         return -1;
     }
     S.writer_started = 1;
-    if (!S.ring_bytes && S.write_json && S.tmp_path && (S.format == OC_FORMAT_JSON || S.format == OC_FORMAT_PERFETTO))
+    if (!S.ring_bytes && S.write_json && S.tmp_path && (oc_format_caps(S.format) & OC_CAP_TRACE))
         oc_render_live_start(S.rec_path, S.format, S.tmp_path, S.loops);
     return 0;
 }

@@ -2042,6 +2042,34 @@ static int grow_code_arrays(void) {
     return 0;
 }
 
+/* ---- the formats (OC_FORMAT_*, ocular.h): each one's sink and capabilities ---- */
+static const struct {
+    int code;
+    const oc_sink *sink;
+    unsigned caps;
+} formats[] = {
+    {OC_FORMAT_JSON, &oc_sink_json, OC_CAP_TRACE | OC_CAP_FILE | OC_CAP_FILE_ORDER | OC_CAP_MANY_WRITES},
+    {OC_FORMAT_PERFETTO, &oc_sink_perfetto, OC_CAP_TRACE | OC_CAP_FILE | OC_CAP_FILE_ORDER},
+    {OC_FORMAT_STATS, &oc_sink_none, OC_CAP_FILE_ORDER},
+    /* (speedscope streams one thread's profile at a time, and the call tree folds one thread at a time) */
+    {OC_FORMAT_TREE, &oc_sink_tree, 0},
+    {OC_FORMAT_SPEEDSCOPE, &oc_sink_speedscope, OC_CAP_FILE},
+};
+
+static int format_row(int format) {
+    for (int i = 0; i < (int)(sizeof formats / sizeof formats[0]); i++)
+        if (formats[i].code == format)
+            return i;
+    return -1;
+}
+
+unsigned oc_format_caps(int format) {
+    int i = format_row(format);
+    return i < 0 ? 0 : formats[i].caps;
+}
+
+int oc_format_known(int format) { return format_row(format) >= 0; }
+
 static int open_output(int format, const char *out_path, int loops, oc_render_result *res) {
     W.out.cap = 1 << 20;
     W.out.buf = malloc(W.out.cap);
@@ -2050,15 +2078,11 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
         return -1;
     }
     W.loops = loops;
-    /* the trace formats (and the statistics alone) take the threads' events interleaved; speedscope
-     * streams one thread's profile at a time and the call tree folds one thread at a time */
-    W.file_order = format != OC_FORMAT_TREE && format != OC_FORMAT_SPEEDSCOPE;
-    W.task_tracks = format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO;
-    W.sink = format == OC_FORMAT_PERFETTO    ? &oc_sink_perfetto
-             : format == OC_FORMAT_JSON      ? &oc_sink_json
-             : format == OC_FORMAT_TREE      ? &oc_sink_tree
-             : format == OC_FORMAT_SPEEDSCOPE ? &oc_sink_speedscope
-                                              : &oc_sink_none;
+    int row = format_row(format);
+    unsigned caps = oc_format_caps(format);
+    W.file_order = (caps & OC_CAP_FILE_ORDER) != 0;
+    W.task_tracks = (caps & OC_CAP_TRACE) != 0;
+    W.sink = row >= 0 ? formats[row].sink : &oc_sink_none;
     if (out_path) {
         /* A file with no name until it is complete (linked at the end): a process killed while
          * rendering, or while rendering as it records, leaves no partial output behind. */
@@ -2518,7 +2542,7 @@ static int pipe_wanted(int format, const char *out_path, int two_cpus) {
     const char *env = getenv("OCULAR_RENDER_PIPE"); /* (_env.py let only these, or blank for unset, through) */
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
         return env[0] == '1';
-    return out_path && (format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO) && W.total - W.events >= 262144 &&
+    return out_path && (oc_format_caps(format) & OC_CAP_TRACE) && W.total - W.events >= 262144 &&
            two_cpus;
 }
 
@@ -2578,7 +2602,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     /* the trace alone (NOSTATS): a trace format asked for no statistics; a precise recording's loops
      * count their instructions from its records, which only the full record loop follows */
     if (!cont)
-        W.nostats = !stats && !R.precise && (format == OC_FORMAT_JSON || format == OC_FORMAT_PERFETTO);
+        W.nostats = !stats && !R.precise && (oc_format_caps(format) & OC_CAP_TRACE);
     if (add_pause_code() < 0 || grow_code_arrays() < 0) {
         snprintf(res->error, sizeof res->error, "out of memory");
         goto out;
@@ -2590,7 +2614,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
      * in `convert` (.pftrace's ~1.5 bytes: 1% slower) */
     int two_cpus = cpus_available() >= 2;
     int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&W.sink, &W.out) == 0;
-    if (!piped && out_path && format == OC_FORMAT_JSON && two_cpus)
+    if (!piped && out_path && (oc_format_caps(format) & OC_CAP_MANY_WRITES) && two_cpus)
         oc_out_async_start(&W.out);
     if (!W.complete && W.last_ts > W.stop_ticks) /* cut short: end where the last record of any thread is */
         W.stop_ticks = W.last_ts;
