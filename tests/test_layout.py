@@ -1,8 +1,14 @@
 """The C sources' layout rules (#33), checked so that they stay true: every C file says its one job in a
-header comment that names it, and every compile-time difference between CPython versions is in compat.h
-(one place to look when a new version comes)."""
+header comment that names it; every compile-time difference between CPython versions is in compat.h (one
+place to look when a new version comes); and the render side is a C library without the Python API --
+each of its files compiles with no Python header on the include path, and none includes a record-side
+header."""
 import os
 import re
+import shutil
+import subprocess
+
+import pytest
 
 EXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "ocular", "_ext")
 
@@ -25,3 +31,33 @@ def test_version_branches_are_in_compat_h_only():
     found = {name: len(branch.findall(open(os.path.join(EXT, name), encoding="utf-8").read())) for name in _sources()}
     assert found.pop("compat.h") >= 2  # (the rule is not checked against nothing)
     assert not {k: v for k, v in found.items() if v}, found
+
+
+# the render side (render.h): the recording's reader and renderer, its statistics and estimates, the sinks and
+# their output, and what both sides share (thread.c); results.c, the binding, turns its results into Python
+RENDER_SIDE = ("render.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
+               "sink_tree.c", "pipe.c", "out.c", "deflate.c", "thread.c",
+               "render.h", "stats.h", "recording.h", "deflate.h", "thread.h")
+RECORD_SIDE_HEADERS = ("ocular.h", "compat.h", "codemap.h", "usdt_sdt.h", "Python.h")
+
+
+def test_the_render_side_includes_no_record_side_header():
+    for name in RENDER_SIDE:
+        src = open(os.path.join(EXT, name), encoding="utf-8").read()
+        included = re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', src, re.M)
+        assert not set(included) & set(RECORD_SIDE_HEADERS), (name, included)
+    # (and every C file is on one side or the other: a new one is placed on purpose)
+    record = {"asyncio.c", "buffer.c", "clock.c", "codeinfo.c", "codemap.c", "module.c", "monitor.c",
+              "owncost.c", "recorder.c", "sampling.c", "sigsave.c", "usdt.c", "results.c", "ocular.h",
+              "compat.h", "codemap.h", "usdt_sdt.h"}
+    assert set(_sources()) == set(RENDER_SIDE) | record, set(_sources()) ^ (set(RENDER_SIDE) | record)
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not found (Debian package build-essential)")
+def test_the_render_side_compiles_without_python_headers():
+    for name in RENDER_SIDE:
+        if name.endswith(".c"):
+            p = subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-fsyntax-only",
+                                "-I" + EXT, os.path.join(EXT, name)],
+                               capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, (name, p.stderr[:2000])

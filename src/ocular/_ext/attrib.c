@@ -36,7 +36,7 @@
  * covered: windows that a killed process did not write (its recording has no SAMPLING block, so nothing
  * is estimated).
  */
-#include "ocular.h"
+#include "render.h"
 #include "recording.h"
 #include <stdlib.h>
 #include <string.h>
@@ -397,72 +397,44 @@ static int compute(void) {
     return 0;
 }
 
-static PyObject *name_of(uint32_t id) {
-    oc_codeent *e = oc_rcode(id);
-    const char *q = e->qualname_raw ? e->qualname_raw : "?";
-    return PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
-}
-
-/* GIL held: adds to one function's row "estimate": None, or {"calls", "self", "incl": estimated extra
- * calls and ticks as a de-instrumented callee, outside windows; "removed": ticks taken out of its own
- * self time; "callees": [{"name", "incl", "self", "calls", ...}] the estimated share of each hidden
- * function it calls directly} */
-int oc_attr_export(PyObject *func, uint32_t id) {
+/* function id's estimate (results.c exports it): 1 and *e, or 0: none */
+int oc_attr_estimate(uint32_t id, oc_attr_est *e) {
     if (!oc_attr_on || compute() < 0 || id >= AT.nest ||
         (AT.est[id].calls == 0 && AT.est[id].removed == 0 && AT.est[id].incl == 0))
-        return PyDict_SetItemString(func, "estimate", Py_None);
+        return 0;
     anchor_stat *s = &AT.st[id];
-    PyObject *callees = PyList_New(0);
-    if (!callees)
-        return -1;
-    double scale, fself;
-    uint64_t h = hidden_ticks(s, &scale, &fself);
-    for (uint32_t i = 0; h && i < s->npairs; i++) {
-        pair *q = &s->pairs[i];
-        if (!q->direct)
-            continue;
-        PyObject *nm = name_of(q->code);
-        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", scale * est_incl(q, fself),
-                                         "self", scale * fself * (double)q->self, "calls", scale * est_calls(q, fself),
-                                         "window_calls", (unsigned long long)q->begun,
-                                         "window_incl", (unsigned long long)q->incl)
-                         : NULL;
-        if (!d || PyList_Append(callees, d) < 0) {
-            Py_XDECREF(d);
-            Py_DECREF(callees);
-            return -1;
-        }
-        Py_DECREF(d);
-    }
-    PyObject *e = Py_BuildValue("{s:d,s:d,s:d,s:d,s:N,s:K,s:K}", "calls", AT.est[id].calls, "self", AT.est[id].self,
-                                "incl", AT.est[id].incl, "removed", AT.est[id].removed, "callees", callees,
-                                "window_self", (unsigned long long)s->b, "outside_self", (unsigned long long)outside_of(s));
-    if (!e)
-        return -1;
-    int rc = PyDict_SetItemString(func, "estimate", e);
-    Py_DECREF(e);
-    return rc;
+    *e = (oc_attr_est){.calls = AT.est[id].calls, .self = AT.est[id].self, .incl = AT.est[id].incl,
+                       .removed = AT.est[id].removed, .window_self = s->b, .outside_self = outside_of(s),
+                       .npairs = s->npairs};
+    return 1;
 }
 
-/* GIL held: {"status": "on"|"off"|"absent", "windows", "window_ticks", "skipped", "other_tool"} */
-PyObject *oc_attr_summary(void) {
-    const char *st = AT.status == OC_SAMPLING_ON ? "on" : "off";
-    /* (read from the recording: a damaged one may hold any bytes there) */
-    PyObject *other = PyUnicode_DecodeUTF8(AT.other, (Py_ssize_t)strlen(AT.other), "replace");
-    if (!other)
-        return NULL;
+/* the estimated share of each hidden function that function id (with an estimate) calls directly, up to
+ * `max` of them (its npairs are enough): how many */
+uint32_t oc_attr_callees(uint32_t id, oc_attr_callee_est *out, uint32_t max) {
+    if (id >= AT.nest)
+        return 0;
+    anchor_stat *s = &AT.st[id];
+    double scale, fself;
+    uint64_t h = hidden_ticks(s, &scale, &fself);
+    uint32_t k = 0;
+    for (uint32_t i = 0; h && i < s->npairs && k < max; i++) {
+        pair *q = &s->pairs[i];
+        if (q->direct)
+            out[k++] = (oc_attr_callee_est){.code = q->code, .incl = scale * est_incl(q, fself),
+                                            .self = scale * fself * (double)q->self,
+                                            .calls = scale * est_calls(q, fself), .window_calls = q->begun,
+                                            .window_incl = q->incl};
+    }
+    return k;
+}
+
+/* the sampling figures of the session (results.c exports them) */
+void oc_attr_summary_get(oc_attr_sum *m) {
     double in, out;
     run_delay_shares(&in, &out);
-    PyObject *rd = in < 0 ? Py_NewRef(Py_None)
-                          : Py_BuildValue("{s:d,s:d,s:d,s:I,s:I}", "inside", in, "outside", out, "calls_factor",
-                                          calls_factor(), "inside_stretches", AT.rd_in_n, "outside_stretches",
-                                          AT.rd_out_n);
-    if (!rd) {
-        Py_DECREF(other);
-        return NULL;
-    }
-    PyObject *d = Py_BuildValue("{s:s,s:I,s:K,s:I,s:N,s:O,s:N}", "status", st, "windows", AT.nwin,
-                                "window_ticks", (unsigned long long)AT.win_ticks, "skipped", AT.skipped, "other_tool",
-                                other, "incomplete", AT.failed ? Py_True : Py_False, "run_delay", rd);
-    return d;
+    *m = (oc_attr_sum){.on = AT.status == OC_SAMPLING_ON, .windows = AT.nwin, .window_ticks = AT.win_ticks,
+                       .skipped = AT.skipped, .other = AT.other, .failed = AT.failed, .rd_inside = in,
+                       .rd_outside = out, .calls_factor = calls_factor(), .rd_inside_n = AT.rd_in_n,
+                       .rd_outside_n = AT.rd_out_n};
 }

@@ -42,28 +42,6 @@ int oc_codeinfo_init(void) {
     return oc_codemap_init(&S.codes, free_extra);
 }
 
-char *oc_json_escape(const char *s, Py_ssize_t n) {
-    char *out = malloc((size_t)n * 6 + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            *o++ = '\\';
-            *o++ = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            static const char hex[] = "0123456789abcdef";
-            memcpy(o, "\\u00", 4);
-            o[4] = hex[c >> 4];
-            o[5] = hex[c & 15];
-            o += 6;
-        } else {
-            *o++ = (char)c;
-        }
-    }
-    *o = 0;
-    return out;
-}
 
 /* NUL-terminated copy of n bytes (the raw names the Perfetto sink writes). */
 char *oc_dup_raw(const char *s, Py_ssize_t n) {

@@ -19,7 +19,7 @@
  *   the writer thread then touches total, reserved and the file; a write error reaches o->err at the
  *   next hand-over (or at oc_out_async_end).
  */
-#include "ocular.h"
+#include "render.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -266,4 +266,28 @@ void oc_out_printf(oc_out *o, const char *fmt, ...) {
     va_end(ap);
     if (n > 0)
         oc_out_write(o, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* a JSON string body: " and \ escaped, control characters as \u00XX (malloc'd; NULL: no memory) */
+char *oc_json_escape(const char *s, size_t n) {
+    char *out = malloc(n * 6 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[c >> 4];
+            o[5] = hex[c & 15];
+            o += 6;
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    *o = 0;
+    return out;
 }

@@ -11,7 +11,7 @@
  * Blocks are handed over under a mutex (one lock per block of operations); the renderer waits only when
  * all QNB blocks are full, the sink thread only when none is.
  */
-#include "ocular.h"
+#include "render.h"
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,7 @@
  * the first iteration of each run has no start time and is not reported, and an outer loop's
  * backward jump starts new runs of the loops inside it.
  */
-#include "ocular.h"
+#include "render.h"
 #include "recording.h"
 #include "stats.h"
 #include <errno.h>

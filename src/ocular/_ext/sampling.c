@@ -341,48 +341,6 @@ static int measure_window(uint32_t seq) {
     return 0;
 }
 
-/* Ocular's own threads (the recorder, the live renderer, writers: oc_thread_create), which are not the
- * program's running threads */
-#define OWN_MAX 16
-static _Atomic long own_tids[OWN_MAX];
-
-static void own_mark(long tid, long was) {
-    for (int i = 0; i < OWN_MAX; i++) {
-        long e = was;
-        if (atomic_compare_exchange_strong(&own_tids[i], &e, tid))
-            return;
-    }
-}
-
-typedef struct {
-    void *(*fn)(void *);
-    void *arg;
-} own_start;
-
-void *oc_own_thread_main(void *p) {
-    own_start st = *(own_start *)p;
-    free(p);
-    long tid = (long)syscall(SYS_gettid);
-    own_mark(tid, 0);
-    void *r = st.fn(st.arg);
-    own_mark(0, tid);
-    return r;
-}
-
-void *oc_own_thread_arg(void *(*fn)(void *), void *arg) {
-    own_start *st = malloc(sizeof *st);
-    if (st)
-        *st = (own_start){fn, arg};
-    return st;
-}
-
-static int is_own(long tid) {
-    for (int i = 0; i < OWN_MAX; i++)
-        if (atomic_load_explicit(&own_tids[i], memory_order_relaxed) == tid)
-            return 1;
-    return 0;
-}
-
 /* the program's threads that ran at least 5 % of the time since snapshot `a` (read now into `b`) */
 static int running_threads(const rd_snap *a, rd_snap *b) {
     rd_read(b);
@@ -391,7 +349,7 @@ static int running_threads(const rd_snap *a, rd_snap *b) {
     for (int i = 0; len > 0 && i < b->n; i++)
         for (int j = 0; j < a->n; j++)
             if (a->tid[j] == b->tid[i]) {
-                if (b->cpu[i] >= a->cpu[j] && (double)(b->cpu[i] - a->cpu[j]) >= 0.05 * len && !is_own(b->tid[i]))
+                if (b->cpu[i] >= a->cpu[j] && (double)(b->cpu[i] - a->cpu[j]) >= 0.05 * len && !oc_is_own_thread(b->tid[i]))
                     n++;
                 break;
             }
@@ -573,8 +531,7 @@ void oc_sampling_stop(void) {
 }
 
 void oc_sampling_fork_child(void) {
-    for (int i = 0; i < OWN_MAX; i++) /* (the parent's threads; the child's own mark themselves) */
-        atomic_store(&own_tids[i], 0);
+    oc_own_threads_fork_child();
     SW.running = 0; /* the thread stayed in the parent; the child opens no windows */
     SW.stop = 0;
     oc_win_end = 0;

@@ -4,7 +4,7 @@
  * several hundred ns an event).  Every event line ends with ",\n"; the footer writes the metadata
  * events last, so the array never ends with a dangling comma.  Output goes through oc_out (out.c).
  */
-#include "ocular.h"
+#include "render.h"
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>

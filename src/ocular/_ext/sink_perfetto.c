@@ -53,7 +53,7 @@
  * Runs on the rendering thread only: no GIL, no Python API.  Memory failures set the output's error
  * (ENOMEM), which is reported like a failed write.
  */
-#include "ocular.h"
+#include "render.h"
 #include "deflate.h"
 #include <errno.h>
 #include <stdio.h>

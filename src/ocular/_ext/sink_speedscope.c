@@ -9,7 +9,7 @@
  * code>").  Close events name their frame, so the sink keeps its own stack of code ids.  Runs on the
  * renderer only.
  */
-#include "ocular.h"
+#include "render.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

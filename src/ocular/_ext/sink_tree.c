@@ -1,5 +1,5 @@
 /* sink_tree.c -- the aggregated call tree: a sink that folds the renderer's begin/end events into one
- * tree per thread, and its export to Python (`_ocular._calltree()`).
+ * tree per thread, which results.c exports to Python (`_ocular._calltree()`).
  *
  * A node is (parent node, code id) with its calls, total and self nanoseconds; one thread's nodes are
  * children of that thread's root node (code OC_TREE_ROOT).  Times are the timeline's: wall-clock
@@ -9,42 +9,28 @@
  * of (parent, code) on begin, a few additions on end.  The pstats, folded, pprof, Firefox Profiler and
  * HTML outputs are written from this tree in Python (ocular._formats).
  *
- * Runs on the renderer (no GIL, no Python API) except oc_tree_export and oc_tree_release.
+ * Runs on the renderer (no GIL, no Python API); results.c exports the tree to Python (oc_tree_view_get).
  */
-#include "ocular.h"
+#include "render.h"
 #include <stdlib.h>
 #include <string.h>
 
-#define OC_TREE_ROOT UINT32_MAX
-/* threads with a tree of their own; the threads rendered after them share one tree, "N threads (merged)"
- * (tid 0): the memory of a program that started 80,000 short threads is that of 1,000 (pstats sums the
- * threads anyway, so its figures are the same; the per-thread formats show the merged ones as one) */
-#define OC_TREE_THREADS 1000
 
-typedef struct {
-    uint32_t parent, code;
-    uint64_t calls, total, self;
-} tnode;
 
 typedef struct {
     uint32_t node;
     uint64_t begin_ns, child_ns;
 } tframe;
 
-typedef struct {
-    long tid;
-    uint32_t root;
-    uint64_t first_ns, last_ns;
-} tthread;
 
 static struct {
-    tnode *nodes;
+    oc_tree_node *nodes;
     uint32_t n, cap;
     uint32_t *hash;  /* open addressing: 1 + node index, 0 = empty */
     uint32_t hcap;   /* a power of two */
     tframe *stack;
     uint32_t depth, scap;
-    tthread *threads;
+    oc_tree_thread *threads;
     uint32_t nthreads, tcap;
     uint32_t cur;     /* the thread being rendered (index in threads) */
     long cur_tid;
@@ -82,7 +68,7 @@ static uint32_t child(uint32_t parent, uint32_t code) {
             uint32_t v = T.hash[s];
             if (!v)
                 break;
-            tnode *nd = &T.nodes[v - 1];
+            oc_tree_node *nd = &T.nodes[v - 1];
             if (nd->parent == parent && nd->code == code)
                 return v - 1;
             s = (s + 1) & (T.hcap - 1);
@@ -90,7 +76,7 @@ static uint32_t child(uint32_t parent, uint32_t code) {
     }
     if (T.n == T.cap) {
         uint32_t cap = T.cap ? T.cap * 2 : 1024;
-        tnode *nn = realloc(T.nodes, (size_t)cap * sizeof *nn);
+        oc_tree_node *nn = realloc(T.nodes, (size_t)cap * sizeof *nn);
         if (!nn)
             return UINT32_MAX;
         T.nodes = nn;
@@ -99,7 +85,7 @@ static uint32_t child(uint32_t parent, uint32_t code) {
     if ((uint64_t)(T.n + 1) * 2 > T.hcap && rehash(T.hcap ? T.hcap * 2 : 2048) < 0)
         return UINT32_MAX;
     uint32_t i = T.n++;
-    T.nodes[i] = (tnode){parent, code, 0, 0, 0};
+    T.nodes[i] = (oc_tree_node){parent, code, 0, 0, 0};
     uint32_t s = hash_of(parent, code) & (T.hcap - 1);
     while (T.hash[s])
         s = (s + 1) & (T.hcap - 1);
@@ -122,10 +108,10 @@ static void tree_header(oc_out *o) {
 }
 
 /* a thread entry with a root of its own, made current */
-static tthread *new_thread(long tid, uint64_t ts) {
+static oc_tree_thread *new_thread(long tid, uint64_t ts) {
     if (T.nthreads == T.tcap) {
         uint32_t cap = T.tcap ? T.tcap * 2 : 16;
-        tthread *t = realloc(T.threads, (size_t)cap * sizeof *t);
+        oc_tree_thread *t = realloc(T.threads, (size_t)cap * sizeof *t);
         if (!t)
             return NULL;
         T.threads = t;
@@ -137,13 +123,13 @@ static tthread *new_thread(long tid, uint64_t ts) {
     T.nodes[root].code = OC_TREE_ROOT;
     T.cur = T.nthreads;
     T.cur_tid = tid;
-    tthread *t = &T.threads[T.nthreads++];
-    *t = (tthread){tid, root, ts, ts};
+    oc_tree_thread *t = &T.threads[T.nthreads++];
+    *t = (oc_tree_thread){tid, root, ts, ts};
     return t;
 }
 
 /* the renderer goes thread by thread: a new tid starts a new root (past OC_TREE_THREADS, the merged one) */
-static tthread *thread_for(long tid, uint64_t ts) {
+static oc_tree_thread *thread_for(long tid, uint64_t ts) {
     if (T.nthreads && T.cur_tid == tid)
         return &T.threads[T.cur];
     T.depth = 0;
@@ -154,7 +140,7 @@ static tthread *thread_for(long tid, uint64_t ts) {
             return NULL;
         T.merged = T.cur;
     }
-    tthread *m = &T.threads[T.merged];
+    oc_tree_thread *m = &T.threads[T.merged];
     T.nmerged++;
     T.cur = T.merged;
     T.cur_tid = tid;
@@ -165,7 +151,7 @@ static tthread *thread_for(long tid, uint64_t ts) {
 
 static void tree_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) {
     (void)o;
-    tthread *t = thread_for(tid, ts);
+    oc_tree_thread *t = thread_for(tid, ts);
     if (!t) {
         T.failed = 1;
         return;
@@ -194,7 +180,7 @@ static void tree_end(oc_out *o, long tid, uint64_t ts) {
     tframe *f = &T.stack[--T.depth];
     uint64_t d = ts > f->begin_ns ? ts - f->begin_ns : 0;
     if (f->node != UINT32_MAX) {
-        tnode *nd = &T.nodes[f->node];
+        oc_tree_node *nd = &T.nodes[f->node];
         nd->calls++;
         nd->total += d;
         nd->self += d > f->child_ns ? d - f->child_ns : 0;
@@ -202,7 +188,7 @@ static void tree_end(oc_out *o, long tid, uint64_t ts) {
     if (T.depth)
         T.stack[T.depth - 1].child_ns += d;
     else if (T.nthreads) {
-        tthread *t = &T.threads[T.cur];
+        oc_tree_thread *t = &T.threads[T.cur];
         T.nodes[t->root].total += d;
         if (ts > t->last_ns)
             t->last_ns = ts;
@@ -220,79 +206,14 @@ const oc_sink oc_sink_tree = {"tree", tree_header, tree_begin, tree_end, tree_lo
 
 void oc_tree_release(void) { tree_reset(); }
 
-static const char *thread_name(long tid) {
+const char *oc_tree_thread_name(long tid) {
     for (uint32_t i = 0; i < R.nthreads; i++)
         if (R.threads[i].tid == tid && R.threads[i].name_raw)
             return R.threads[i].name_raw;
     return "";
 }
 
-static PyObject *str_or_none(const char *s) {
-    if (!s)
-        Py_RETURN_NONE;
-    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
-}
-
-/* {"nodes": [(parent, code, calls, total_ns, self_ns)], "threads": [(tid, name, root, first_ns, last_ns)],
- *  "codes": [(qualname, filename, firstlineno) or None by code id, up to the highest id used]};
- * parent and code -1 for a root */
-PyObject *oc_tree_export(void) {
-    if (T.failed) {
-        PyErr_SetString(PyExc_MemoryError, "ocular: out of memory building the call tree");
-        return NULL;
-    }
-    uint32_t ncodes = 0; /* the code table up to the highest id used */
-    for (uint32_t i = 0; i < T.n; i++)
-        if (T.nodes[i].code != OC_TREE_ROOT && T.nodes[i].code >= ncodes)
-            ncodes = T.nodes[i].code + 1;
-    if (ncodes > R.ncodes)
-        ncodes = R.ncodes;
-    PyObject *nodes = PyList_New(T.n), *threads = PyList_New(T.nthreads), *codes = PyList_New(ncodes);
-    PyObject *d = NULL;
-    if (!nodes || !threads || !codes)
-        goto fail;
-    for (uint32_t i = 0; i < T.n; i++) {
-        tnode *nd = &T.nodes[i];
-        PyObject *tup = Py_BuildValue("(llKKK)", nd->parent == OC_TREE_ROOT ? -1L : (long)nd->parent,
-                                      nd->code == OC_TREE_ROOT ? -1L : (long)nd->code, (unsigned long long)nd->calls,
-                                      (unsigned long long)nd->total, (unsigned long long)nd->self);
-        if (!tup)
-            goto fail;
-        PyList_SET_ITEM(nodes, i, tup);
-    }
-    for (uint32_t i = 0; i < T.nthreads; i++) {
-        tthread *t = &T.threads[i];
-        PyObject *name = i == T.merged ? PyUnicode_FromFormat("%u threads (merged: past the first %d)", T.nmerged,
-                                                              OC_TREE_THREADS)
-                                       : str_or_none(thread_name(t->tid));
-        if (!name)
-            goto fail;
-        PyObject *tup = Py_BuildValue("(lNlKK)", t->tid, name, (long)t->root, (unsigned long long)t->first_ns,
-                                      (unsigned long long)t->last_ns);
-        if (!tup)
-            goto fail;
-        PyList_SET_ITEM(threads, i, tup);
-    }
-    for (uint32_t i = 0; i < ncodes; i++) {
-        oc_codeent *e = &R.codes[i];
-        PyObject *v;
-        if (!e->qualname_raw) {
-            v = Py_None;
-            Py_INCREF(v);
-        } else {
-            PyObject *q = str_or_none(e->qualname_raw), *f = q ? str_or_none(e->filename_raw) : NULL;
-            v = f ? Py_BuildValue("(NNi)", q, f, e->firstlineno) : NULL;
-            if (!f)
-                Py_XDECREF(q);
-            if (!v)
-                goto fail;
-        }
-        PyList_SET_ITEM(codes, i, v);
-    }
-    d = Py_BuildValue("{sOsOsO}", "nodes", nodes, "threads", threads, "codes", codes);
-fail:
-    Py_XDECREF(nodes);
-    Py_XDECREF(threads);
-    Py_XDECREF(codes);
-    return d;
+void oc_tree_view_get(oc_tree_view *v) {
+    *v = (oc_tree_view){.nodes = T.nodes, .n = T.n, .threads = T.threads, .nthreads = T.nthreads,
+                        .merged = T.merged, .nmerged = T.nmerged, .failed = T.failed};
 }

@@ -6,7 +6,7 @@
 #ifndef OCULAR_STATS_H
 #define OCULAR_STATS_H
 
-#include "ocular.h"
+#include "render.h"
 
 /* callers kept per code: their self times name it when its start is de-instrumented (near-zero mode).  A
  * library's helper has more than 4 (importlib's _call_with_frames_removed: find_spec, exec_module,
@@ -54,6 +54,24 @@ static inline uint32_t oc_stats_caller_at(const oc_code_stat *c, uint32_t k) {
 }
 
 extern oc_code_stat *oc_cs; /* by code id */
+extern int oc_stats_failed; /* out of memory: the statistics are incomplete */
+/* loop stalls (oc_stats_stall), in the order they ended: the first OC_STALLS_KEPT, the others counted */
+typedef struct {
+    uint32_t task, n;
+    uint64_t begin_ns, ticks;
+    uint32_t codes[16];
+} oc_stall;
+extern oc_stall *oc_stats_stalls;
+extern uint32_t oc_stats_nstalls;
+extern uint64_t oc_stats_stalls_more;
+/* asyncio tasks' entries, by code id: their first step's begin, their last step's end, and how many of their
+ * tasks' coroutines returned, raised, were cancelled */
+typedef struct {
+    uint64_t first_ns, last_ns;
+    uint64_t ended[4];
+} oc_task_life;
+extern oc_task_life *oc_stats_lives;
+extern uint32_t oc_stats_nlives;
 extern uint32_t oc_ncs;
 
 void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add, int truncated,

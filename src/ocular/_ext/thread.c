@@ -1,0 +1,58 @@
+/* thread.c -- Ocular's own threads (the recorder, the renderers and their writers, timers, pollers): started
+ * with every signal blocked (oc_thread_create, thread.h), and known as Ocular's by their kernel thread id, so
+ * that the sampling windows' run-delay measure (sampling.c) leaves them out of the program's running
+ * threads.  Shared by the record side and the render side; no Python API.
+ */
+#include "thread.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Ocular's own threads (the recorder, the live renderer, writers: oc_thread_create), which are not the
+ * program's running threads */
+#define OWN_MAX 16
+static _Atomic long own_tids[OWN_MAX];
+
+static void own_mark(long tid, long was) {
+    for (int i = 0; i < OWN_MAX; i++) {
+        long e = was;
+        if (atomic_compare_exchange_strong(&own_tids[i], &e, tid))
+            return;
+    }
+}
+
+typedef struct {
+    void *(*fn)(void *);
+    void *arg;
+} own_start;
+
+void *oc_own_thread_main(void *p) {
+    own_start st = *(own_start *)p;
+    free(p);
+    long tid = (long)syscall(SYS_gettid);
+    own_mark(tid, 0);
+    void *r = st.fn(st.arg);
+    own_mark(0, tid);
+    return r;
+}
+
+void *oc_own_thread_arg(void *(*fn)(void *), void *arg) {
+    own_start *st = malloc(sizeof *st);
+    if (st)
+        *st = (own_start){fn, arg};
+    return st;
+}
+
+int oc_is_own_thread(long tid) {
+    for (int i = 0; i < OWN_MAX; i++)
+        if (atomic_load_explicit(&own_tids[i], memory_order_relaxed) == tid)
+            return 1;
+    return 0;
+}
+
+
+void oc_own_threads_fork_child(void) {
+    for (int i = 0; i < OWN_MAX; i++) /* (the parent's threads; the child's own mark themselves) */
+        atomic_store(&own_tids[i], 0);
+}

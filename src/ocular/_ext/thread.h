@@ -1,0 +1,43 @@
+/* thread.h -- Ocular's own threads (thread.c): how they are started, and their names.  No Python API. */
+#ifndef OCULAR_THREAD_H
+#define OCULAR_THREAD_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
+#define OC_USDT_THREAD_NAME "ocular-usdt"
+#define OC_RENDER_THREAD_NAME "ocular-render"
+#define OC_REMOVE_THREAD_NAME "ocular-remove"
+
+#ifndef OC_UNRESOLVED_OK
+#pragma GCC visibility push(hidden)
+#endif
+/* Start one of Ocular's own threads (recorder, renderers, timers, pollers) with every signal blocked in
+ * it: a thread inherits the mask of the one that creates it, so the mask is set around pthread_create,
+ * not by the new thread (a signal could land in it before it blocks them).  Signals stay with the
+ * program's threads, and a signal the program blocks to sigwait() for it, or to hold it over a
+ * critical section, is never taken (and its default action run) by a thread of ours. */
+void *oc_own_thread_main(void *start);                         /* marks the thread as Ocular's */
+void *oc_own_thread_arg(void *(*fn)(void *), void *arg);         /* its argument, malloc'd (NULL: no memory) */
+static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    void *st = oc_own_thread_arg(fn, arg);
+    if (!st)
+        return ENOMEM; /* (an errno, as pthread_create's: callers say strerror of it) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(th, attr, oc_own_thread_main, st);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        free(st);
+    return rc;
+}
+int oc_is_own_thread(long tid);          /* tid is one of Ocular's threads, running */
+void oc_own_threads_fork_child(void);    /* a fork child: the parent's threads are not its own */
+#ifndef OC_UNRESOLVED_OK
+#pragma GCC visibility pop
+#endif
+#endif
