@@ -117,8 +117,11 @@ test-installed: check-versions
 SAN_CC ?= gcc
 SAN_CFLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
               -fno-sanitize-recover=undefined -Wall -Wextra -D_GNU_SOURCE -fvisibility=hidden -fPIC -shared -pthread
-ASAN_TESTS ?= tests/test_report.py tests/test_api.py tests/test_stress.py tests/test_live_render.py tests/test_asyncio.py \
-  tests/test_perfetto.py::test_rendering_on_two_threads_is_the_same_trace
+ASAN_TESTS ?= tests/test_report.py tests/test_api.py tests/test_stress.py tests/test_live_render.py \
+  tests/test_perfetto.py::test_rendering_on_two_threads_is_the_same_trace \
+  tests/test_asyncio.py::test_thousands_of_tasks_at_once_each_step_has_its_flow \
+  tests/test_asyncio.py::test_each_scheduling_of_a_task_is_a_flow_to_the_step_it_began \
+  tests/test_asyncio.py::test_a_loop_callback_that_holds_the_loop_is_a_stall_too
 ASAN_K ?= not cli
 ASAN_ENV = LD_PRELOAD="$$($(SAN_CC) -print-file-name=libasan.so) $$($(SAN_CC) -print-file-name=libubsan.so)" \
            ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99 \
