@@ -99,6 +99,27 @@ static PyObject *imported_attr(const char *module, const char *name) {
     return v;
 }
 
+/* *slot: module.name if it is a type the program has imported (kept), looked up until then; NULL: not yet */
+static PyObject *imported_type(PyObject **slot, const char *module, const char *name) {
+    if (!*slot) {
+        *slot = imported_attr(module, name);
+        if (*slot && !PyType_Check(*slot))
+            Py_CLEAR(*slot);
+    }
+    return *slot;
+}
+
+/* a K_MARK record of this thread (OC_MARK_* payload); 0 if none could be reserved */
+static int put_mark(uint64_t ts, uint32_t code_id, uint32_t payload) {
+    oc_rec *r = oc_reserve_rec();
+    if (!r)
+        return 0;
+    r->ts = ts;
+    r->code_id = code_id;
+    r->info = OC_INFO(K_MARK, payload);
+    return 1;
+}
+
 /* _asyncio.current_task, looked up until the program imports asyncio (NULL: not yet) */
 static PyObject *current_task_fn(void) {
     if (!current_task)
@@ -247,28 +268,8 @@ int oc_task_enter(oc_tbuf *b, uint32_t depth, oc_codeextra *coro) {
     if (id == UINT32_MAX)
         return 0;
     uint64_t now = oc_now();
-    oc_rec *r = oc_reserve_rec();
-    if (!r)
-        return 0;
-    r->ts = now;
-    r->code_id = key;
-    r->info = OC_INFO(K_MARK, OC_MARK_KEY);
-    if (!(r = oc_reserve_rec()))
-        return 0; /* (a key mark alone names nothing) */
-    r->ts = now;
-    r->code_id = id;
-    r->info = OC_INFO(K_MARK, OC_MARK_TASK);
-    return 1;
-}
-
-/* asyncio.tasks.Task (the type asyncio's tasks are instances of), once the program imported it */
-static PyObject *task_type_of_asyncio(void) {
-    if (!task_type) {
-        task_type = imported_attr("asyncio.tasks", "Task");
-        if (task_type && !PyType_Check(task_type))
-            Py_CLEAR(task_type);
-    }
-    return task_type;
+    /* (a key mark alone names nothing) */
+    return put_mark(now, key, OC_MARK_KEY) && put_mark(now, id, OC_MARK_TASK);
 }
 
 /* The task whose step callback `cb` is, when call_soon is given one (a new reference), else NULL: asyncio's
@@ -283,7 +284,7 @@ static PyObject *task_of_callback(PyObject *cb) {
     else if (strcmp(Py_TYPE(cb)->tp_name, "_asyncio.TaskStepMethWrapper") == 0 &&
              (str_self || (str_self = PyUnicode_InternFromString("__self__"))))
         self = PyObject_GetAttr(cb, str_self); /* (a C getter) */
-    PyObject *type = task_type_of_asyncio();
+    PyObject *type = imported_type(&task_type, "asyncio.tasks", "Task"); /* (the type asyncio's tasks are) */
     if (self && (!type || !PyObject_TypeCheck(self, (PyTypeObject *)type)))
         Py_CLEAR(self);
     return self;
@@ -303,30 +304,13 @@ void oc_task_wake(void) {
         return;
     uint32_t key = key_of(task);
     Py_DECREF(task);
-    oc_rec *r = oc_reserve_rec();
-    if (!r)
-        return;
-    r->ts = oc_now();
-    r->code_id = key;
-    r->info = OC_INFO(K_MARK, OC_MARK_WAKE);
+    put_mark(oc_now(), key, OC_MARK_WAKE);
 }
 
 void oc_task_unwind(oc_tbuf *b, uint32_t depth, PyObject *exc) {
     if (!b || b->step_depth != depth || !exc)
         return;
-    if (!cancelled_error) {
-        cancelled_error = imported_attr("asyncio.exceptions", "CancelledError");
-        if (cancelled_error && !PyType_Check(cancelled_error))
-            Py_CLEAR(cancelled_error);
-        if (!cancelled_error)
-            return;
-    }
-    if (!PyObject_TypeCheck(exc, (PyTypeObject *)cancelled_error))
-        return;
-    oc_rec *r = oc_reserve_rec();
-    if (!r)
-        return;
-    r->ts = oc_now();
-    r->code_id = OC_NO_CODE;
-    r->info = OC_INFO(K_MARK, OC_MARK_CANCELLED);
+    PyObject *cancelled = imported_type(&cancelled_error, "asyncio.exceptions", "CancelledError");
+    if (cancelled && PyObject_TypeCheck(exc, (PyTypeObject *)cancelled))
+        put_mark(oc_now(), OC_NO_CODE, OC_MARK_CANCELLED);
 }

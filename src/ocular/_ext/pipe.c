@@ -152,28 +152,27 @@ static inline uint64_t *next_op(long tid) {
     return w;
 }
 
-static void q_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
-    (void)o;
+/* an operation of two words: its head (kind, code id) and a time */
+static inline void op2(long tid, uint64_t head, uint64_t ts_ns) {
     uint64_t *w = next_op(tid);
-    w[0] = Q_BEGIN | (uint64_t)code_id << 8;
+    w[0] = head;
     w[1] = ts_ns;
     Q.wp = w + 2;
+}
+
+static void q_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
+    (void)o;
+    op2(tid, Q_BEGIN | (uint64_t)code_id << 8, ts_ns);
 }
 
 static void q_begin_cut(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     (void)o;
-    uint64_t *w = next_op(tid);
-    w[0] = Q_BEGIN_CUT | (uint64_t)code_id << 8;
-    w[1] = ts_ns;
-    Q.wp = w + 2;
+    op2(tid, Q_BEGIN_CUT | (uint64_t)code_id << 8, ts_ns);
 }
 
 static void q_end(oc_out *o, long tid, uint64_t ts_ns) {
     (void)o;
-    uint64_t *w = next_op(tid);
-    w[0] = Q_END;
-    w[1] = ts_ns;
-    Q.wp = w + 2;
+    op2(tid, Q_END, ts_ns);
 }
 
 static void q_slice(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uint32_t code_id, int cut) {
@@ -229,10 +228,7 @@ static void q_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
 
 static void q_instant(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     (void)o;
-    uint64_t *w = next_op(tid);
-    w[0] = Q_INSTANT | (uint64_t)code_id << 8;
-    w[1] = ts_ns;
-    Q.wp = w + 2;
+    op2(tid, Q_INSTANT | (uint64_t)code_id << 8, ts_ns);
 }
 
 static void q_header(oc_out *o) { (void)o; }
