@@ -37,7 +37,9 @@ def _ocular(args, cwd, timeout=300):
 def _cprofile_top(cmd, cwd, n=5):
     """cProfile's top-n functions by tottime as (file basename, line, name) for Python code and
     ("~", 0, "<method 'x' of 'T' objects>") for C functions, as our rows name them; and {function: cProfile's
-    tottime per call in ns}."""
+    tottime per call in ns}; and cProfile's cost of a cheap C call in this run: the median tottime per call of
+    the C functions called 10,000 times or more (len, list.append, isinstance: docutils on 3.13, 67-195 ns,
+    most of it cProfile's own bookkeeping, and more on a loaded machine)."""
     out = os.path.join(cwd, "cp.prof")
     p = subprocess.run([*python_cmd(), "-m", "cProfile", "-o", out, *cmd], cwd=cwd, capture_output=True, text=True,
                        timeout=300)
@@ -53,7 +55,9 @@ def _cprofile_top(cmd, cwd, n=5):
         else:
             top.append((os.path.basename(file), line, name))
         per_call[top[-1]] = tt / nc * 1e9 if nc else 0.0
-    return top, per_call
+    cheap = sorted(tt / nc * 1e9 for (file, _, _), (cc, nc, tt, ct, _) in st.stats.items()
+                   if file == "~" and nc >= 10000)
+    return top, per_call, (cheap[len(cheap) // 2] if cheap else 100.0)
 
 
 def _named(screen, fn):
@@ -155,7 +159,7 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monke
     # run to run with the windows that saw it -- docutils' State.make_transition, 15 ms recorded, came out
     # at 4-16 ms, 4th to 19th, on this build and stop 37's alike, and three runs in a row missed on CI)
     for attempt in range(5):
-        top, per_call = _cprofile_top(cmd, tmp_path)
+        top, per_call, cheap_call = _cprofile_top(cmd, tmp_path)
         p = _ocular(["--width", str(width), "--report", "rep.txt", "-o", "t.pftrace", *cmd], tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
         text = (tmp_path / "rep.txt").read_text()
@@ -171,15 +175,16 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monke
         # cProfile's own cost per call lands in the tottime of the functions called most (and of their
         # callers), which lifts them over their real rank.  A function of its top 5 may be left out only
         # where that explains it: a Python function that an untraced sampling profiler (py-spy) does not
-        # rank among the program's top 5; a C function whose cProfile time per call is under 100 ns, mostly
+        # rank among the program's top 5; a C function whose cProfile time per call is no more than a cheap
+        # C call's in the same run (the median over the C functions called 10,000 times or more): mostly
         # cProfile's own bookkeeping (py-spy gives a C function's time to its caller, so it cannot say;
-        # docutils' isinstance on 3.15: 93 ns a call in cProfile, ~35 ns in Ocular)
+        # docutils' isinstance: 93-103 ns a call in cProfile, where len took 124 ns; ~35 ns in Ocular)
         spy = _py_spy_ranks(cmd, tmp_path)
-        if all(spy.get((fn[0], fn[2]), 10 ** 6) > 5 if fn[0] != "~" else per_call[fn] < 100 for fn in misses):
+        if all(spy.get((fn[0], fn[2]), 10 ** 6) > 5 if fn[0] != "~" else per_call[fn] <= cheap_call for fn in misses):
             return
     pytest.fail(f"{name}: cProfile's top-5 by tottime {top}; not named in the first {FIRST_SCREEN} lines: {misses}; "
                 f"py-spy's ranks: {[spy.get((fn[0], fn[2])) for fn in misses]}; cProfile's ns per call: "
-                f"{[round(per_call[fn]) for fn in misses]}\n" + "\n".join(screen))
+                f"{[round(per_call[fn]) for fn in misses]} (a cheap C call's: {round(cheap_call)})\n" + "\n".join(screen))
 
 
 GOLDEN = '''
