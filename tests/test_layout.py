@@ -61,3 +61,19 @@ def test_the_render_side_compiles_without_python_headers():
                                 "-I" + EXT, os.path.join(EXT, name)],
                                capture_output=True, text=True, timeout=120)
             assert p.returncode == 0, (name, p.stderr[:2000])
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_every_c_file_is_warning_free_on_gcc_and_clang(cc):
+    """C11 with -Wall -Wextra -Werror on both compilers (setup.py builds with the system's cc: gcc on Debian;
+    clang's warnings differ, so it is checked here on every file)."""
+    import sysconfig
+
+    if not shutil.which(cc):
+        pytest.fail(f"{cc} not found: .ci/run installs it (Debian packages build-essential and clang)")
+    for name in _sources():
+        if name.endswith(".c"):
+            p = subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-fsyntax-only",
+                                "-I" + EXT, "-I" + sysconfig.get_paths()["include"], os.path.join(EXT, name)],
+                               capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, (cc, name, p.stderr[:2000])

@@ -85,15 +85,15 @@ static struct {
     /* run delays (sampling.c): the waiting-for-a-CPU share inside windows and outside, CPU-weighted */
     double rd_in_num, rd_in_den, rd_out_num, rd_out_den;
     uint32_t rd_in_n, rd_out_n;
-} AT;
+} attr_st;
 
 void oc_attr_reset(void) {
-    for (uint32_t i = 0; i < AT.nst; i++)
-        free(AT.st[i].pairs);
-    free(AT.st);
-    free(AT.win);
-    free(AT.est);
-    memset(&AT, 0, sizeof AT);
+    for (uint32_t i = 0; i < attr_st.nst; i++)
+        free(attr_st.st[i].pairs);
+    free(attr_st.st);
+    free(attr_st.win);
+    free(attr_st.est);
+    memset(&attr_st, 0, sizeof attr_st);
     oc_attr_on = 0;
     free(oc_attr_outside);
     oc_attr_outside = NULL;
@@ -105,7 +105,7 @@ void oc_attr_reset(void) {
 /* fork child: forget the parent's tables without freeing them (its render thread may have been
  * updating them) */
 void oc_attr_abandon(void) {
-    memset(&AT, 0, sizeof AT);
+    memset(&attr_st, 0, sizeof attr_st);
     oc_attr_on = 0;
     oc_attr_outside = NULL;
     oc_attr_noutside = 0;
@@ -124,47 +124,47 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wl) {
     if (len < 48)
         return;
     uint32_t n;
-    memcpy(&AT.status, p, 4);
+    memcpy(&attr_st.status, p, 4);
     memcpy(&n, p + 4, 4);
-    memcpy(&AT.skipped, p + 8, 4);
-    memcpy(AT.other, p + 16, 32);
-    AT.other[32] = 0;
+    memcpy(&attr_st.skipped, p + 8, 4);
+    memcpy(attr_st.other, p + 16, 32);
+    attr_st.other[32] = 0;
     if ((uint64_t)n * wl > len - 48)
         n = (len - 48) / wl;
     uint32_t magic, tail = 48 + wl * n;
     if (len >= tail + OC_SAMPLING_RD_LEN && (memcpy(&magic, p + tail, 4), magic == OC_SAMPLING_RD_MAGIC)) {
         double v[4];
-        memcpy(&AT.rd_in_n, p + tail + 4, 4);
-        memcpy(&AT.rd_out_n, p + tail + 8, 4);
+        memcpy(&attr_st.rd_in_n, p + tail + 4, 4);
+        memcpy(&attr_st.rd_out_n, p + tail + 8, 4);
         memcpy(v, p + tail + 16, 32);
-        AT.rd_in_num = v[0], AT.rd_in_den = v[1], AT.rd_out_num = v[2], AT.rd_out_den = v[3];
+        attr_st.rd_in_num = v[0], attr_st.rd_in_den = v[1], attr_st.rd_out_num = v[2], attr_st.rd_out_den = v[3];
     }
     if (!n)
         return;
-    uint64_t(*w)[3] = realloc(AT.win, ((size_t)AT.nwin + n) * sizeof *AT.win);
+    uint64_t(*w)[3] = realloc(attr_st.win, ((size_t)attr_st.nwin + n) * sizeof *attr_st.win);
     if (!w) {
-        AT.failed = 1;
+        attr_st.failed = 1;
         return;
     }
-    AT.win = w;
+    attr_st.win = w;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *q = p + 48 + (size_t)wl * i;
         uint64_t b = rd64(q), e = rd64(q + 8), stands = wl > 16 ? rd64(q + 16) : 0;
-        if (AT.nwin && b < AT.win[AT.nwin - 1][1])
+        if (attr_st.nwin && b < attr_st.win[attr_st.nwin - 1][1])
             continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
-        if (!AT.nwin)
+        if (!attr_st.nwin)
             oc_attr_from = b;
-        AT.win[AT.nwin][0] = b;
-        AT.win[AT.nwin][1] = e;
+        attr_st.win[attr_st.nwin][0] = b;
+        attr_st.win[attr_st.nwin][1] = e;
         /* a window tick stands for stands / (e - b) ticks of the run; 16 for every window when not known
          * (the ratios are what matter), at least 1, at most 16 x 1e6 */
         double wt = stands && e > b ? 16.0 * (double)stands / (double)(e - b) : 16.0;
-        AT.win[AT.nwin][2] = wt < 1 ? 1 : wt > 1.6e7 ? 16000000 : (uint64_t)(wt + 0.5);
-        AT.nwin++;
-        AT.win_ticks += e > b ? e - b : 0;
+        attr_st.win[attr_st.nwin][2] = wt < 1 ? 1 : wt > 1.6e7 ? 16000000 : (uint64_t)(wt + 0.5);
+        attr_st.nwin++;
+        attr_st.win_ticks += e > b ? e - b : 0;
     }
     oc_attr_wgen++; /* (threads' cached next window begins are stale) */
-    oc_attr_on = AT.nwin > 0;
+    oc_attr_on = attr_st.nwin > 0;
 }
 
 /* oc_attr_outside holds code `id` (grown by 256 entries past it); 0: no memory (reported as incomplete) */
@@ -174,7 +174,7 @@ static int outside_grow(uint32_t id) {
     uint32_t n = id + 256;
     uint64_t *o = realloc(oc_attr_outside, (size_t)n * sizeof *o);
     if (!o) {
-        AT.failed = 1;
+        attr_st.failed = 1;
         return 0;
     }
     memset(o + oc_attr_noutside, 0, (size_t)(n - oc_attr_noutside) * sizeof *o);
@@ -184,20 +184,20 @@ static int outside_grow(uint32_t id) {
 }
 
 static anchor_stat *stat_of(uint32_t id) {
-    if (UNLIKELY(id >= AT.nst)) {
+    if (UNLIKELY(id >= attr_st.nst)) {
         if (id == OC_NO_CODE)
             return NULL;
         uint32_t n = id + 256;
-        anchor_stat *s = realloc(AT.st, (size_t)n * sizeof *s);
+        anchor_stat *s = realloc(attr_st.st, (size_t)n * sizeof *s);
         if (!s) {
-            AT.failed = 1;
+            attr_st.failed = 1;
             return NULL;
         }
-        memset(s + AT.nst, 0, (size_t)(n - AT.nst) * sizeof *s);
-        AT.st = s;
-        AT.nst = n;
+        memset(s + attr_st.nst, 0, (size_t)(n - attr_st.nst) * sizeof *s);
+        attr_st.st = s;
+        attr_st.nst = n;
     }
-    return &AT.st[id];
+    return &attr_st.st[id];
 }
 
 static pair *pair_of(uint32_t anchor, uint32_t code) {
@@ -211,7 +211,7 @@ static pair *pair_of(uint32_t anchor, uint32_t code) {
         uint32_t cap = s->cap ? s->cap * 2 : 4;
         pair *np = realloc(s->pairs, cap * sizeof *np);
         if (!np) {
-            AT.failed = 1;
+            attr_st.failed = 1;
             return NULL;
         }
         s->pairs = np;
@@ -226,14 +226,14 @@ static pair *pair_of(uint32_t anchor, uint32_t code) {
 /* ticks of [t0, t1) inside windows, and (*weighted) each times its window's weight; the cursor only
  * moves forward (a thread's time does) */
 static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t *weighted) {
-    while (a->wcur < AT.nwin && AT.win[a->wcur][1] <= t0)
+    while (a->wcur < attr_st.nwin && attr_st.win[a->wcur][1] <= t0)
         a->wcur++;
     uint64_t in = 0, w = 0;
-    for (uint32_t k = a->wcur; k < AT.nwin && AT.win[k][0] < t1; k++) {
-        uint64_t b = AT.win[k][0] > t0 ? AT.win[k][0] : t0, e = AT.win[k][1] < t1 ? AT.win[k][1] : t1;
+    for (uint32_t k = a->wcur; k < attr_st.nwin && attr_st.win[k][0] < t1; k++) {
+        uint64_t b = attr_st.win[k][0] > t0 ? attr_st.win[k][0] : t0, e = attr_st.win[k][1] < t1 ? attr_st.win[k][1] : t1;
         if (e > b) {
             in += e - b;
-            w += (e - b) * AT.win[k][2];
+            w += (e - b) * attr_st.win[k][2];
         }
     }
     *weighted = w;
@@ -247,7 +247,7 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
     /* net ticks inside windows (what outside windows holds is net - in_net), and weighted */
     uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
     uint64_t in_netw = in ? (uint64_t)((double)in_net * (double)inw / (double)in) : 0;
-    a->next_begin = a->wcur < AT.nwin ? AT.win[a->wcur][0] : UINT64_MAX; /* (oc_attr_gap_fast's test) */
+    a->next_begin = a->wcur < attr_st.nwin ? attr_st.win[a->wcur][0] : UINT64_MAX; /* (oc_attr_gap_fast's test) */
     a->wgen = oc_attr_wgen;
     a->last_in = 0;
     a->win_total += in_netw;
@@ -297,7 +297,7 @@ void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, 
 }
 
 void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct) {
-    if (!a->last_in || code >= R.ncodes || (!c && !(R.codes[code].flags & CF_START_DISABLED)))
+    if (!a->last_in || code >= rmeta.ncodes || (!c && !(rmeta.codes[code].flags & CF_START_DISABLED)))
         return;
     anchor_stat *s = stat_of(a->last_code);
     pair *q = s ? pair_of(a->last_code, code) : NULL;
@@ -314,7 +314,7 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct
 
 /* an anchor's visible self ticks outside windows */
 static uint64_t outside_of(const anchor_stat *s) {
-    uint32_t id = (uint32_t)(s - AT.st);
+    uint32_t id = (uint32_t)(s - attr_st.st);
     return id < oc_attr_noutside ? oc_attr_outside[id] : 0;
 }
 
@@ -349,9 +349,9 @@ static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself)
 /* the waiting-for-a-CPU shares inside and outside windows (-1: not measured: a damaged or older
  * recording, fewer than 5 windows measured, no CPU time) */
 static void run_delay_shares(double *in, double *out) {
-    int ok = AT.rd_in_n >= 5 && AT.rd_out_n >= 5 && AT.rd_in_den > 0 && AT.rd_out_den > 0;
-    *in = ok ? AT.rd_in_num / AT.rd_in_den : -1.0;
-    *out = ok ? AT.rd_out_num / AT.rd_out_den : -1.0;
+    int ok = attr_st.rd_in_n >= 5 && attr_st.rd_out_n >= 5 && attr_st.rd_in_den > 0 && attr_st.rd_out_den > 0;
+    *in = ok ? attr_st.rd_in_num / attr_st.rd_in_den : -1.0;
+    *out = ok ? attr_st.rd_out_num / attr_st.rd_out_den : -1.0;
     if (ok && (!(*in >= 0 && *in < 1) || !(*out >= 0 && *out < 1)))
         *in = *out = -1.0; /* (read from the recording: any bytes) */
 }
@@ -369,29 +369,29 @@ static double calls_factor(void) {
 
 /* once, after the render: every code's estimate */
 static int compute(void) {
-    if (AT.est)
+    if (attr_st.est)
         return 0;
-    AT.nest = AT.nst;
-    AT.est = calloc((size_t)AT.nest + 1, sizeof *AT.est);
-    if (!AT.est)
+    attr_st.nest = attr_st.nst;
+    attr_st.est = calloc((size_t)attr_st.nest + 1, sizeof *attr_st.est);
+    if (!attr_st.est)
         return -1;
     double cf = calls_factor();
-    for (uint32_t c = 0; c < AT.nst; c++) {
-        anchor_stat *s = &AT.st[c];
+    for (uint32_t c = 0; c < attr_st.nst; c++) {
+        anchor_stat *s = &attr_st.st[c];
         if (!s->npairs)
             continue;
         double scale, fself;
         uint64_t h = hidden_ticks(s, &scale, &fself);
         if (!h)
             continue;
-        AT.est[c].removed += scale * (double)h;
+        attr_st.est[c].removed += scale * (double)h;
         for (uint32_t i = 0; i < s->npairs; i++) {
             pair *q = &s->pairs[i];
-            if (q->code >= AT.nest)
+            if (q->code >= attr_st.nest)
                 continue;
-            AT.est[q->code].calls += cf * scale * est_calls(q, fself);
-            AT.est[q->code].self += scale * fself * (double)q->self;
-            AT.est[q->code].incl += scale * est_incl(q, fself);
+            attr_st.est[q->code].calls += cf * scale * est_calls(q, fself);
+            attr_st.est[q->code].self += scale * fself * (double)q->self;
+            attr_st.est[q->code].incl += scale * est_incl(q, fself);
         }
     }
     return 0;
@@ -399,12 +399,12 @@ static int compute(void) {
 
 /* function id's estimate (results.c exports it): 1 and *e, or 0: none */
 int oc_attr_estimate(uint32_t id, oc_attr_est *e) {
-    if (!oc_attr_on || compute() < 0 || id >= AT.nest ||
-        (AT.est[id].calls == 0 && AT.est[id].removed == 0 && AT.est[id].incl == 0))
+    if (!oc_attr_on || compute() < 0 || id >= attr_st.nest ||
+        (attr_st.est[id].calls == 0 && attr_st.est[id].removed == 0 && attr_st.est[id].incl == 0))
         return 0;
-    anchor_stat *s = &AT.st[id];
-    *e = (oc_attr_est){.calls = AT.est[id].calls, .self = AT.est[id].self, .incl = AT.est[id].incl,
-                       .removed = AT.est[id].removed, .window_self = s->b, .outside_self = outside_of(s),
+    anchor_stat *s = &attr_st.st[id];
+    *e = (oc_attr_est){.calls = attr_st.est[id].calls, .self = attr_st.est[id].self, .incl = attr_st.est[id].incl,
+                       .removed = attr_st.est[id].removed, .window_self = s->b, .outside_self = outside_of(s),
                        .npairs = s->npairs};
     return 1;
 }
@@ -412,9 +412,9 @@ int oc_attr_estimate(uint32_t id, oc_attr_est *e) {
 /* the estimated share of each hidden function that function id (with an estimate) calls directly, up to
  * `max` of them (its npairs are enough): how many */
 uint32_t oc_attr_callees(uint32_t id, oc_attr_callee_est *out, uint32_t max) {
-    if (id >= AT.nest)
+    if (id >= attr_st.nest)
         return 0;
-    anchor_stat *s = &AT.st[id];
+    anchor_stat *s = &attr_st.st[id];
     double scale, fself;
     uint64_t h = hidden_ticks(s, &scale, &fself);
     uint32_t k = 0;
@@ -433,8 +433,8 @@ uint32_t oc_attr_callees(uint32_t id, oc_attr_callee_est *out, uint32_t max) {
 void oc_attr_summary_get(oc_attr_sum *m) {
     double in, out;
     run_delay_shares(&in, &out);
-    *m = (oc_attr_sum){.on = AT.status == OC_SAMPLING_ON, .windows = AT.nwin, .window_ticks = AT.win_ticks,
-                       .skipped = AT.skipped, .other = AT.other, .failed = AT.failed, .rd_inside = in,
-                       .rd_outside = out, .calls_factor = calls_factor(), .rd_inside_n = AT.rd_in_n,
-                       .rd_outside_n = AT.rd_out_n};
+    *m = (oc_attr_sum){.on = attr_st.status == OC_SAMPLING_ON, .windows = attr_st.nwin, .window_ticks = attr_st.win_ticks,
+                       .skipped = attr_st.skipped, .other = attr_st.other, .failed = attr_st.failed, .rd_inside = in,
+                       .rd_outside = out, .calls_factor = calls_factor(), .rd_inside_n = attr_st.rd_in_n,
+                       .rd_outside_n = attr_st.rd_out_n};
 }

@@ -25,41 +25,41 @@
 
 OC_TLS __thread oc_tls_t oc_tls;
 static pthread_key_t tkey;
-static oc_tbuf *all_bufs;     /* every buffer ever made; guarded by S.lock */
+static oc_tbuf *all_bufs;     /* every buffer ever made; guarded by sess.lock */
 static uint32_t tgen = 1;     /* buffers of another generation are stale */
 
 /* lock held */
 void oc_chunk_put_free(oc_chunk *c) {
-    c->next = S.free_list;
-    S.free_list = c;
+    c->next = sess.free_list;
+    sess.free_list = c;
 }
 
 /* lock held */
 oc_chunk *oc_chunk_get(void) {
-    if (S.free_list) {
-        oc_chunk *c = S.free_list;
-        S.free_list = c->next;
+    if (sess.free_list) {
+        oc_chunk *c = sess.free_list;
+        sess.free_list = c->next;
         return c;
     }
     oc_chunk *c = malloc(sizeof(oc_chunk));
     if (c)
-        S.nchunks++;
+        sess.nchunks++;
     return c;
 }
 
 /* lock held: the recorder is more than OC_MAX_QUEUED chunks behind; wait for it.  Returns the tick
  * the wait began, or 0 if there was none. */
 static uint64_t wait_for_recorder(void) {
-    if (LIKELY(S.nqueued < S.max_queued) || !S.writer_started)
+    if (LIKELY(sess.nqueued < sess.max_queued) || !sess.writer_started)
         return 0;
     uint64_t t0 = oc_now();
-    if (S.recorder_idle) {
-        S.recorder_idle = 0;
-        pthread_cond_signal(&S.cond_writer);
+    if (sess.recorder_idle) {
+        sess.recorder_idle = 0;
+        pthread_cond_signal(&sess.cond_writer);
     }
-    while (S.nqueued >= S.max_queued && S.writer_started && !S.stopping)
-        pthread_cond_wait(&S.cond_free, &S.lock);
-    S.pauses++;
+    while (sess.nqueued >= sess.max_queued && sess.writer_started && !sess.stopping)
+        pthread_cond_wait(&sess.cond_free, &sess.lock);
+    sess.pauses++;
     return t0 ? t0 : 1;
 }
 
@@ -76,17 +76,17 @@ static void enqueue(oc_tbuf *b) {
     if (c->n == 0 && !c->ended) {
         oc_chunk_put_free(c);
     } else {
-        if (S.q_tail)
-            S.q_tail->next = c;
+        if (sess.q_tail)
+            sess.q_tail->next = c;
         else
-            S.q_head = c;
-        S.q_tail = c;
-        S.nqueued++;
+            sess.q_head = c;
+        sess.q_tail = c;
+        sess.nqueued++;
         /* wake the recorder only when it sleeps and a batch is ready: a wake-up per chunk cost the
          * program a preemption per chunk on two cores (it polls every 20 ms for a partial batch) */
-        if (S.recorder_idle && S.nqueued >= OC_WAKE_BATCH) {
-            S.recorder_idle = 0;
-            pthread_cond_signal(&S.cond_writer);
+        if (sess.recorder_idle && sess.nqueued >= OC_WAKE_BATCH) {
+            sess.recorder_idle = 0;
+            pthread_cond_signal(&sess.cond_writer);
         }
     }
     b->chunk = NULL;
@@ -95,23 +95,23 @@ static void enqueue(oc_tbuf *b) {
 
 static void thread_exit(void *p) {
     oc_tbuf *b = p;
-    pthread_mutex_lock(&S.lock);
-    if (b->gen == tgen && S.active) {
+    pthread_mutex_lock(&sess.lock);
+    if (b->gen == tgen && sess.active) {
         /* its last chunk says the thread ended (the recorder writes that after it): an empty one if need be */
         if (!b->chunk && (b->chunk = oc_chunk_get()) != NULL) {
             b->chunk->thread_idx = b->thread_idx;
-            b->chunk->tid = b->thread_idx < S.nthreads ? S.threads[b->thread_idx].tid : 0;
+            b->chunk->tid = b->thread_idx < sess.nthreads ? sess.threads[b->thread_idx].tid : 0;
             b->pos = b->chunk->recs;
         }
         if (b->chunk)
             b->chunk->ended = 1;
         enqueue(b);
-        if (b->thread_idx < S.nthreads)
-            S.threads[b->thread_idx].exited = 1;
+        if (b->thread_idx < sess.nthreads)
+            sess.threads[b->thread_idx].exited = 1;
     }
     b->alive = 0;
     b->gen = 0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&sess.lock);
     free(b->open); /* (only ever touched by its own thread) */
     b->open = NULL;
     b->nopen = b->capopen = 0;
@@ -137,15 +137,15 @@ static char *fallback_name(long tid) {
 /* Look the thread up in threading._active; returns 1 once the name is known. */
 static int resolve_name(oc_tbuf *b) {
     uint32_t idx = b->thread_idx;
-    unsigned long ident = S.threads[idx].ident;
-    if (S.threads[idx].name)
+    unsigned long ident = sess.threads[idx].ident;
+    if (sess.threads[idx].name)
         return 1;
-    if (ident == S.main_ident) {
-        pthread_mutex_lock(&S.lock);
-        S.threads[idx].name = strdup("MainThread");
-        S.threads[idx].name_raw = strdup("MainThread");
-        S.threads_named++;
-        pthread_mutex_unlock(&S.lock);
+    if (ident == sess.main_ident) {
+        pthread_mutex_lock(&sess.lock);
+        sess.threads[idx].name = strdup("MainThread");
+        sess.threads[idx].name_raw = strdup("MainThread");
+        sess.threads_named++;
+        pthread_mutex_unlock(&sess.lock);
         return 1;
     }
     int found = 0;
@@ -184,15 +184,15 @@ static int resolve_name(oc_tbuf *b) {
                     if (u) {
                         char *s = oc_json_escape(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
                         if (s) {
-                            pthread_mutex_lock(&S.lock);
-                            if (!S.threads[idx].name) {
-                                S.threads[idx].name = s;
-                                S.threads[idx].name_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
-                                S.threads_named++;
+                            pthread_mutex_lock(&sess.lock);
+                            if (!sess.threads[idx].name) {
+                                sess.threads[idx].name = s;
+                                sess.threads[idx].name_raw = oc_dup_raw(PyBytes_AS_STRING(u), PyBytes_GET_SIZE(u));
+                                sess.threads_named++;
                             } else {
                                 free(s);
                             }
-                            pthread_mutex_unlock(&S.lock);
+                            pthread_mutex_unlock(&sess.lock);
                             found = 1;
                         }
                         Py_DECREF(u);
@@ -211,25 +211,25 @@ static int resolve_name(oc_tbuf *b) {
 }
 
 static int register_thread(oc_tbuf *b) {
-    pthread_mutex_lock(&S.lock);
-    if (S.nthreads == S.cap_threads) {
-        uint32_t cap = S.cap_threads ? S.cap_threads * 2 : 16;
-        oc_thread *n = realloc(S.threads, cap * sizeof(oc_thread));
+    pthread_mutex_lock(&sess.lock);
+    if (sess.nthreads == sess.cap_threads) {
+        uint32_t cap = sess.cap_threads ? sess.cap_threads * 2 : 16;
+        oc_thread *n = realloc(sess.threads, cap * sizeof(oc_thread));
         if (!n) {
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&sess.lock);
             return -1;
         }
-        S.threads = n;
-        S.cap_threads = cap;
+        sess.threads = n;
+        sess.cap_threads = cap;
     }
-    b->thread_idx = S.nthreads++;
-    oc_thread *t = &S.threads[b->thread_idx];
+    b->thread_idx = sess.nthreads++;
+    oc_thread *t = &sess.threads[b->thread_idx];
     t->tid = (long)syscall(SYS_gettid);
     t->ident = PyThread_get_thread_ident();
     t->name = NULL;
     t->name_raw = NULL;
     t->exited = 0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&sess.lock);
     b->name_tries = 0;
     return 0;
 }
@@ -250,7 +250,7 @@ int oc_buffer_mute(int on) {
 }
 
 oc_tbuf *oc_buffer_slow(void) {
-    if (!S.active)
+    if (!sess.active)
         return NULL;
     oc_tbuf *b = oc_tls.buf;
     if (UNLIKELY(oc_tls.muted || (b && b->in_slow)))
@@ -263,14 +263,14 @@ oc_tbuf *oc_buffer_slow(void) {
         }
         b->alive = 1;
         pthread_setspecific(tkey, b);
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&sess.lock);
         b->next_all = all_bufs;
         all_bufs = b;
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sess.lock);
         oc_tls.buf = b;
     }
     b->in_slow = 1;
-    if (oc_tls.gen != S.gen || b->gen != tgen) {
+    if (oc_tls.gen != sess.gen || b->gen != tgen) {
         b->chunk = NULL;
         b->pos = b->end = b->limit = NULL;
         b->nopen = 0;
@@ -281,23 +281,23 @@ oc_tbuf *oc_buffer_slow(void) {
             return NULL;
         }
         b->gen = tgen;
-        oc_tls.gen = S.gen;
+        oc_tls.gen = sess.gen;
     }
     if (!b->chunk || b->pos >= b->limit) {
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&sess.lock);
         enqueue(b);
-        S.ncodes_pub = S.ncodes; /* we hold the GIL: every registration so far is complete */
+        sess.ncodes_pub = sess.ncodes; /* we hold the GIL: every registration so far is complete */
         uint64_t paused = wait_for_recorder();
         oc_chunk *c = oc_chunk_get();
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sess.lock);
         if (!c) {
-            S.dropped++;
+            sess.dropped++;
             oc_internal_error("out of memory for trace chunks: events were dropped");
             b->in_slow = 0;
             return NULL;
         }
         c->thread_idx = b->thread_idx;
-        c->tid = S.threads[b->thread_idx].tid;
+        c->tid = sess.threads[b->thread_idx].tid;
         c->n = 0;
         c->ended = 0;
         b->chunk = c;
@@ -310,15 +310,15 @@ oc_tbuf *oc_buffer_slow(void) {
             b->pos += 2;
         }
     }
-    if (!S.threads[b->thread_idx].name) {
+    if (!sess.threads[b->thread_idx].name) {
         if (!resolve_name(b)) {
             b->name_tries++;
             if (b->name_tries > 48) {
-                pthread_mutex_lock(&S.lock);
-                S.threads[b->thread_idx].name = fallback_name(S.threads[b->thread_idx].tid);
-                S.threads[b->thread_idx].name_raw = fallback_name(S.threads[b->thread_idx].tid);
-                S.threads_named++;
-                pthread_mutex_unlock(&S.lock);
+                pthread_mutex_lock(&sess.lock);
+                sess.threads[b->thread_idx].name = fallback_name(sess.threads[b->thread_idx].tid);
+                sess.threads[b->thread_idx].name_raw = fallback_name(sess.threads[b->thread_idx].tid);
+                sess.threads_named++;
+                pthread_mutex_unlock(&sess.lock);
             } else {
                 /* every 2 events for a while (a short thread is in _active only briefly), then sparser */
                 size_t ahead = b->name_tries < 32 ? 2 : (size_t)2 << (b->name_tries - 31);
@@ -349,44 +349,44 @@ uint64_t oc_buffer_write_partial(oc_out *o, void (*fn)(oc_out *, const oc_chunk 
 
 /* Stop (GIL held): hand every live buffer's partial chunk to the recorder; name threads still unnamed. */
 void oc_buffer_flush_all(void) {
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&sess.lock);
     for (oc_tbuf *b = all_bufs; b; b = b->next_all)
         if (b->gen == tgen)
             enqueue(b);
-    pthread_mutex_unlock(&S.lock);
-    for (uint32_t i = 0; i < S.nthreads; i++) {
-        if (!S.threads[i].name) {
+    pthread_mutex_unlock(&sess.lock);
+    for (uint32_t i = 0; i < sess.nthreads; i++) {
+        if (!sess.threads[i].name) {
             oc_tbuf tmp = {.thread_idx = i};
             /* (an ended thread's ident may belong to a thread started since: it keeps its number) */
-            if (S.threads[i].exited || !resolve_name(&tmp)) {
-                pthread_mutex_lock(&S.lock);
-                if (!S.threads[i].name) {
-                    S.threads[i].name = fallback_name(S.threads[i].tid);
-                    S.threads[i].name_raw = fallback_name(S.threads[i].tid);
-                    S.threads_named++;
+            if (sess.threads[i].exited || !resolve_name(&tmp)) {
+                pthread_mutex_lock(&sess.lock);
+                if (!sess.threads[i].name) {
+                    sess.threads[i].name = fallback_name(sess.threads[i].tid);
+                    sess.threads[i].name_raw = fallback_name(sess.threads[i].tid);
+                    sess.threads_named++;
                 }
-                pthread_mutex_unlock(&S.lock);
+                pthread_mutex_unlock(&sess.lock);
             }
         }
     }
-    pthread_mutex_lock(&S.lock);
-    S.ncodes_pub = S.ncodes;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&sess.lock);
+    sess.ncodes_pub = sess.ncodes;
+    pthread_mutex_unlock(&sess.lock);
     tgen++;
 }
 
 /* In a fork child (lock re-initialised by the caller): drop everything that belongs to the parent. */
 void oc_buffer_fork_child(void) {
-    oc_chunk *c = S.q_head;
+    oc_chunk *c = sess.q_head;
     while (c) {
         oc_chunk *n = c->next;
         free(c);
         c = n;
     }
-    S.q_head = S.q_tail = NULL;
-    S.nqueued = 0;
+    sess.q_head = sess.q_tail = NULL;
+    sess.nqueued = 0;
     uint32_t kept = 0;
-    for (oc_chunk *f = S.free_list; f; f = f->next)
+    for (oc_chunk *f = sess.free_list; f; f = f->next)
         kept++;
     for (oc_tbuf *b = all_bufs; b; b = b->next_all) {
         if (b->chunk)
@@ -397,12 +397,12 @@ void oc_buffer_fork_child(void) {
             b->alive = 0;
         b->gen = 0;
     }
-    S.nchunks = kept;
-    for (uint32_t i = 0; i < S.nthreads; i++) {
-        free(S.threads[i].name);
-        free(S.threads[i].name_raw);
+    sess.nchunks = kept;
+    for (uint32_t i = 0; i < sess.nthreads; i++) {
+        free(sess.threads[i].name);
+        free(sess.threads[i].name_raw);
     }
-    S.nthreads = 0;
-    S.threads_named = S.threads_named_seen = 0;
+    sess.nthreads = 0;
+    sess.threads_named = sess.threads_named_seen = 0;
     tgen++;
 }

@@ -98,40 +98,40 @@ static double rate_now(uint64_t *ticks) {
     uint64_t t, m;
     oc_clock_sample(&t, &m);
     *ticks = t;
-    if (t > S.tsc0 && m > S.mono0_ns)
-        return (double)(m - S.mono0_ns) / (double)(t - S.tsc0);
+    if (t > sess.tsc0 && m > sess.mono0_ns)
+        return (double)(m - sess.mono0_ns) / (double)(t - sess.tsc0);
     return 1.0;
 }
 
 void oc_clock_calibrate_early(void) {
-    if (S.early_calibrated)
+    if (sess.early_calibrated)
         return;
     uint64_t t;
     double r = rate_now(&t);
-    S.early_npt = r;
-    S.early_calibrated = 1;
+    sess.early_npt = r;
+    sess.early_calibrated = 1;
     if (!t) { /* ticks are nanoseconds: nothing to refine */
-        S.ns_per_tick = r;
-        S.knee_tsc = UINT64_MAX;
-        S.calibrated = 1;
+        sess.ns_per_tick = r;
+        sess.knee_tsc = UINT64_MAX;
+        sess.calibrated = 1;
         return;
     }
-    S.knee_tsc = S.tsc0 + (uint64_t)(20e6 / r); /* ~20 ms after the start, by the early rate */
+    sess.knee_tsc = sess.tsc0 + (uint64_t)(20e6 / r); /* ~20 ms after the start, by the early rate */
 }
 
 void oc_clock_calibrate(void) {
-    if (S.calibrated)
+    if (sess.calibrated)
         return;
     uint64_t t;
     double r = rate_now(&t);
-    if (!S.early_calibrated) { /* stop came first: one rate throughout */
-        S.early_npt = r;
-        S.knee_tsc = UINT64_MAX;
-        S.early_calibrated = 1;
+    if (!sess.early_calibrated) { /* stop came first: one rate throughout */
+        sess.early_npt = r;
+        sess.knee_tsc = UINT64_MAX;
+        sess.early_calibrated = 1;
     } /* (else the early rate and knee are published already: they stay; if stop came before the knee,
        * every timestamp converts at the early rate, and durations at this one) */
-    S.ns_per_tick = r;
-    S.calibrated = 1;
+    sess.ns_per_tick = r;
+    sess.calibrated = 1;
 }
 
 /* The C call site rule's limit (monitor.c ccall_keep) in ticks, by the best rate known now: a site whose
@@ -139,19 +139,19 @@ void oc_clock_calibrate(void) {
  * runs ~100x slow against the program) or more stays instrumented.  Rare (once per site per threshold
  * calls); kept once the early calibration is done. */
 uint64_t oc_ccall_keep_ticks(void) {
-    if (S.ccall_keep_ticks)
-        return S.ccall_keep_ticks;
+    if (sess.ccall_keep_ticks)
+        return sess.ccall_keep_ticks;
     double npt = 1.0; /* (clock_gettime and the test clock: ticks are ns) */
     if (oc_use_tsc && !oc_test_clock) {
         uint64_t t;
-        npt = S.early_calibrated ? S.early_npt : rate_now(&t);
+        npt = sess.early_calibrated ? sess.early_npt : rate_now(&t);
         if (!(npt > 0.01 && npt < 100.0))
             npt = 1.0;
     }
     const char *env = getenv("OCULAR_CCALL_KEEP_NS"); /* (checked by start_tracing: digits, or blank) */
     double keep_ns = env && *env && strspn(env, " ") != strlen(env) ? strtod(env, NULL) : OC_CCALL_KEEP_NS;
     uint64_t ticks = (uint64_t)(keep_ns / npt) + 1;
-    if (S.early_calibrated || !oc_use_tsc || oc_test_clock)
-        S.ccall_keep_ticks = ticks;
+    if (sess.early_calibrated || !oc_use_tsc || oc_test_clock)
+        sess.ccall_keep_ticks = ticks;
     return ticks;
 }

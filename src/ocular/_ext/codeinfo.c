@@ -22,7 +22,7 @@ static void free_extra(void *p) {
     oc_codeextra *ex = p;
     if (!ex)
         return;
-    if (ex->gen == S.gen && ex->id < S.ncodes) { /* dying during (or after) the session that knew it */
+    if (ex->gen == sess.gen && ex->id < sess.ncodes) { /* dying during (or after) the session that knew it */
         oc_codeent *e = oc_code_entry(ex->id);
         if (e->extra == ex) {
             e->flags = ex->flags;
@@ -39,7 +39,7 @@ static void free_extra(void *p) {
 }
 
 int oc_codeinfo_init(void) {
-    return oc_codemap_init(&S.codes, free_extra);
+    return oc_codemap_init(&sess.codes, free_extra);
 }
 
 
@@ -67,13 +67,13 @@ static int pattern_match(const char *pat, const char *name) {
 }
 
 static int is_excluded(const char *filename) {
-    if (S.calibrating) /* (owncost.c's functions, whatever the filters say) */
+    if (sess.calibrating) /* (owncost.c's functions, whatever the filters say) */
         return 0;
-    if (S.own_dir && strncmp(filename, S.own_dir, strlen(S.own_dir)) == 0)
+    if (sess.own_dir && strncmp(filename, sess.own_dir, strlen(sess.own_dir)) == 0)
         return 1;
-    if (S.include_only && S.include_only[0]) {
+    if (sess.include_only && sess.include_only[0]) {
         int any = 0;
-        for (char **p = S.include_only; *p; p++)
+        for (char **p = sess.include_only; *p; p++)
             if (pattern_match(*p, filename)) {
                 any = 1;
                 break;
@@ -81,8 +81,8 @@ static int is_excluded(const char *filename) {
         if (!any)
             return 1;
     }
-    if (S.exclude)
-        for (char **p = S.exclude; *p; p++)
+    if (sess.exclude)
+        for (char **p = sess.exclude; *p; p++)
             if (pattern_match(*p, filename))
                 return 1;
     return 0;
@@ -213,9 +213,9 @@ int32_t *oc_line_table(PyCodeObject *co, uint32_t nunits, int *from_table) {
 
 /* Record the first internal failure; stop_tracing() reports it after saving the trace. */
 void oc_internal_error(const char *msg) {
-    if (!S.internal_error) {
-        S.internal_error = 1;
-        snprintf(S.internal_msg, sizeof S.internal_msg, "%s", msg);
+    if (!sess.internal_error) {
+        sess.internal_error = 1;
+        snprintf(sess.internal_msg, sizeof sess.internal_msg, "%s", msg);
     }
 }
 
@@ -249,19 +249,19 @@ static int names_setprofile(PyCodeObject *co) {
 }
 
 unsigned long oc_local_events(const oc_codeextra *ex) {
-    return (ex->probe == 1 ? S.insn_event : 0) | (ex->calls == 1 ? S.call_event : 0);
+    return (ex->probe == 1 ? sess.insn_event : 0) | (ex->calls == 1 ? sess.call_event : 0);
 }
 
 /* Arm CALL on a registered code object of this session (once; the caller keeps any exception in flight). */
 static void arm_calls(oc_codeextra *ex) {
-    if (!S.arm_calls || ex->calls || (ex->flags & CF_EXCLUDED))
+    if (!sess.arm_calls || ex->calls || (ex->flags & CF_EXCLUDED))
         return;
     if (names_setprofile((PyCodeObject *)ex->code)) {
         ex->calls = 2;
         return;
     }
     ex->calls = 1;
-    PyObject *r = PyObject_CallFunction(S.arm_calls, "iOk", S.tool_id, ex->code, oc_local_events(ex));
+    PyObject *r = PyObject_CallFunction(sess.arm_calls, "iOk", sess.tool_id, ex->code, oc_local_events(ex));
     if (r) {
         Py_DECREF(r);
     } else {
@@ -289,8 +289,8 @@ static int is_call_soon(PyCodeObject *co) {
 }
 
 oc_codeextra *oc_code_register(PyCodeObject *co) {
-    oc_codeextra *ex = oc_codemap_get(&S.codes, (PyObject *)co);
-    if (ex && ex->gen == S.gen)
+    oc_codeextra *ex = oc_codemap_get(&sess.codes, (PyObject *)co);
+    if (ex && ex->gen == sess.gen)
         return ex;
     if (!ex) {
         ex = calloc(1, sizeof *ex);
@@ -298,7 +298,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
             oc_internal_error("out of memory registering a code object");
             return NULL;
         }
-        if (oc_codemap_put(&S.codes, (PyObject *)co, ex) < 0) {
+        if (oc_codemap_put(&sess.codes, (PyObject *)co, ex) < 0) {
             free(ex);
             oc_internal_error("out of memory registering a code object");
             return NULL;
@@ -309,7 +309,7 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     free(ex->call_hits);
     free(ex->call_ticks);
     memset(ex, 0, sizeof *ex);
-    ex->gen = S.gen;
+    ex->gen = sess.gen;
     ex->id = UINT32_MAX;
     ex->code = (PyObject *)co;
 
@@ -335,17 +335,17 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
         return ex;
     }
     Py_XDECREF(mname);
-    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE) {
+    if (sess.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE) {
         ex->flags = CF_EXCLUDED;
         Py_DECREF(fname);
         oc_internal_error("more than 4 million code objects: the rest are not traced");
         return ex;
     }
-    uint32_t id = S.ncodes;
+    uint32_t id = sess.ncodes;
     uint32_t page = id >> OC_PAGE_BITS;
-    if (!S.pages[page]) {
-        S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent));
-        if (!S.pages[page]) {
+    if (!sess.pages[page]) {
+        sess.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent));
+        if (!sess.pages[page]) {
             Py_DECREF(fname);
             ex->flags = CF_EXCLUDED;
             oc_internal_error("out of memory growing the code table");
@@ -390,10 +390,10 @@ oc_codeextra *oc_code_register(PyCodeObject *co) {
     e->extra = ex;
     ex->nunits = e->nunits;
     ex->id = id;
-    S.ncodes = id + 1;
-    if ((co->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && !S.fn_threshold)
+    sess.ncodes = id + 1;
+    if ((co->co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE)) && !sess.fn_threshold)
         ex->flags |= CF_CORO; /* (asyncio task steps, asyncio.c; not in near-zero mode) */
-    else if (!S.fn_threshold && is_call_soon(co))
+    else if (!sess.fn_threshold && is_call_soon(co))
         ex->flags |= CF_WAKE; /* (which task a step is scheduled for: flows in the trace) */
     arm_calls(ex);
     return ex;
@@ -407,12 +407,12 @@ static struct {
     const void **keys;
     uint32_t *ids;
     uint32_t cap, n;
-} CF;
+} cflag_st;
 
 void oc_cfunc_reset(void) {
-    free(CF.keys);
-    free(CF.ids);
-    memset(&CF, 0, sizeof CF);
+    free(cflag_st.keys);
+    free(cflag_st.ids);
+    memset(&cflag_st, 0, sizeof cflag_st);
 }
 
 static inline uint32_t cf_slot(const void *key, uint32_t cap) {
@@ -423,7 +423,7 @@ static inline uint32_t cf_slot(const void *key, uint32_t cap) {
 }
 
 static int cf_grow(void) {
-    uint32_t cap = CF.cap ? CF.cap * 2 : 256;
+    uint32_t cap = cflag_st.cap ? cflag_st.cap * 2 : 256;
     const void **keys = calloc(cap, sizeof *keys);
     uint32_t *ids = calloc(cap, sizeof *ids);
     if (!keys || !ids) {
@@ -431,19 +431,19 @@ static int cf_grow(void) {
         free(ids);
         return -1;
     }
-    for (uint32_t i = 0; i < CF.cap; i++)
-        if (CF.keys[i]) {
-            uint32_t j = cf_slot(CF.keys[i], cap);
+    for (uint32_t i = 0; i < cflag_st.cap; i++)
+        if (cflag_st.keys[i]) {
+            uint32_t j = cf_slot(cflag_st.keys[i], cap);
             while (keys[j])
                 j = (j + 1) & (cap - 1);
-            keys[j] = CF.keys[i];
-            ids[j] = CF.ids[i];
+            keys[j] = cflag_st.keys[i];
+            ids[j] = cflag_st.ids[i];
         }
-    free(CF.keys);
-    free(CF.ids);
-    CF.keys = keys;
-    CF.ids = ids;
-    CF.cap = cap;
+    free(cflag_st.keys);
+    free(cflag_st.ids);
+    cflag_st.keys = keys;
+    cflag_st.ids = ids;
+    cflag_st.cap = cap;
     return 0;
 }
 
@@ -508,12 +508,12 @@ static void cfunc_name(PyObject *callable, PyMethodDef *ml, char *buf, size_t ca
 }
 
 uint32_t oc_code_add_named(const char *qualname, const char *filename) {
-    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE)
+    if (sess.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE)
         return UINT32_MAX;
-    uint32_t page = S.ncodes >> OC_PAGE_BITS;
-    if (!S.pages[page] && !(S.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent))))
+    uint32_t page = sess.ncodes >> OC_PAGE_BITS;
+    if (!sess.pages[page] && !(sess.pages[page] = calloc(OC_PAGE_SIZE, sizeof(oc_codeent))))
         return UINT32_MAX;
-    uint32_t id = S.ncodes;
+    uint32_t id = sess.ncodes;
     oc_codeent *e = oc_code_entry(id);
     e->qualname_raw = oc_dup_raw(qualname, (Py_ssize_t)strlen(qualname));
     e->filename_raw = oc_dup_raw(filename, (Py_ssize_t)strlen(filename));
@@ -523,24 +523,24 @@ uint32_t oc_code_add_named(const char *qualname, const char *filename) {
         memset(e, 0, sizeof *e);
         return UINT32_MAX;
     }
-    S.ncodes = id + 1;
+    sess.ncodes = id + 1;
     return id;
 }
 
 static uint32_t cfunc_register(PyObject *callable, PyMethodDef *ml) {
-    if (S.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE || ((CF.n + 1) * 2 > CF.cap && cf_grow() < 0))
+    if (sess.ncodes >= (uint32_t)OC_MAX_PAGES * OC_PAGE_SIZE || ((cflag_st.n + 1) * 2 > cflag_st.cap && cf_grow() < 0))
         return UINT32_MAX;
     PyObject *exc = PyErr_GetRaisedException();
     char name[512];
     cfunc_name(callable, ml, name, sizeof name);
     uint32_t id = oc_code_add_named(name, "~");
     if (id != UINT32_MAX) {
-        uint32_t j = cf_slot(ml, CF.cap);
-        while (CF.keys[j])
-            j = (j + 1) & (CF.cap - 1);
-        CF.keys[j] = ml;
-        CF.ids[j] = id;
-        CF.n++;
+        uint32_t j = cf_slot(ml, cflag_st.cap);
+        while (cflag_st.keys[j])
+            j = (j + 1) & (cflag_st.cap - 1);
+        cflag_st.keys[j] = ml;
+        cflag_st.ids[j] = id;
+        cflag_st.n++;
     }
     PyErr_Clear();
     PyErr_SetRaisedException(exc);
@@ -557,12 +557,12 @@ uint32_t oc_cfunc_id(PyObject *callable) {
         ml = ((PyMethodDescrObject *)callable)->d_method;
     else
         return UINT32_MAX;
-    if (LIKELY(CF.cap != 0)) {
-        uint32_t j = cf_slot(ml, CF.cap);
-        while (CF.keys[j]) {
-            if (CF.keys[j] == ml)
-                return CF.ids[j];
-            j = (j + 1) & (CF.cap - 1);
+    if (LIKELY(cflag_st.cap != 0)) {
+        uint32_t j = cf_slot(ml, cflag_st.cap);
+        while (cflag_st.keys[j]) {
+            if (cflag_st.keys[j] == ml)
+                return cflag_st.ids[j];
+            j = (j + 1) & (cflag_st.cap - 1);
         }
     }
     return cfunc_register(callable, ml);
@@ -574,7 +574,7 @@ uint32_t oc_cfunc_id(PyObject *callable) {
  * callees).  C functions' entries have no extra, so the snapshot at stop leaves the flag alone. */
 void oc_cfunc_mark_cut(PyObject *callable) {
     uint32_t id = oc_cfunc_id(callable);
-    if (id != UINT32_MAX && id < S.ncodes)
+    if (id != UINT32_MAX && id < sess.ncodes)
         oc_code_entry(id)->flags |= CF_START_DISABLED;
 }
 
@@ -583,7 +583,7 @@ PyObject *oc_code_object(oc_codeent *e) {
 }
 
 void oc_codetable_snapshot(void) {
-    for (uint32_t id = 0; id < S.ncodes; id++) {
+    for (uint32_t id = 0; id < sess.ncodes; id++) {
         oc_codeent *e = oc_code_entry(id);
         if (e->extra) {
             e->flags = e->extra->flags & ~CF_ASYNCIO;
@@ -595,7 +595,7 @@ void oc_codetable_snapshot(void) {
 /* After the recorder has finished: free the table (GIL held). */
 void oc_codetable_clear(void) {
     for (uint32_t pg = 0; pg < OC_MAX_PAGES; pg++) {
-        oc_codeent *page = S.pages[pg];
+        oc_codeent *page = sess.pages[pg];
         if (!page)
             continue;
         for (uint32_t i = 0; i < OC_PAGE_SIZE; i++) {
@@ -606,12 +606,12 @@ void oc_codetable_clear(void) {
             free(e->filename_raw);
             free(e->code);
             free(e->lines);
-            if (e->extra && e->extra->gen == S.gen)
+            if (e->extra && e->extra->gen == sess.gen)
                 e->extra->id = UINT32_MAX; /* its entry is gone */
         }
         free(page);
-        S.pages[pg] = NULL;
+        sess.pages[pg] = NULL;
     }
-    S.ncodes = 0;
+    sess.ncodes = 0;
     oc_cfunc_reset();
 }

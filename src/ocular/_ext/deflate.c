@@ -66,7 +66,7 @@ static struct {
     uint8_t *buf;                   /* the batch's zlib stream so far (oc_zt.o points into it) */
     size_t cap;
     size_t per_batch;               /* input bytes a batch may hold beyond a scanned region (oc_z_reserve) */
-} Z;
+} zst;
 
 static void init_tables(void) {
     for (int s = 0; s < 29; s++) {
@@ -82,7 +82,7 @@ static void init_tables(void) {
             else
                 oc_zc.dist_hi[(d - 1) >> 7] = (uint8_t)s;
         }
-    Z.tables = 1;
+    zst.tables = 1;
 }
 
 
@@ -94,8 +94,8 @@ static inline uint32_t hash3(const uint8_t *p) {
 /* ---- LZ77 ---- */
 static inline void insert(const uint8_t *in, size_t i) {
     uint32_t h = hash3(in + i);
-    Z.prev[i & (WSIZE - 1)] = Z.head[h];
-    Z.head[h] = (int32_t)i;
+    zst.prev[i & (WSIZE - 1)] = zst.head[h];
+    zst.head[h] = (int32_t)i;
 }
 
 /* length of the common prefix of a and b, at most limit: 8 bytes at a time */
@@ -119,7 +119,7 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
     size_t limit = n - i < MAX_MATCH ? n - i : MAX_MATCH;
     if (limit < MIN_MATCH)
         return 0;
-    int32_t cand = Z.head[hash3(in + i)];
+    int32_t cand = zst.head[hash3(in + i)];
     for (int depth = 0; cand >= 0 && depth < CHAIN_DEPTH; depth++) {
         size_t c = (size_t)cand;
         if (i - c > WSIZE)
@@ -133,7 +133,7 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
                     break;
             }
         }
-        int32_t nx = Z.prev[c & (WSIZE - 1)];
+        int32_t nx = zst.prev[c & (WSIZE - 1)];
         if (nx >= cand)
             break; /* the slot was reused by a newer position: the chain ends here */
         cand = nx;
@@ -143,40 +143,40 @@ static uint32_t longest(const uint8_t *in, size_t n, size_t i, uint32_t *dist) {
 
 static void begin_batch(void);
 
-/* Room in Z.buf past oc_zt.o for the encoding of n input bytes (a token of 3 or more bytes takes at
+/* Room in zst.buf past oc_zt.o for the encoding of n input bytes (a token of 3 or more bytes takes at
  * most 48 bits, a literal 15), plus the trailer; the batch's codes are written first if need be. */
 static int room(size_t n) {
-    size_t used = oc_zt.o ? (size_t)(oc_zt.o - Z.buf) : 0, need = used + 2 * n + 2048;
-    if (need > Z.cap) {
-        size_t cap = Z.cap ? Z.cap : 65536;
+    size_t used = oc_zt.o ? (size_t)(oc_zt.o - zst.buf) : 0, need = used + 2 * n + 2048;
+    if (need > zst.cap) {
+        size_t cap = zst.cap ? zst.cap : 65536;
         while (cap < need)
             cap *= 2;
-        uint8_t *b = realloc(Z.buf, cap);
+        uint8_t *b = realloc(zst.buf, cap);
         if (!b)
             return -1;
-        Z.buf = b;
-        Z.cap = cap;
+        zst.buf = b;
+        zst.cap = cap;
         oc_zt.o = b + used;
     }
-    if (!Z.begun)
+    if (!zst.begun)
         begin_batch();
     return 0;
 }
 
 int oc_z_reserve(size_t n) {
-    if (n > Z.per_batch)
-        Z.per_batch = n;
+    if (n > zst.per_batch)
+        zst.per_batch = n;
     return room(n);
 }
 
 /* LZ77 over in[start..end): matches may reach back into any earlier region that was scanned too. */
 int oc_z_scan(const uint8_t *in, size_t start, size_t end) {
-    if (room(end - start + Z.per_batch) < 0)
+    if (room(end - start + zst.per_batch) < 0)
         return -1;
-    if (!Z.heads_clear) {
+    if (!zst.heads_clear) {
         for (uint32_t h = 0; h < HSIZE; h++)
-            Z.head[h] = -1;
-        Z.heads_clear = 1;
+            zst.head[h] = -1;
+        zst.heads_clear = 1;
     }
     size_t n = end, i = start;
     oc_ztokens z = oc_zt;
@@ -425,10 +425,10 @@ static uint32_t adler32(const uint8_t *p, size_t n) {
     return (uint32_t)(b << 16 | a);
 }
 
-/* Start a batch: its codes from the previous batch's counts (each plus one), written into Z.buf
- * with the zlib and block headers; the counts start again.  Z.buf has the room (room()). */
+/* Start a batch: its codes from the previous batch's counts (each plus one), written into zst.buf
+ * with the zlib and block headers; the counts start again.  zst.buf has the room (room()). */
 static void begin_batch(void) {
-    if (!Z.tables)
+    if (!zst.tables)
         init_tables();
     oc_zcodes *c = &oc_zc;
     uint32_t lf[286], df[30];
@@ -491,7 +491,7 @@ static void begin_batch(void) {
     while (hclen > 4 && !cl[cl_order[hclen - 1]])
         hclen--;
 
-    oc_ztokens z = {.o = Z.buf};
+    oc_ztokens z = {.o = zst.buf};
     uint8_t zh[2] = {0x78, 0x01}; /* CM 8 (deflate), 32 KiB window; no dictionary, 0x7801 % 31 == 0 */
     memcpy(z.o, zh, 2);
     z.o += 2;
@@ -532,16 +532,16 @@ static void begin_batch(void) {
     c->lit_eob = lc[256];
     c->lit_eobn = ll[256];
     oc_zt = z;
-    Z.begun = 1;
-    Z.heads_clear = 0;
+    zst.begun = 1;
+    zst.heads_clear = 0;
 }
 
 void oc_z_start(void) {
     memset(oc_zc.lf, 0, sizeof oc_zc.lf);
     memset(oc_zc.df, 0, sizeof oc_zc.df);
     oc_zt = (oc_ztokens){0};
-    Z.begun = 0;
-    Z.heads_clear = 0;
+    zst.begun = 0;
+    zst.heads_clear = 0;
 }
 
 /* The batch in[0..n) that the tokens describe, completed (end of block, Adler-32) and copied to the
@@ -563,7 +563,7 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
     uint8_t t[4] = {(uint8_t)(ad >> 24), (uint8_t)(ad >> 16), (uint8_t)(ad >> 8), (uint8_t)ad};
     memcpy(z.o, t, 4);
     z.o += 4;
-    size_t zn = (size_t)(z.o - Z.buf);
+    size_t zn = (size_t)(z.o - zst.buf);
     if (zn > *out_cap) {
         uint8_t *b = realloc(*out, zn);
         if (!b)
@@ -571,8 +571,8 @@ size_t oc_z_finish(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) 
         *out = b;
         *out_cap = zn;
     }
-    memcpy(*out, Z.buf, zn);
-    oc_zt = (oc_ztokens){.o = Z.buf};
+    memcpy(*out, zst.buf, zn);
+    oc_zt = (oc_ztokens){.o = zst.buf};
     begin_batch();
     return zn;
 }
@@ -585,9 +585,9 @@ size_t oc_deflate(const uint8_t *in, size_t n, uint8_t **out, size_t *out_cap) {
 
 /* Release the stream buffer (the tables are static). */
 void oc_z_free(void) {
-    free(Z.buf);
-    Z.buf = NULL;
-    Z.cap = 0;
-    Z.per_batch = 0;
+    free(zst.buf);
+    zst.buf = NULL;
+    zst.cap = 0;
+    zst.per_batch = 0;
     oc_z_start();
 }

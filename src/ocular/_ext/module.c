@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-oc_session S;
+oc_session sess;
 
 static void free_strv(char **v) {
     if (!v)
@@ -62,47 +62,47 @@ static char **strv_from_tuple(PyObject *t) {
 }
 
 static void free_session_strings(void) {
-    free_strv(S.include_only);
-    free_strv(S.exclude);
-    free(S.own_dir);
-    free(S.out_path);
-    free(S.tmp_path);
-    free(S.process_name);
-    free(S.process_name_raw);
-    free(S.rec_path);
-    S.include_only = S.exclude = NULL;
-    S.own_dir = S.out_path = S.tmp_path = S.process_name = S.process_name_raw = S.rec_path = NULL;
+    free_strv(sess.include_only);
+    free_strv(sess.exclude);
+    free(sess.own_dir);
+    free(sess.out_path);
+    free(sess.tmp_path);
+    free(sess.process_name);
+    free(sess.process_name_raw);
+    free(sess.rec_path);
+    sess.include_only = sess.exclude = NULL;
+    sess.own_dir = sess.out_path = sess.tmp_path = sess.process_name = sess.process_name_raw = sess.rec_path = NULL;
 }
 
 static int set_paths(PyObject *out, PyObject *tmp, PyObject *rec) {
-    free(S.out_path);
-    free(S.tmp_path);
-    free(S.rec_path);
-    S.out_path = S.tmp_path = S.rec_path = NULL;
-    if (!(S.rec_path = dup_utf8(rec)))
+    free(sess.out_path);
+    free(sess.tmp_path);
+    free(sess.rec_path);
+    sess.out_path = sess.tmp_path = sess.rec_path = NULL;
+    if (!(sess.rec_path = dup_utf8(rec)))
         return -1;
     if (out == Py_None)
         return 0;
-    S.out_path = dup_utf8(out);
-    S.tmp_path = S.out_path ? dup_utf8(tmp) : NULL;
-    return S.tmp_path ? 0 : -1;
+    sess.out_path = dup_utf8(out);
+    sess.tmp_path = sess.out_path ? dup_utf8(tmp) : NULL;
+    return sess.tmp_path ? 0 : -1;
 }
 
 static void reset_counters(void) {
-    S.dropped = 0;
-    S.internal_error = 0;
-    S.internal_msg[0] = 0;
-    S.write_errno = 0;
-    S.bytes_written = 0;
-    S.calibrated = S.early_calibrated = 0;
-    S.ns_per_tick = S.early_npt = 1.0;
-    S.knee_tsc = UINT64_MAX;
-    S.stopping = 0;
-    S.pauses = 0;
-    S.recorder_idle = 0;
-    S.ncodes_pub = 0;
-    S.nqueued = 0;
-    S.threads_named = S.threads_named_seen = 0;
+    sess.dropped = 0;
+    sess.internal_error = 0;
+    sess.internal_msg[0] = 0;
+    sess.write_errno = 0;
+    sess.bytes_written = 0;
+    sess.calibrated = sess.early_calibrated = 0;
+    sess.ns_per_tick = sess.early_npt = 1.0;
+    sess.knee_tsc = UINT64_MAX;
+    sess.stopping = 0;
+    sess.pauses = 0;
+    sess.recorder_idle = 0;
+    sess.ncodes_pub = 0;
+    sess.nqueued = 0;
+    sess.threads_named = sess.threads_named_seen = 0;
 }
 
 PyDoc_STRVAR(start_doc,
@@ -150,7 +150,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
         PyErr_Format(PyExc_ValueError, "unknown trace format %d", format);
         return NULL;
     }
-    if (S.active) {
+    if (sess.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is already running");
         return NULL;
     }
@@ -167,52 +167,52 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     free_session_strings();
     reset_counters();
     oc_sampling_reset();
-    S.include_only = strv_from_tuple(inc);
-    S.exclude = S.include_only ? strv_from_tuple(exc) : NULL;
-    S.own_dir = S.exclude ? dup_utf8(own) : NULL;
-    char *pn = S.own_dir ? dup_utf8(pname) : NULL;
+    sess.include_only = strv_from_tuple(inc);
+    sess.exclude = sess.include_only ? strv_from_tuple(exc) : NULL;
+    sess.own_dir = sess.exclude ? dup_utf8(own) : NULL;
+    char *pn = sess.own_dir ? dup_utf8(pname) : NULL;
     if (!pn || set_paths(out, tmp, rec) < 0) {
         free(pn);
         free_session_strings();
         return NULL;
     }
-    S.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
-    S.process_name_raw = pn;
-    S.ring_bytes = (size_t)ring;
-    S.loops = loops >= 0 && loops <= 2 ? loops : OC_LOOPS_ITERATIONS;
-    memcpy(S.cache_entries, PyBytes_AS_STRING(cache), 256);
-    S.precise = precise;
-    S.threshold = (uint32_t)threshold;
-    S.fn_threshold = near_zero ? S.threshold : 0;
-    S.stall_ms = stall_ms;
-    atomic_store(&S.own_cost_set, 0);
-    S.ccall_keep_ticks = 0;
-    S.insn_limit = S.threshold; /* (precise mode; _probes() sets adaptive mode's) */
-    S.probe_after = 0;
-    S.write_json = out != Py_None && format != OC_FORMAT_STATS;
-    S.format = format;
-    Py_XSETREF(S.disable, Py_NewRef(disable));
-    S.main_ident = main_ident;
-    S.pid = (long)getpid();
-    for (uint32_t i = 0; i < S.nthreads; i++) { /* the last session's thread names */
-        free(S.threads[i].name);
-        free(S.threads[i].name_raw);
-        S.threads[i].name = S.threads[i].name_raw = NULL;
+    sess.process_name = oc_json_escape(pn, (Py_ssize_t)strlen(pn));
+    sess.process_name_raw = pn;
+    sess.ring_bytes = (size_t)ring;
+    sess.loops = loops >= 0 && loops <= 2 ? loops : OC_LOOPS_ITERATIONS;
+    memcpy(sess.cache_entries, PyBytes_AS_STRING(cache), 256);
+    sess.precise = precise;
+    sess.threshold = (uint32_t)threshold;
+    sess.fn_threshold = near_zero ? sess.threshold : 0;
+    sess.stall_ms = stall_ms;
+    atomic_store(&sess.own_cost_set, 0);
+    sess.ccall_keep_ticks = 0;
+    sess.insn_limit = sess.threshold; /* (precise mode; _probes() sets adaptive mode's) */
+    sess.probe_after = 0;
+    sess.write_json = out != Py_None && format != OC_FORMAT_STATS;
+    sess.format = format;
+    Py_XSETREF(sess.disable, Py_NewRef(disable));
+    sess.main_ident = main_ident;
+    sess.pid = (long)getpid();
+    for (uint32_t i = 0; i < sess.nthreads; i++) { /* the last session's thread names */
+        free(sess.threads[i].name);
+        free(sess.threads[i].name_raw);
+        sess.threads[i].name = sess.threads[i].name_raw = NULL;
     }
-    S.nthreads = 0;
-    S.gen++;
+    sess.nthreads = 0;
+    sess.gen++;
     oc_buffer_reset();
-    S.c_functions = c_functions;
+    sess.c_functions = c_functions;
     PyObject *cbs = oc_make_callbacks(c_functions);
     if (!cbs)
         return NULL;
     oc_clock_init();
-    oc_clock_sample(&S.tsc0, &S.mono0_ns);
+    oc_clock_sample(&sess.tsc0, &sess.mono0_ns);
     if (oc_recorder_start() < 0) {
         Py_DECREF(cbs);
         return NULL;
     }
-    S.active = 1;
+    sess.active = 1;
     return cbs;
 }
 
@@ -240,44 +240,44 @@ void oc_notify_recording_failed(int err) {
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     /* (a SIGTERM from now on waits for the end of the stop: ocular's _signals_disarm) */
-    if (!oc_signals_stopping() && S.writer_started) {
+    if (!oc_signals_stopping() && sess.writer_started) {
         /* the recorder took a SIGTERM over (sigsave.c): it saves the trace and ends the process by the
          * signal, which must not be an exit of the program's own meanwhile */
         Py_BEGIN_ALLOW_THREADS
-        pthread_join(S.writer, NULL);
+        pthread_join(sess.writer, NULL);
         Py_END_ALLOW_THREADS
     }
-    if (!S.active) {
+    if (!sess.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
     oc_sampling_stop();
     oc_tasks_reset();
-    Py_CLEAR(S.set_local_events);
-    Py_CLEAR(S.arm_calls);
-    S.probe_after = 0;
+    Py_CLEAR(sess.set_local_events);
+    Py_CLEAR(sess.arm_calls);
+    sess.probe_after = 0;
     uint64_t stop_ticks = oc_now();
     oc_buffer_flush_all();
     oc_codetable_snapshot();
-    S.active = 0;
+    sess.active = 0;
     Py_BEGIN_ALLOW_THREADS
     oc_recorder_stop(stop_ticks);
     Py_END_ALLOW_THREADS
     /* paths were encoded with surrogateescape: decode them the same way (non-UTF-8 file names) */
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:i,s:s,s:s,s:d,s:I,s:I,s:N,s:N,s:N}",
                          "events", (unsigned long long)oc_recorder_events(),
-                         "pauses", (unsigned long long)S.pauses,
-                         "dropped", (unsigned long long)S.dropped,
-                         "bytes", (unsigned long long)S.bytes_written,
-                         "write_errno", S.write_errno,
-                         "internal_error", S.internal_error ? S.internal_msg : "",
+                         "pauses", (unsigned long long)sess.pauses,
+                         "dropped", (unsigned long long)sess.dropped,
+                         "bytes", (unsigned long long)sess.bytes_written,
+                         "write_errno", sess.write_errno,
+                         "internal_error", sess.internal_error ? sess.internal_msg : "",
                          "clock", oc_clock_source(),
-                         "ns_per_tick", S.ns_per_tick,
-                         "codes", S.ncodes,
-                         "threads", S.nthreads,
-                         "output", PyUnicode_DecodeFSDefault(S.out_path ? S.out_path : ""),
-                         "tmp_output", PyUnicode_DecodeFSDefault(S.tmp_path ? S.tmp_path : ""),
-                         "recording", PyUnicode_DecodeFSDefault(S.rec_path ? S.rec_path : ""));
+                         "ns_per_tick", sess.ns_per_tick,
+                         "codes", sess.ncodes,
+                         "threads", sess.nthreads,
+                         "output", PyUnicode_DecodeFSDefault(sess.out_path ? sess.out_path : ""),
+                         "tmp_output", PyUnicode_DecodeFSDefault(sess.tmp_path ? sess.tmp_path : ""),
+                         "recording", PyUnicode_DecodeFSDefault(sess.rec_path ? sess.rec_path : ""));
 }
 
 PyDoc_STRVAR(render_doc,
@@ -328,15 +328,15 @@ static PyObject *py_render(PyObject *mod, PyObject *args) {
                                 (unsigned long long)res.events, "live_events", (unsigned long long)res.live_events,
                                 "bytes", (unsigned long long)res.bytes, "dropped", (unsigned long long)res.dropped,
                                 "pauses", (unsigned long long)res.pauses, "complete",
-                                res.complete ? Py_True : Py_False, "write_errno", res.write_errno, "pid", R.pid,
-                                "clock", R.clock, "ns_per_tick", R.ns_per_tick, "precise",
-                                R.precise ? Py_True : Py_False, "python_hex", (unsigned long)R.python_hex,
-                                "partial", oc_render_partial(), "near_zero", R.near_zero ? Py_True : Py_False);
+                                res.complete ? Py_True : Py_False, "write_errno", res.write_errno, "pid", rmeta.pid,
+                                "clock", rmeta.clock, "ns_per_tick", rmeta.ns_per_tick, "precise",
+                                rmeta.precise ? Py_True : Py_False, "python_hex", (unsigned long)rmeta.python_hex,
+                                "partial", oc_render_partial(), "near_zero", rmeta.near_zero ? Py_True : Py_False);
     if (!d)
         return NULL;
     /* the recorded process name (a recording of another tool's may hold any bytes: invalid UTF-8 replaced) */
-    PyObject *name = R.process_name_raw
-                         ? PyUnicode_DecodeUTF8(R.process_name_raw, (Py_ssize_t)strlen(R.process_name_raw), "replace")
+    PyObject *name = rmeta.process_name_raw
+                         ? PyUnicode_DecodeUTF8(rmeta.process_name_raw, (Py_ssize_t)strlen(rmeta.process_name_raw), "replace")
                          : Py_NewRef(Py_None);
     if (!name || PyDict_SetItemString(d, "process_name", name) < 0) {
         Py_XDECREF(name);
@@ -374,7 +374,7 @@ static PyObject *py_dump(PyObject *mod, PyObject *arg) {
     PyObject *pathb;
     if (!PyUnicode_FSConverter(arg, &pathb))
         return NULL;
-    if (!S.active || !S.ring_bytes) {
+    if (!sess.active || !sess.ring_bytes) {
         Py_DECREF(pathb);
         PyErr_SetString(PyExc_RuntimeError, "ocular: no flight-recorder (ring) session is running");
         return NULL;
@@ -393,7 +393,7 @@ static PyObject *py_dump(PyObject *mod, PyObject *arg) {
 /* Append to `out` the live code objects of this session's table whose extra `pick` selects; returns
  * out, or NULL (out released) on failure. */
 static PyObject *append_codes(PyObject *out, int (*pick)(const oc_codeextra *)) {
-    for (uint32_t id = 0; id < S.ncodes; id++) {
+    for (uint32_t id = 0; id < sess.ncodes; id++) {
         oc_codeent *e = oc_code_entry(id);
         if (!e->extra || !pick(e->extra))
             continue;
@@ -413,7 +413,7 @@ static PyObject *append_codes(PyObject *out, int (*pick)(const oc_codeextra *)) 
 static PyObject *py_live_codes(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     PyObject *out = PyList_New(0);
-    for (uint32_t id = 0; out && id < S.ncodes; id++) {
+    for (uint32_t id = 0; out && id < sess.ncodes; id++) {
         PyObject *co = oc_code_object(oc_code_entry(id));
         if (!co)
             continue;
@@ -435,10 +435,10 @@ static PyObject *py_disabled_codes(PyObject *mod, PyObject *unused) {
     PyObject *out = PyList_New(0);
     if (!out)
         return NULL;
-    for (size_t i = 0; i <= S.codes.mask; i++) { /* the excluded ones: in the code map only */
-        const oc_cmslot *s = &S.codes.slots[i];
+    for (size_t i = 0; i <= sess.codes.mask; i++) { /* the excluded ones: in the code map only */
+        const oc_cmslot *s = &sess.codes.slots[i];
         const oc_codeextra *ex = s->val;
-        if (s->key && ex && ex->gen == S.gen && (ex->flags & CF_EXCLUDED) && PyList_Append(out, s->key) < 0) {
+        if (s->key && ex && ex->gen == sess.gen && (ex->flags & CF_EXCLUDED) && PyList_Append(out, s->key) < 0) {
             Py_DECREF(out);
             return NULL;
         }
@@ -457,15 +457,15 @@ static PyObject *py_probes(PyObject *mod, PyObject *args) {
     unsigned long ev;
     if (!PyArg_ParseTuple(args, "iOk:_probes", &tool_id, &fn, &ev))
         return NULL;
-    if (!S.active || S.precise) {
+    if (!sess.active || sess.precise) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: probes need an adaptive session");
         return NULL;
     }
-    S.tool_id = tool_id;
-    S.insn_event = ev;
-    Py_XSETREF(S.set_local_events, Py_NewRef(fn));
-    S.insn_limit = S.threshold ? S.threshold : OC_PROBE_LEN;
-    S.probe_after = S.threshold ? 0 : OC_PROBE_AFTER;
+    sess.tool_id = tool_id;
+    sess.insn_event = ev;
+    Py_XSETREF(sess.set_local_events, Py_NewRef(fn));
+    sess.insn_limit = sess.threshold ? sess.threshold : OC_PROBE_LEN;
+    sess.probe_after = sess.threshold ? 0 : OC_PROBE_AFTER;
     Py_RETURN_NONE;
 }
 
@@ -480,13 +480,13 @@ static PyObject *py_calls(PyObject *mod, PyObject *args) {
     unsigned long ev;
     if (!PyArg_ParseTuple(args, "iOk:_calls", &tool_id, &fn, &ev))
         return NULL;
-    if (!S.active || !S.c_functions) {
+    if (!sess.active || !sess.c_functions) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: _calls needs a session recording C functions");
         return NULL;
     }
-    S.tool_id = tool_id;
-    S.call_event = ev;
-    Py_XSETREF(S.arm_calls, Py_NewRef(fn));
+    sess.tool_id = tool_id;
+    sess.call_event = ev;
+    Py_XSETREF(sess.arm_calls, Py_NewRef(fn));
     Py_RETURN_NONE;
 }
 
@@ -498,7 +498,7 @@ static PyObject *py_arm_code(PyObject *mod, PyObject *code) {
         PyErr_SetString(PyExc_TypeError, "_arm_code() needs a code object");
         return NULL;
     }
-    if (S.active && S.arm_calls && !oc_code_register((PyCodeObject *)code))
+    if (sess.active && sess.arm_calls && !oc_code_register((PyCodeObject *)code))
         PyErr_Clear();
     Py_RETURN_NONE;
 }
@@ -544,7 +544,7 @@ static PyObject *py_release(PyObject *mod, PyObject *args) {
     int keep_codes = 0;
     if (!PyArg_ParseTuple(args, "|p:_release", &keep_codes))
         return NULL;
-    if (!S.active && !keep_codes) {
+    if (!sess.active && !keep_codes) {
         oc_codetable_clear();
     }
     oc_render_release();
@@ -567,13 +567,13 @@ static PyObject *py_mute_thread(PyObject *mod, PyObject *arg) {
 
 static PyObject *py_is_active(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    return PyBool_FromLong(S.active);
+    return PyBool_FromLong(sess.active);
 }
 
 static void init_sync(void) {
-    pthread_mutex_init(&S.lock, NULL);
-    pthread_cond_init(&S.cond_writer, NULL);
-    pthread_cond_init(&S.cond_free, NULL);
+    pthread_mutex_init(&sess.lock, NULL);
+    pthread_cond_init(&sess.cond_writer, NULL);
+    pthread_cond_init(&sess.cond_free, NULL);
 }
 
 /* fork(): hold the chunk lock across the fork so the child never inherits it mid-update.  These run
@@ -581,13 +581,13 @@ static void init_sync(void) {
  * thread holding the GIL: no callback can be waiting for the lock, only the writer, briefly. */
 static int fork_locked;
 static void atfork_prepare(void) {
-    fork_locked = S.active || S.writer_started; /* another thread's stop may still be joining the writer */
+    fork_locked = sess.active || sess.writer_started; /* another thread's stop may still be joining the writer */
     if (fork_locked)
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&sess.lock);
 }
 static void atfork_parent(void) {
     if (fork_locked)
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&sess.lock);
 }
 static void atfork_child(void) {
     oc_render_live_fork_child(); /* a render may still follow a recording that just stopped */
@@ -614,31 +614,31 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "recording must be a str or None");
         return NULL;
     }
-    if (!S.active)
+    if (!sess.active)
         Py_RETURN_FALSE;
     oc_buffer_fork_child();
     oc_signals_fork_child();
     oc_sampling_fork_child();
     oc_recorder_fork_child();
     if (rec == Py_None) {
-        S.active = 0;
+        sess.active = 0;
         Py_RETURN_FALSE;
     }
     /* the parent's code table: its entries' names were freed once the parent recorded them; every code
      * object registers again here (a new generation), into this child's own recording */
     oc_codetable_clear();
-    S.gen++;
-    S.pid = (long)getpid();
-    S.main_ident = ident;
+    sess.gen++;
+    sess.pid = (long)getpid();
+    sess.main_ident = ident;
     reset_counters();
-    oc_clock_sample(&S.tsc0, &S.mono0_ns);
-    S.active = 0;
+    oc_clock_sample(&sess.tsc0, &sess.mono0_ns);
+    sess.active = 0;
     if (set_paths(out, tmp, rec) < 0)
         return NULL;
-    S.write_json = out != Py_None && S.format != OC_FORMAT_STATS;
+    sess.write_json = out != Py_None && sess.format != OC_FORMAT_STATS;
     if (oc_recorder_start() < 0)
         return NULL;
-    S.active = 1;
+    sess.active = 1;
     Py_RETURN_TRUE;
 }
 
@@ -647,7 +647,7 @@ static PyObject *py_set_test_clock(PyObject *mod, PyObject *arg) {
     int on = PyObject_IsTrue(arg);
     if (on < 0)
         return NULL;
-    if (S.active) {
+    if (sess.active) {
         PyErr_SetString(PyExc_RuntimeError, "the test clock cannot change while tracing");
         return NULL;
     }
@@ -662,7 +662,7 @@ static PyObject *py_deflate(PyObject *mod, PyObject *args) {
     int fresh = 0;
     if (!PyArg_ParseTuple(args, "y*|p", &in, &fresh))
         return NULL;
-    if (S.active) {
+    if (sess.active) {
         PyBuffer_Release(&in);
         PyErr_SetString(PyExc_RuntimeError, "_deflate is for tests, not while tracing");
         return NULL;
@@ -803,7 +803,7 @@ static PyObject *py_signals_arm(PyObject *mod, PyObject *args) {
     int render, verbose;
     if (!PyArg_ParseTuple(args, "O!iOp:_signals_arm", &PyTuple_Type, &sigs, &render, &cargs, &verbose))
         return NULL;
-    if (!S.active) {
+    if (!sess.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }

@@ -7,11 +7,11 @@
  * nothing raises: failures set a flag reported by stop_tracing(), and the slow paths keep any exception
  * in flight intact.
  *
- * What is exact: by default every function event is recorded (S.fn_threshold 0): every activation is
+ * What is exact: by default every function event is recorded (sess.fn_threshold 0): every activation is
  * counted and timed, in every thread.  The threshold de-instruments what is statistical by nature: jump
  * sites, instruction probes, and C call sites whose calls are cheap (ccall_keep: a site whose calls
  * average OC_CCALL_KEEP_NS or more stays armed).
- * Near-zero mode (S.fn_threshold = threshold, opt-in): after `threshold` enters a function's
+ * Near-zero mode (sess.fn_threshold = threshold, opt-in): after `threshold` enters a function's
  * PY_START/PY_RESUME answer DISABLE, and every C call site goes after `threshold` calls; its
  * PY_RETURN/PY_YIELD sites stay armed until no recorded activation is open, so every recorded begin gets
  * its real end, then answer DISABLE -- for at most 4096 unrecorded ends (recursion, or other threads'
@@ -63,7 +63,7 @@ static PyTypeObject CallbackType = {
 };
 
 static __attribute__((noinline)) oc_codeextra *lookup_slow(PyObject *code) {
-    if (!S.active || !PyCode_Check(code))
+    if (!sess.active || !PyCode_Check(code))
         return NULL;
     PyObject *exc = PyErr_GetRaisedException();
     oc_codeextra *ex = oc_code_register((PyCodeObject *)code);
@@ -74,8 +74,8 @@ static __attribute__((noinline)) oc_codeextra *lookup_slow(PyObject *code) {
 
 /* the code object's extra when it is this session's (from the code map); else NULL */
 static inline oc_codeextra *lookup_fast(PyObject *code) {
-    oc_codeextra *ex = oc_codemap_get(&S.codes, code);
-    return LIKELY(ex != NULL && ex->gen == S.gen) ? ex : NULL;
+    oc_codeextra *ex = oc_codemap_get(&sess.codes, code);
+    return LIKELY(ex != NULL && ex->gen == sess.gen) ? ex : NULL;
 }
 
 static inline oc_codeextra *lookup(PyObject *code) {
@@ -128,7 +128,7 @@ static inline uint64_t open_key(uint32_t id, uint32_t depth) { return (uint64_t)
 /* A stale entry is dropped: its code's count goes down (if the code object is still alive). */
 static void open_drop(uint64_t key) {
     uint32_t id = (uint32_t)key;
-    if (id < S.ncodes) {
+    if (id < sess.ncodes) {
         oc_codeextra *x = oc_code_entry(id)->extra;
         if (x && x->open)
             x->open--;
@@ -196,9 +196,9 @@ static inline int open_pop(oc_tbuf *b, oc_codeextra *ex, uint32_t depth) {
 }
 
 /* This thread's buffer when it belongs to the running session (its open stack is this session's). */
-static inline oc_tbuf *session_buf(void) { return oc_tls.gen == S.gen ? oc_tls.buf : NULL; }
+static inline oc_tbuf *session_buf(void) { return oc_tls.gen == sess.gen ? oc_tls.buf : NULL; }
 #define RETURN_NONE return Py_None /* None is immortal on 3.12+: no reference to take */
-#define RETURN_DISABLE return Py_NewRef(S.disable)
+#define RETURN_DISABLE return Py_NewRef(sess.disable)
 
 /* a sampling window is open (never reads the clock when none was ever opened: the test clock) */
 static inline int window_open(void) { return UNLIKELY(oc_win_end != 0) && oc_in_window(oc_now()); }
@@ -245,7 +245,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
                 RETURN_DISABLE;
             return enter_sampled(ex, kind);
         }
-    } else if (S.fn_threshold && kind != K_THROW && UNLIKELY(++ex->enters > S.fn_threshold)) {
+    } else if (sess.fn_threshold && kind != K_THROW && UNLIKELY(++ex->enters > sess.fn_threshold)) {
         ex->flags |= CF_START_DISABLED;
         return enter_sampled(ex, kind);
     }
@@ -258,7 +258,7 @@ static inline PyObject *on_enter(PyObject *const *args, uint32_t kind) {
     oc_rec *r = reserve();
     if (LIKELY(r != NULL)) {
         put_rec(r, oc_now(), ex->id, OC_INFO(kind, depth));
-        if (S.fn_threshold)
+        if (sess.fn_threshold)
             open_push(oc_tls.buf, ex, depth);
         if (UNLIKELY(ex->flags & CF_WAKE) && kind == K_START) /* (asyncio's call_soon: a task scheduled?) */
             oc_task_wake();
@@ -276,7 +276,7 @@ static inline PyObject *on_leave(PyObject *const *args, uint32_t kind) {
         RETURN_DISABLE;
     }
     uint32_t depth = frame_depth();
-    oc_tbuf *b = S.fn_threshold ? session_buf() : NULL;
+    oc_tbuf *b = sess.fn_threshold ? session_buf() : NULL;
     int begun = b ? open_pop(b, ex, depth) : 0;
     if (UNLIKELY(ex->flags & CF_START_DISABLED)) {
         /* The start is de-instrumented.  Keep the end sites armed while recorded activations are
@@ -322,11 +322,11 @@ static __attribute__((noinline)) PyObject *leave_full(PyObject *const *args, uin
 static inline __attribute__((always_inline)) PyObject *enter_fast(PyObject *const *args, uint32_t kind) {
     PyThreadState *ts = tstate();
     oc_codeextra *ex = lookup_fast(args[0]);
-    if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock && (!S.fn_threshold || ex->enters < S.fn_threshold))) {
+    if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock && (!sess.fn_threshold || ex->enters < sess.fn_threshold))) {
         oc_tbuf *b = oc_tls.buf;
-        if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
+        if (LIKELY(oc_tls.gen == sess.gen && b->pos < b->end)) {
             uint32_t depth = depth_of(ts);
-            if (S.fn_threshold) {
+            if (sess.fn_threshold) {
                 ex->enters++;
                 open_push(b, ex, depth);
             }
@@ -345,9 +345,9 @@ static inline __attribute__((always_inline)) PyObject *leave_fast(PyObject *cons
     oc_codeextra *ex = lookup_fast(args[0]);
     if (LIKELY(ex != NULL && !ex->flags && oc_fast_clock)) {
         oc_tbuf *b = oc_tls.buf;
-        if (LIKELY(oc_tls.gen == S.gen && b->pos < b->end)) {
+        if (LIKELY(oc_tls.gen == sess.gen && b->pos < b->end)) {
             uint32_t depth = depth_of(ts);
-            if (S.fn_threshold)
+            if (sess.fn_threshold)
                 open_pop(b, ex, depth);
             put_rec(b->pos++, oc_fast_now(), ex->id, OC_INFO(kind, depth));
             RETURN_NONE;
@@ -382,7 +382,7 @@ static PyObject *cb_unwind(PyObject *self, PyObject *const *args, size_t nargsf,
 }
 
 /* The per-site threshold shared by jumps, instructions and C calls (which: 0, 1, 2 as in
- * oc_code_counters; limit: S.threshold, or S.insn_limit for instructions, 0 for none): SITE_RECORD,
+ * oc_code_counters; limit: sess.threshold, or sess.insn_limit for instructions, 0 for none): SITE_RECORD,
  * SITE_DISABLE after `limit` hits (the site answers DISABLE), or
  * SITE_SKIP when its counters cannot be allocated (nothing recorded, the failure reported at stop). */
 enum { SITE_RECORD, SITE_DISABLE, SITE_SKIP };
@@ -409,16 +409,16 @@ static inline int site_verdict(oc_codeextra *ex, int which, uint32_t unit, uint3
 /* Adaptive mode: a loop's back edge has just passed the threshold, so its blocks' cycles are known from
  * the first `threshold` iterations, but not how each block's cycles divide among its instructions (a
  * large allocation in a long block).  Arm INSTRUCTION events on this code object (set_local_events, once
- * per code): its instructions are then recorded until one of them passes S.insn_limit (cb_insn), and
+ * per code): its instructions are then recorded until one of them passes sess.insn_limit (cb_insn), and
  * the renderer splits each block's cycles in proportion to its instructions' cycles in this probe.
- * At threshold 0 (nothing is ever disabled) the probe starts after S.probe_after back jumps of the
+ * At threshold 0 (nothing is ever disabled) the probe starts after sess.probe_after back jumps of the
  * code instead, and lasts OC_PROBE_LEN executions of its hottest instruction; the renderer leaves the
  * blocks and iterations it overlaps out of their figures.  Costs one call into sys.monitoring per hot
  * loop; the probe's events are bounded by its length times the instructions per iteration. */
 static __attribute__((noinline)) void arm_probe(oc_codeextra *ex) {
     ex->probe = 1; /* (its local events: INSTRUCTION, with CALL if armed) */
     PyObject *exc = PyErr_GetRaisedException();
-    PyObject *r = PyObject_CallFunction(S.set_local_events, "iOk", S.tool_id, ex->code, oc_local_events(ex));
+    PyObject *r = PyObject_CallFunction(sess.set_local_events, "iOk", sess.tool_id, ex->code, oc_local_events(ex));
     if (r) {
         Py_DECREF(r);
     } else {
@@ -430,7 +430,7 @@ static __attribute__((noinline)) void arm_probe(oc_codeextra *ex) {
 
 /* threshold 0 (no site is ever disabled): a code object's probe starts after a warm-up of back jumps */
 static __attribute__((noinline)) void count_back_jump(oc_codeextra *ex) {
-    if (!ex->probe && ++ex->back_jumps >= S.probe_after)
+    if (!ex->probe && ++ex->back_jumps >= sess.probe_after)
         arm_probe(ex);
 }
 
@@ -444,16 +444,16 @@ static __attribute__((noinline)) PyObject *jump_full(PyObject *const *args, size
     if (UNLIKELY(ex->flags & CF_EXCLUDED))
         RETURN_DISABLE;
     uint32_t src = small_int(args[1]) >> 1, dest = small_int(args[2]) >> 1;
-    int verdict = site_verdict(ex, 0, src, S.threshold);
+    int verdict = site_verdict(ex, 0, src, sess.threshold);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict == SITE_DISABLE) {
-            if (dest < src && !ex->probe && S.set_local_events)
+            if (dest < src && !ex->probe && sess.set_local_events)
                 arm_probe(ex);
             RETURN_DISABLE;
         }
         RETURN_NONE;
     }
-    if (UNLIKELY(dest < src) && UNLIKELY(S.probe_after))
+    if (UNLIKELY(dest < src) && UNLIKELY(sess.probe_after))
         count_back_jump(ex);
     oc_rec *r = reserve();
     if (UNLIKELY(!r))
@@ -476,15 +476,15 @@ static __attribute__((noinline)) PyObject *jump_full(PyObject *const *args, size
 static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
     (void)self, (void)kw;
     oc_codeextra *ex;
-    if (LIKELY(!S.threshold && oc_fast_clock && PyVectorcall_NARGS(nargsf) >= 3) &&
+    if (LIKELY(!sess.threshold && oc_fast_clock && PyVectorcall_NARGS(nargsf) >= 3) &&
         LIKELY((ex = lookup_fast(args[0])) != NULL && !(ex->flags & CF_EXCLUDED))) {
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)args[1]) &&
-                   PyUnstable_Long_IsCompact((PyLongObject *)args[2]) && oc_tls.gen == S.gen && b->pos < b->end)) {
+                   PyUnstable_Long_IsCompact((PyLongObject *)args[2]) && oc_tls.gen == sess.gen && b->pos < b->end)) {
             uint32_t src = compact_offset(args[1]) >> 1, dest = compact_offset(args[2]) >> 1;
             if (LIKELY((src | dest) <= OC_NEAR_MAX)) {
-                if (UNLIKELY(dest < src) && S.probe_after && !ex->probe) {
-                    if (ex->back_jumps + 1 >= S.probe_after)
+                if (UNLIKELY(dest < src) && sess.probe_after && !ex->probe) {
+                    if (ex->back_jumps + 1 >= sess.probe_after)
                         return jump_full(args, nargsf); /* (it arms the probe) */
                     ex->back_jumps++;
                 }
@@ -514,7 +514,7 @@ static inline uint64_t record_cfunc_id(uint32_t id, uint32_t kind) {
 
 /* The C call site rule: a site that reached the threshold stays instrumented if its calls are expensive
  * next to what recording one costs -- timed calls (a C_RETURN right after its CALL, nothing recorded
- * between) averaging S.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
+ * between) averaging sess.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
  * a key function, a callback), or calls of several C functions (a dispatch: de-instrumented, the others'
  * calls would be lost unmarked, only the one at hand is known) -- and is judged again after as many
  * calls; otherwise it answers DISABLE from now on (its later calls' time is its caller's self time,
@@ -571,14 +571,14 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (!is_cfunc(callable))
         RETURN_DISABLE;
     uint32_t off = small_int(args[1]) >> 1;
-    int verdict = site_verdict(ex, 2, off, S.threshold);
+    int verdict = site_verdict(ex, 2, off, sess.threshold);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict == SITE_SKIP)
             RETURN_NONE;
         /* (near-zero mode: every site goes, as function starts do -- a kept site's calls would be
          * recorded under unrecorded frames, which the sampling estimates cannot place) */
-        if (S.fn_threshold || ex->call_hits[off] != S.threshold + 1 || !ccall_keep(ex, off)) {
-            if (ex->call_hits[off] == S.threshold + 1)
+        if (sess.fn_threshold || ex->call_hits[off] != sess.threshold + 1 || !ccall_keep(ex, off)) {
+            if (ex->call_hits[off] == sess.threshold + 1)
                 ccall_cut(callable);
             ex->sites_disabled = 1;
             return call_sampled(callable);
@@ -586,7 +586,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     }
     uint32_t id = oc_cfunc_id(callable);
     uint64_t ts = record_cfunc_id(id, K_CCALL);
-    if (S.threshold && ts && off < ex->nunits && ex->call_ticks) { /* (its C_RETURN times it) */
+    if (sess.threshold && ts && off < ex->nunits && ex->call_ticks) { /* (its C_RETURN times it) */
         oc_tls.ccall_ex = ex;
         oc_tls.ccall_unit = off;
         oc_tls.ccall_ts = ts;
@@ -631,7 +631,7 @@ static PyObject *cb_insn(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (UNLIKELY(ex->insn_done))
         RETURN_DISABLE;
     uint32_t off = (small_int(args[1]) >> 1) & (OC_INSN_END - 1);
-    int verdict = site_verdict(ex, 1, off, S.insn_limit);
+    int verdict = site_verdict(ex, 1, off, sess.insn_limit);
     if (UNLIKELY(verdict != SITE_RECORD)) {
         if (verdict != SITE_DISABLE)
             RETURN_NONE;

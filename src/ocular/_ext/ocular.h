@@ -93,7 +93,7 @@ typedef struct oc_codeextra {
     uint32_t late_ends;      /* unrecorded ends seen while return sites were kept armed (capped) */
     uint32_t probe;          /* adaptive: 1 once an instruction probe was armed on this code (2: it failed) */
     uint32_t insn_done;      /* an instruction site passed the threshold: no more INSTRUCTION records */
-    uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to S.probe_after */
+    uint32_t back_jumps;     /* threshold 0 with probes: backward jumps seen, up to sess.probe_after */
     PyObject *code;          /* the code object this is the extra of (borrowed: it frees this) */
     uint32_t open;           /* threshold > 0: recorded activations not yet ended, on every thread */
     uint32_t calls;          /* C functions: 1 once CALL was armed on this code (a local event), 2 if it is
@@ -200,14 +200,14 @@ typedef struct {
     uint64_t bytes_written;
 } oc_session;
 
-extern oc_session S;
+extern oc_session sess;
 
 oc_tbuf *oc_buffer_slow(void);
 /* a free record of this thread's chunk for the running session (the chunk handed over and a new one
  * taken when full), or NULL; leaves one spare record after it */
 static inline oc_rec *oc_reserve_rec(void) {
     oc_tbuf *b = oc_tls.buf;
-    if (__builtin_expect(oc_tls.gen != S.gen || b->pos >= b->end, 0)) {
+    if (__builtin_expect(oc_tls.gen != sess.gen || b->pos >= b->end, 0)) {
         b = oc_buffer_slow();
         if (!b)
             return NULL;
@@ -240,7 +240,7 @@ unsigned long oc_local_events(const oc_codeextra *ex); /* the local events Ocula
 int32_t *oc_line_table(PyCodeObject *co, uint32_t nunits, int *from_table); /* malloc'd; NULL: no memory */
 void oc_codetable_clear(void);
 static inline oc_codeent *oc_code_entry(uint32_t id) {
-    return &S.pages[id >> OC_PAGE_BITS][id & (OC_PAGE_SIZE - 1)];
+    return &sess.pages[id >> OC_PAGE_BITS][id & (OC_PAGE_SIZE - 1)];
 }
 char *oc_dup_raw(const char *s, Py_ssize_t n);     /* NUL-terminated copy of n bytes */
 void oc_internal_error(const char *msg);           /* first failure wins; reported at stop */

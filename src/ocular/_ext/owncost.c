@@ -177,27 +177,27 @@ static PyObject *py_owncost_measure(PyObject *mod, PyObject *args) {
     PyObject *calls, *ccalls, *loop, *x;
     if (!PyArg_ParseTuple(args, "OOOO:_owncost_measure", &calls, &ccalls, &loop, &x))
         return NULL;
-    if (!S.active || !have_base || oc_test_clock)
+    if (!sess.active || !have_base || oc_test_clock)
         Py_RETURN_NONE;
     /* this thread records into the scratch buffer, unmuted, with nothing de-instrumented meanwhile */
     oc_tbuf *buf = oc_tls.buf;
-    uint32_t gen = oc_tls.gen, thr = S.threshold, fthr = S.fn_threshold;
+    uint32_t gen = oc_tls.gen, thr = sess.threshold, fthr = sess.fn_threshold;
     int muted = oc_tls.muted;
     memset(&scratch, 0, sizeof scratch);
     scratch.pos = scratch_recs;
     scratch.end = scratch.limit = scratch_recs + SCRATCH - 1; /* (reserve() keeps one spare record) */
-    scratch.gen = S.gen;
+    scratch.gen = sess.gen;
     scratch.alive = 1;
     oc_tls.buf = &scratch;
-    oc_tls.gen = S.gen;
+    oc_tls.gen = sess.gen;
     oc_tls.muted = 0;
-    S.threshold = S.fn_threshold = 0;
-    S.calibrating = 1;
+    sess.threshold = sess.fn_threshold = 0;
+    sess.calibrating = 1;
     static span_t sc[REPS], scc[REPS], sl[REPS];
-    int nc = traced(calls, NULL, sc), ncc = S.c_functions ? traced(ccalls, x, scc) : 0, nl = traced(loop, NULL, sl);
-    S.calibrating = 0;
-    S.threshold = thr;
-    S.fn_threshold = fthr;
+    int nc = traced(calls, NULL, sc), ncc = sess.c_functions ? traced(ccalls, x, scc) : 0, nl = traced(loop, NULL, sl);
+    sess.calibrating = 0;
+    sess.threshold = thr;
+    sess.fn_threshold = fthr;
     oc_tls.buf = buf;
     oc_tls.gen = gen;
     oc_tls.muted = muted;
@@ -210,14 +210,14 @@ static PyObject *py_owncost_measure(PyObject *mod, PyObject *args) {
     uint64_t creturn = (uint64_t)((double)cpair * share), ccall = cpair - creturn;
     if (!ncc)
         ccall = enter, creturn = leave;
-    uint64_t *c = S.own_cost;
-    memset(c, 0, sizeof S.own_cost);
+    uint64_t *c = sess.own_cost;
+    memset(c, 0, sizeof sess.own_cost);
     c[K_START] = c[K_RESUME] = c[K_THROW] = enter;
     c[K_RETURN] = c[K_YIELD] = c[K_UNWIND] = leave;
     c[K_JUMP] = c[K_FARJUMP] = c[K_INSN] = nl ? jump : enter;
     c[K_CCALL] = ccall;
     c[K_CRETURN] = creturn;
-    atomic_store(&S.own_cost_set, 1);
+    atomic_store(&sess.own_cost_set, 1);
     return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "enter", (unsigned long long)enter, "leave",
                          (unsigned long long)leave, "jump", (unsigned long long)c[K_JUMP], "ccall",
                          (unsigned long long)ccall, "creturn", (unsigned long long)creturn);

@@ -42,11 +42,11 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t more, room;
     pthread_t thread;
-} Q;
+} pipe_st;
 
 static long run_block(const uint64_t *w, uint32_t n, long tid) {
-    const oc_sink *s = Q.real;
-    oc_out *o = Q.out;
+    const oc_sink *s = pipe_st.real;
+    oc_out *o = pipe_st.out;
     for (const uint64_t *end = w + n; w < end;) {
         uint64_t h = *w++;
         uint32_t code = (uint32_t)(h >> 8);
@@ -94,60 +94,60 @@ static void *sink_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), "ocular-encode");
     long tid = 0;
-    pthread_mutex_lock(&Q.lock);
+    pthread_mutex_lock(&pipe_st.lock);
     for (;;) {
-        while (!Q.ready && !Q.done)
-            pthread_cond_wait(&Q.more, &Q.lock);
-        if (!Q.ready)
+        while (!pipe_st.ready && !pipe_st.done)
+            pthread_cond_wait(&pipe_st.more, &pipe_st.lock);
+        if (!pipe_st.ready)
             break;
-        uint32_t b = Q.cons;
-        pthread_mutex_unlock(&Q.lock);
-        tid = run_block(Q.ring + (size_t)b * Q.block, Q.fill[b], tid);
-        pthread_mutex_lock(&Q.lock);
-        Q.cons = (b + 1) % QNB;
-        Q.ready--;
-        pthread_cond_signal(&Q.room);
+        uint32_t b = pipe_st.cons;
+        pthread_mutex_unlock(&pipe_st.lock);
+        tid = run_block(pipe_st.ring + (size_t)b * pipe_st.block, pipe_st.fill[b], tid);
+        pthread_mutex_lock(&pipe_st.lock);
+        pipe_st.cons = (b + 1) % QNB;
+        pipe_st.ready--;
+        pthread_cond_signal(&pipe_st.room);
     }
-    pthread_mutex_unlock(&Q.lock);
+    pthread_mutex_unlock(&pipe_st.lock);
     return NULL;
 }
 
-static inline uint64_t *block_start(uint32_t b) { return Q.ring + (size_t)b * Q.block; }
+static inline uint64_t *block_start(uint32_t b) { return pipe_st.ring + (size_t)b * pipe_st.block; }
 
 /* The renderer's block is full: publish it and take the next free one (waiting while none is). */
 static void publish(void) {
-    pthread_mutex_lock(&Q.lock);
-    Q.fill[Q.blk] = (uint32_t)(Q.wp - block_start(Q.blk));
-    Q.ready++;
-    pthread_cond_signal(&Q.more);
-    while (Q.ready == QNB)
-        pthread_cond_wait(&Q.room, &Q.lock);
-    pthread_mutex_unlock(&Q.lock);
-    Q.blk = (Q.blk + 1) % QNB;
-    Q.wp = block_start(Q.blk);
+    pthread_mutex_lock(&pipe_st.lock);
+    pipe_st.fill[pipe_st.blk] = (uint32_t)(pipe_st.wp - block_start(pipe_st.blk));
+    pipe_st.ready++;
+    pthread_cond_signal(&pipe_st.more);
+    while (pipe_st.ready == QNB)
+        pthread_cond_wait(&pipe_st.room, &pipe_st.lock);
+    pthread_mutex_unlock(&pipe_st.lock);
+    pipe_st.blk = (pipe_st.blk + 1) % QNB;
+    pipe_st.wp = block_start(pipe_st.blk);
 }
 
 /* next_op's rare case: the block is full, or the thread changed (its operation first). */
 static __attribute__((noinline)) uint64_t *op_slow(long tid) {
-    uint64_t *lim = block_start(Q.blk) + Q.block - 2 - QMAX;
-    if (Q.wp > lim) {
+    uint64_t *lim = block_start(pipe_st.blk) + pipe_st.block - 2 - QMAX;
+    if (pipe_st.wp > lim) {
         publish();
-        lim = block_start(Q.blk) + Q.block - 2 - QMAX;
+        lim = block_start(pipe_st.blk) + pipe_st.block - 2 - QMAX;
     }
-    if (tid != Q.tid || !Q.wlim) {
-        Q.wp[0] = Q_TID;
-        Q.wp[1] = (uint64_t)tid;
-        Q.wp += 2;
-        Q.tid = tid;
+    if (tid != pipe_st.tid || !pipe_st.wlim) {
+        pipe_st.wp[0] = Q_TID;
+        pipe_st.wp[1] = (uint64_t)tid;
+        pipe_st.wp += 2;
+        pipe_st.tid = tid;
     }
-    Q.wlim = lim;
-    return Q.wp;
+    pipe_st.wlim = lim;
+    return pipe_st.wp;
 }
 
-/* Where an operation of thread `tid` goes (the caller writes it and moves Q.wp past it). */
+/* Where an operation of thread `tid` goes (the caller writes it and moves pipe_st.wp past it). */
 static inline uint64_t *next_op(long tid) {
-    uint64_t *w = Q.wp;
-    if (UNLIKELY(w > Q.wlim || tid != Q.tid))
+    uint64_t *w = pipe_st.wp;
+    if (UNLIKELY(w > pipe_st.wlim || tid != pipe_st.tid))
         return op_slow(tid);
     return w;
 }
@@ -157,7 +157,7 @@ static inline void op2(long tid, uint64_t head, uint64_t ts_ns) {
     uint64_t *w = next_op(tid);
     w[0] = head;
     w[1] = ts_ns;
-    Q.wp = w + 2;
+    pipe_st.wp = w + 2;
 }
 
 static void q_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
@@ -181,7 +181,7 @@ static void q_slice(oc_out *o, long tid, uint64_t begin_ns, uint64_t end_ns, uin
     w[0] = Q_SLICE | (uint64_t)code_id << 8 | (uint64_t)(cut != 0) << 40;
     w[1] = begin_ns;
     w[2] = end_ns;
-    Q.wp = w + 3;
+    pipe_st.wp = w + 3;
 }
 
 static void q_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
@@ -194,7 +194,7 @@ static void q_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int li
     w[3] = insns;
     w[4] = cycles;
     w[5] = ns;
-    Q.wp = w + 6;
+    pipe_st.wp = w + 6;
 }
 
 static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns, uint32_t code_id, int line,
@@ -207,14 +207,14 @@ static void q_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_ns,
     w[3] = (uint32_t)line | (uint64_t)offset << 32;
     w[4] = iterations;
     w[5] = cycles;
-    Q.wp = w + 6;
+    pipe_st.wp = w + 6;
 }
 
 static void q_thread_end(oc_out *o, long tid) {
     (void)o;
     uint64_t *w = next_op(tid);
     w[0] = Q_THREAD_END;
-    Q.wp = w + 1;
+    pipe_st.wp = w + 1;
 }
 
 static void q_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
@@ -223,7 +223,7 @@ static void q_flow(oc_out *o, long tid, uint64_t ts_ns, uint64_t id, int end) {
     w[0] = Q_FLOW | (uint64_t)(end != 0) << 40;
     w[1] = ts_ns;
     w[2] = id;
-    Q.wp = w + 3;
+    pipe_st.wp = w + 3;
 }
 
 static void q_instant(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
@@ -236,61 +236,61 @@ static void q_footer(oc_out *o, const char *clock, int precise) { (void)o, (void
 
 /* (the thread is gone, or was never started) */
 static void release(void) {
-    pthread_mutex_destroy(&Q.lock);
-    pthread_cond_destroy(&Q.more);
-    pthread_cond_destroy(&Q.room);
-    free(Q.ring);
-    Q.ring = NULL;
-    Q.real = NULL;
+    pthread_mutex_destroy(&pipe_st.lock);
+    pthread_cond_destroy(&pipe_st.more);
+    pthread_cond_destroy(&pipe_st.room);
+    free(pipe_st.ring);
+    pipe_st.ring = NULL;
+    pipe_st.real = NULL;
 }
 
 int oc_pipe_start(const oc_sink **sink, oc_out *out) {
-    if (Q.real)
+    if (pipe_st.real)
         return -1;
     const char *env = getenv("OCULAR_TEST_PIPE_BLOCK");
-    Q.block = env && *env ? (uint32_t)strtoul(env, NULL, 10) : QBLOCK;
-    if (Q.block < 2 + QMAX + 1 || Q.block > QBLOCK)
-        Q.block = QBLOCK;
-    Q.ring = malloc(sizeof(uint64_t) * Q.block * QNB);
-    if (!Q.ring)
+    pipe_st.block = env && *env ? (uint32_t)strtoul(env, NULL, 10) : QBLOCK;
+    if (pipe_st.block < 2 + QMAX + 1 || pipe_st.block > QBLOCK)
+        pipe_st.block = QBLOCK;
+    pipe_st.ring = malloc(sizeof(uint64_t) * pipe_st.block * QNB);
+    if (!pipe_st.ring)
         return -1;
     const oc_sink *s = *sink;
     /* the same optional parts as the real sink: the renderer chooses its calls by them */
-    Q.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
+    pipe_st.sink = (oc_sink){.name = s->name, .header = q_header, .footer = q_footer, .begin = q_begin, .end = q_end,
                        .loop = q_loop, .begin_cut = s->begin_cut ? q_begin_cut : NULL,
                        .loop_run = s->loop_run ? q_loop_run : NULL, .slice = s->slice ? q_slice : NULL,
                        .thread_end = s->thread_end ? q_thread_end : NULL, .flow = s->flow ? q_flow : NULL,
                        .instant = s->instant ? q_instant : NULL};
-    Q.real = s;
-    Q.out = out;
-    Q.blk = Q.cons = Q.ready = 0;
-    Q.wp = Q.ring;
-    Q.wlim = NULL; /* the first operation writes the thread's */
-    Q.done = 0;
-    pthread_mutex_init(&Q.lock, NULL);
-    pthread_cond_init(&Q.more, NULL);
-    pthread_cond_init(&Q.room, NULL);
-    int rc = oc_thread_create(&Q.thread, NULL, sink_main, NULL);
+    pipe_st.real = s;
+    pipe_st.out = out;
+    pipe_st.blk = pipe_st.cons = pipe_st.ready = 0;
+    pipe_st.wp = pipe_st.ring;
+    pipe_st.wlim = NULL; /* the first operation writes the thread's */
+    pipe_st.done = 0;
+    pthread_mutex_init(&pipe_st.lock, NULL);
+    pthread_cond_init(&pipe_st.more, NULL);
+    pthread_cond_init(&pipe_st.room, NULL);
+    int rc = oc_thread_create(&pipe_st.thread, NULL, sink_main, NULL);
     if (rc != 0) {
         release();
         return -1;
     }
-    *sink = &Q.sink;
+    *sink = &pipe_st.sink;
     return 0;
 }
 
 void oc_pipe_end(const oc_sink **sink) {
-    if (!Q.real)
+    if (!pipe_st.real)
         return;
-    pthread_mutex_lock(&Q.lock);
-    if (Q.wp != block_start(Q.blk)) { /* the last block, partly filled (there is room: the renderer held it) */
-        Q.fill[Q.blk] = (uint32_t)(Q.wp - block_start(Q.blk));
-        Q.ready++;
+    pthread_mutex_lock(&pipe_st.lock);
+    if (pipe_st.wp != block_start(pipe_st.blk)) { /* the last block, partly filled (there is room: the renderer held it) */
+        pipe_st.fill[pipe_st.blk] = (uint32_t)(pipe_st.wp - block_start(pipe_st.blk));
+        pipe_st.ready++;
     }
-    Q.done = 1;
-    pthread_cond_signal(&Q.more);
-    pthread_mutex_unlock(&Q.lock);
-    pthread_join(Q.thread, NULL);
-    *sink = Q.real;
+    pipe_st.done = 1;
+    pthread_cond_signal(&pipe_st.more);
+    pthread_mutex_unlock(&pipe_st.lock);
+    pthread_join(pipe_st.thread, NULL);
+    *sink = pipe_st.real;
     release();
 }

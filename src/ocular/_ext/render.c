@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-oc_rmeta R;
+oc_rmeta rmeta;
 
 #define NLOOPS 4
 #define OC_STALL_DEPTH 16 /* frames of a loop stall's stack kept (from the task step's coroutine up) */
@@ -117,7 +117,7 @@ typedef struct {
 typedef struct {
     span *spans;            /* this thread's chunks, in order (freed once the thread's end is rendered) */
     uint32_t nspans, capspans;
-    uint32_t idx;           /* its thread index in the recording (the slot is W.threads' own: thread_slot) */
+    uint32_t idx;           /* its thread index in the recording (the slot is rstate.threads' own: thread_slot) */
     uint8_t ended;          /* its end was indexed: a later chunk of its index is another thread's */
 } tindex;
 
@@ -134,7 +134,7 @@ typedef struct {
     long tid;
     long otid;              /* the track its slices go to: tid, or during an asyncio task's step (trace
                              * formats) that task's track on this thread (oc_render_task_track) */
-    uint32_t slot;          /* its slot in W.threads, W.ix and R.threads */
+    uint32_t slot;          /* its slot in rstate.threads, rstate.ix and rmeta.threads */
     uint64_t prev_ts;
     int have_prev;
     frame *stack;
@@ -161,7 +161,7 @@ typedef struct {
     int step_how;           /* how the step's coroutine left: 0 suspended (or unseen), 1 returned, 2 raised,
                              * 3 cancelled (an OC_MARK_CANCELLED came before its unwind) */
     int cancel_mark;
-    uint64_t stall_at;      /* ticks at which the step holds the loop for W.stall_ticks (0: no step, or
+    uint64_t stall_at;      /* ticks at which the step holds the loop for rstate.stall_ticks (0: no step, or
                              * its stall already seen) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
     uint32_t stall_codes[OC_STALL_DEPTH];
@@ -187,7 +187,7 @@ static struct {
     const oc_sink *sink;
     rthread **threads;       /* by slot: a thread's render state while it is rendered, else NULL */
     tindex *ix;              /* by slot: every thread's indexed chunks */
-    uint32_t nthreads;       /* the capacity of threads, ix and R.threads */
+    uint32_t nthreads;       /* the capacity of threads, ix and rmeta.threads */
     uint64_t events, total, done;
     uint64_t stop_ticks;
     int complete;
@@ -232,11 +232,11 @@ static struct {
     uint32_t life_code;      /* a code id made up for tasks' lives ("task life"); UINT32_MAX: none */
     uint32_t stall_code;     /* ...and for loop stalls' instants; UINT32_MAX: none */
     uint32_t handle_run1;    /* asyncio's Handle._run (a loop callback's run): its code id + 1 (0: not seen) */
-    uint64_t stall_ticks;    /* a step this long is a loop stall (R.stall_ns in ticks, at the first step) */
+    uint64_t stall_ticks;    /* a step this long is a loop stall (rmeta.stall_ns in ticks, at the first step) */
     uint32_t ntt, captt;
     uint32_t *tt_hash;       /* (thread tid, task) -> 1 + index, open addressing (0: free) */
     uint32_t tt_cap;
-} W;
+} rstate;
 
 /* Task tracks made at most: a sink keeps a sequence per track (the .pftrace: its interning state, a bitmap
  * over the code ids) and looks a track up among them, so a program with 10,000 named tasks would cost a
@@ -246,61 +246,61 @@ static struct {
 /* the track of task `task`'s steps on thread `tid`: its tid (made on first use); tid itself if none can be */
 static long task_track(long tid, uint32_t task) {
     uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
-    if (W.ntt * 2 >= W.tt_cap) { /* (grow: at most half full) */
-        uint32_t cap = W.tt_cap ? W.tt_cap * 2 : 64;
+    if (rstate.ntt * 2 >= rstate.tt_cap) { /* (grow: at most half full) */
+        uint32_t cap = rstate.tt_cap ? rstate.tt_cap * 2 : 64;
         uint32_t *nh = calloc(cap, sizeof *nh);
         if (!nh)
             return tid;
-        for (uint32_t k = 0; k < W.ntt; k++) {
-            uint64_t g = ((uint64_t)W.tt[k].tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)W.tt[k].task * 0xC2B2AE3D27D4EB4Full);
+        for (uint32_t k = 0; k < rstate.ntt; k++) {
+            uint64_t g = ((uint64_t)rstate.tt[k].tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)rstate.tt[k].task * 0xC2B2AE3D27D4EB4Full);
             uint32_t j = (uint32_t)(g >> 32) & (cap - 1);
             while (nh[j])
                 j = (j + 1) & (cap - 1);
             nh[j] = k + 1;
         }
-        free(W.tt_hash);
-        W.tt_hash = nh;
-        W.tt_cap = cap;
+        free(rstate.tt_hash);
+        rstate.tt_hash = nh;
+        rstate.tt_cap = cap;
     }
-    uint32_t j = (uint32_t)(h >> 32) & (W.tt_cap - 1);
-    for (; W.tt_hash[j]; j = (j + 1) & (W.tt_cap - 1)) {
-        uint32_t k = W.tt_hash[j] - 1;
-        if (W.tt[k].tid == tid && W.tt[k].task == task)
+    uint32_t j = (uint32_t)(h >> 32) & (rstate.tt_cap - 1);
+    for (; rstate.tt_hash[j]; j = (j + 1) & (rstate.tt_cap - 1)) {
+        uint32_t k = rstate.tt_hash[j] - 1;
+        if (rstate.tt[k].tid == tid && rstate.tt[k].task == task)
             return OC_TASK_TID_BASE + (long)k;
     }
-    if (W.ntt >= OC_TASK_TRACKS_MAX)
+    if (rstate.ntt >= OC_TASK_TRACKS_MAX)
         return tid;
-    if (W.ntt == W.captt) {
-        uint32_t cap = W.captt ? W.captt * 2 : 16;
-        void *n = realloc(W.tt, cap * sizeof *W.tt);
+    if (rstate.ntt == rstate.captt) {
+        uint32_t cap = rstate.captt ? rstate.captt * 2 : 16;
+        void *n = realloc(rstate.tt, cap * sizeof *rstate.tt);
         if (!n)
             return tid;
-        W.tt = n;
-        W.captt = cap;
+        rstate.tt = n;
+        rstate.captt = cap;
     }
-    memset(&W.tt[W.ntt], 0, sizeof W.tt[W.ntt]);
-    W.tt[W.ntt].tid = tid;
-    W.tt[W.ntt].task = task;
-    W.tt_hash[j] = ++W.ntt;
-    return OC_TASK_TID_BASE + (long)(W.ntt - 1);
+    memset(&rstate.tt[rstate.ntt], 0, sizeof rstate.tt[rstate.ntt]);
+    rstate.tt[rstate.ntt].tid = tid;
+    rstate.tt[rstate.ntt].task = task;
+    rstate.tt_hash[j] = ++rstate.ntt;
+    return OC_TASK_TID_BASE + (long)(rstate.ntt - 1);
 }
 
 int oc_render_task_track(long otid, long *tid, uint32_t *task) {
-    if (otid < OC_TASK_TID_BASE || otid - OC_TASK_TID_BASE >= (long)W.ntt)
+    if (otid < OC_TASK_TID_BASE || otid - OC_TASK_TID_BASE >= (long)rstate.ntt)
         return 0;
-    *tid = W.tt[otid - OC_TASK_TID_BASE].tid;
-    *task = W.tt[otid - OC_TASK_TID_BASE].task;
+    *tid = rstate.tt[otid - OC_TASK_TID_BASE].tid;
+    *task = rstate.tt[otid - OC_TASK_TID_BASE].task;
     return 1;
 }
 
-uint32_t oc_render_task_tracks(void) { return W.ntt; }
+uint32_t oc_render_task_tracks(void) { return rstate.ntt; }
 
 static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
                                   .filename_raw = "?"};
 
 oc_codeent *oc_rcode(uint32_t id) {
-    if (id < R.ncodes && R.codes[id].qualname)
-        return &R.codes[id];
+    if (id < rmeta.ncodes && rmeta.codes[id].qualname)
+        return &rmeta.codes[id];
     return &unknown_code;
 }
 
@@ -308,23 +308,23 @@ oc_codeent *oc_rcode(uint32_t id) {
  * their C call sites was de-instrumented (CF_START_DISABLED in the recording's code states). */
 uint32_t oc_render_partial(void) {
     uint32_t n = 0;
-    for (uint32_t id = 0; id < R.ncodes; id++)
-        n += R.codes[id].qualname && (R.codes[id].flags & CF_START_DISABLED);
+    for (uint32_t id = 0; id < rmeta.ncodes; id++)
+        n += rmeta.codes[id].qualname && (rmeta.codes[id].flags & CF_START_DISABLED);
     return n;
 }
 
 /* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
  * conversion to uint64_t needs a test for the upper half) */
 static inline uint64_t to_ns(uint64_t ticks) {
-    if (LIKELY(ticks >= R.knee_tsc)) /* (clock.c: the early rate before the knee, the final one after) */
-        return R.knee_ns + (uint64_t)(int64_t)((double)(int64_t)(ticks - R.knee_tsc) * R.ns_per_tick);
-    int64_t d = (int64_t)(ticks - R.tsc0);
-    return R.mono0_ns + (uint64_t)(int64_t)((double)d * R.early_npt);
+    if (LIKELY(ticks >= rmeta.knee_tsc)) /* (clock.c: the early rate before the knee, the final one after) */
+        return rmeta.knee_ns + (uint64_t)(int64_t)((double)(int64_t)(ticks - rmeta.knee_tsc) * rmeta.ns_per_tick);
+    int64_t d = (int64_t)(ticks - rmeta.tsc0);
+    return rmeta.mono0_ns + (uint64_t)(int64_t)((double)d * rmeta.early_npt);
 }
 
 /* a duration of `ticks` ending at `at`, at the rate of the mapping there */
 static inline uint64_t dur_ns(uint64_t ticks, uint64_t at) {
-    return (uint64_t)((double)ticks * (at >= R.knee_tsc ? R.ns_per_tick : R.early_npt));
+    return (uint64_t)((double)ticks * (at >= rmeta.knee_tsc ? rmeta.ns_per_tick : rmeta.early_npt));
 }
 
 static uint64_t mono_now_ns(void) {
@@ -335,33 +335,33 @@ static uint64_t mono_now_ns(void) {
 
 static void show_progress(int last) {
     uint64_t now = mono_now_ns();
-    if (!last && now < W.progress_next_ns)
+    if (!last && now < rstate.progress_next_ns)
         return;
-    if (now - W.progress_start_ns < W.progress_after_ns) { /* only renders that take over a second */
-        W.progress_next_ns = now + 100000000ull;
+    if (now - rstate.progress_start_ns < rstate.progress_after_ns) { /* only renders that take over a second */
+        rstate.progress_next_ns = now + 100000000ull;
         return;
     }
-    W.progress_next_ns = now + 250000000ull;
+    rstate.progress_next_ns = now + 250000000ull;
     char line[512];
-    int n = snprintf(line, sizeof line, "\rocular: rendering %.300s: %3u%%%s", W.progress_name,
-                     (unsigned)(W.total ? W.done * 100 / W.total : 100), last ? "\n" : "");
+    int n = snprintf(line, sizeof line, "\rocular: rendering %.300s: %3u%%%s", rstate.progress_name,
+                     (unsigned)(rstate.total ? rstate.done * 100 / rstate.total : 100), last ? "\n" : "");
     if (n > 0 && write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0)
-        W.progress = 0;
+        rstate.progress = 0;
 }
 
 /* A loop's run begins (its first back jump: no iteration timed yet): counted for the statistics, out of the
  * record loop's way (its registers) */
 static __attribute__((noinline, cold)) void run_start(uint32_t code_id, uint32_t src, uint32_t dest) {
-    if (!W.nostats)
+    if (!rstate.nostats)
         oc_stats_loop_start(code_id, src, dest);
 }
 
 /* A loop run is over (its loop finished, another took its slot, or its frame ended). */
 static void end_run(rthread *t, frame *f, loop_slot *l) {
-    if (l->run_iters && W.loops == OC_LOOPS_RUNS && W.sink->loop_run) {
+    if (l->run_iters && rstate.loops == OC_LOOPS_RUNS && rstate.sink->loop_run) {
         oc_codeent *e = oc_rcode(f->code_id);
         int line = e->lines && l->dest < e->nunits ? e->lines[l->dest] : -1;
-        W.sink->loop_run(&W.out, t->otid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
+        rstate.sink->loop_run(&rstate.out, t->otid, to_ns(l->run_first_ts), to_ns(l->last_ts), f->code_id, line, l->dest * 2,
                          l->run_iters, l->run_cycles);
     }
     l->run_iters = 0;
@@ -377,14 +377,14 @@ static void end_run(rthread *t, frame *f, loop_slot *l) {
  * no self time, no recursion links, no basic blocks, no sampling estimates.  The trace is the same
  * bytes either way (tests/test_perfetto.py, test_the_trace_alone_is_the_same_trace). */
 #define SLICE_ANY (-1)
-static inline int sink_slices(int slice) { return slice == SLICE_ANY ? W.sink->slice != NULL : slice; }
+static inline int sink_slices(int slice) { return slice == SLICE_ANY ? rstate.sink->slice != NULL : slice; }
 
 /* ---- asyncio task steps (asyncio.c) ----
  * An OC_MARK_TASK record says the next enter begins a step of that task: the frame it opens is the
  * step's (step_at).  The step is a slice of the task's code (one per task name) around that frame, on
  * the same track -- begun before the frame's own, ended after it -- and a slice of it in the statistics
  * (calls: steps; inclusive: the time the task ran; self: none), its frame's caller there.  A step that
- * holds the thread W.stall_ticks or more is a loop stall: the stack when it reached that (from the step's
+ * holds the thread rstate.stall_ticks or more is a loop stall: the stack when it reached that (from the step's
  * frame up) and its whole length go to the statistics (oc_stats_stall). */
 #define OC_STALL_MS 100 /* asyncio's debug mode's slow_callback_duration; the recording may say otherwise */
 
@@ -452,20 +452,20 @@ static __attribute__((noinline, cold)) void task_wake(rthread *t, uint32_t key, 
         return;
     if (!e->started && !e->created)
         e->created = ts ? ts : 1;
-    if (W.sink->flow) { /* (ids unique across the processes a merged trace holds: the pid's low 20 bits above the
+    if (rstate.sink->flow) { /* (ids unique across the processes a merged trace holds: the pid's low 20 bits above the
                          * count; below 2^53, so that a JSON reader's doubles keep them whole) */
-        e->flow = (uint64_t)((uint32_t)R.pid & 0xFFFFFu) << 32 | (uint32_t)++W.flows;
-        W.sink->flow(&W.out, t->otid, to_ns(ts), e->flow, 0);
+        e->flow = (uint64_t)((uint32_t)rmeta.pid & 0xFFFFFu) << 32 | (uint32_t)++rstate.flows;
+        rstate.sink->flow(&rstate.out, t->otid, to_ns(ts), e->flow, 0);
     }
 }
 
 static void life_end(uint32_t k, uint64_t ts) {
-    W.tt[k].life_open = 0;
+    rstate.tt[k].life_open = 0;
     long track = OC_TASK_TID_BASE + (long)k;
-    if (W.sink->slice)
-        W.sink->slice(&W.out, track, to_ns(W.tt[k].life_begin), to_ns(ts), W.life_code, 0);
+    if (rstate.sink->slice)
+        rstate.sink->slice(&rstate.out, track, to_ns(rstate.tt[k].life_begin), to_ns(ts), rstate.life_code, 0);
     else
-        W.sink->end(&W.out, track, to_ns(ts));
+        rstate.sink->end(&rstate.out, track, to_ns(ts));
 }
 
 /* the step about to begin on task track `otid` is keyed: its life begins (before the step's slice), and its
@@ -475,14 +475,14 @@ static __attribute__((noinline, cold)) wake_ent *step_keyed(rthread *t, int slic
     if (!e || e->started)
         return e;
     e->started = 1;
-    if (e->created && t->otid != t->tid && W.life_code != UINT32_MAX) {
+    if (e->created && t->otid != t->tid && rstate.life_code != UINT32_MAX) {
         uint32_t k = (uint32_t)(t->otid - OC_TASK_TID_BASE);
-        if (!W.tt[k].life_open && W.tt[k].last_end <= e->created) {
-            W.tt[k].life_open = 1;
-            W.tt[k].life_key = t->step_key;
-            W.tt[k].life_begin = e->created;
+        if (!rstate.tt[k].life_open && rstate.tt[k].last_end <= e->created) {
+            rstate.tt[k].life_open = 1;
+            rstate.tt[k].life_key = t->step_key;
+            rstate.tt[k].life_begin = e->created;
             if (!sink_slices(slice))
-                W.sink->begin(&W.out, t->otid, to_ns(e->created), W.life_code);
+                rstate.sink->begin(&rstate.out, t->otid, to_ns(e->created), rstate.life_code);
         }
     }
     return e;
@@ -490,12 +490,12 @@ static __attribute__((noinline, cold)) wake_ent *step_keyed(rthread *t, int slic
 
 /* the time a step or callback that began at ts is a loop stall from */
 static uint64_t stall_from(uint64_t ts) {
-    if (!W.stall_ticks) {
-        double npt = R.ns_per_tick > 0 ? R.ns_per_tick : 1.0;
-        W.stall_ticks = (uint64_t)((R.stall_ms ? R.stall_ms : OC_STALL_MS) * 1e6 / npt);
-        W.stall_ticks += !W.stall_ticks;
+    if (!rstate.stall_ticks) {
+        double npt = rmeta.ns_per_tick > 0 ? rmeta.ns_per_tick : 1.0;
+        rstate.stall_ticks = (uint64_t)((rmeta.stall_ms ? rmeta.stall_ms : OC_STALL_MS) * 1e6 / npt);
+        rstate.stall_ticks += !rstate.stall_ticks;
     }
-    return ts + W.stall_ticks;
+    return ts + rstate.stall_ticks;
 }
 
 /* a loop callback that is not a task's step (asyncio's Handle._run outside a step) began: a stall too if
@@ -510,7 +510,7 @@ static __attribute__((noinline, cold)) void cb_end(rthread *t, const frame *f, u
     t->cb_at = 0;
     t->stall_at = 0;
     if (t->stall_n && !nostats) {
-        uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
+        uint64_t at = to_ns(f->begin_ts), zero = to_ns(rmeta.tsc0);
         oc_stats_stall(UINT32_MAX, at > zero ? at - zero : 0, ts > f->begin_ts ? ts - f->begin_ts : 0,
                        t->stall_codes, t->stall_n);
     }
@@ -534,14 +534,14 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
     t->stall_at = stall_from(ts);
     t->stall_n = 0;
     if (!sink_slices(slice)) /* (the step on the thread's track) */
-        W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
-    if (W.task_tracks) { /* ...and on the task's, with the coroutine's stack */
+        rstate.sink->begin(&rstate.out, t->otid, to_ns(ts), t->step_task);
+    if (rstate.task_tracks) { /* ...and on the task's, with the coroutine's stack */
         t->otid = task_track(t->tid, t->step_task);
         wake_ent *e = keyed ? step_keyed(t, slice) : NULL;
         if (t->otid != t->tid && !sink_slices(slice))
-            W.sink->begin(&W.out, t->otid, to_ns(ts), t->step_task);
-        if (e && e->flow && W.sink->flow) {
-            W.sink->flow(&W.out, t->otid, to_ns(ts), e->flow, 1);
+            rstate.sink->begin(&rstate.out, t->otid, to_ns(ts), t->step_task);
+        if (e && e->flow && rstate.sink->flow) {
+            rstate.sink->flow(&rstate.out, t->otid, to_ns(ts), e->flow, 1);
             e->flow = 0;
         }
     }
@@ -550,10 +550,10 @@ static __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, 
 static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
     uint64_t at = t->stall_at;
     t->stall_at = 0;
-    if (W.sink->instant && W.stall_code != UINT32_MAX) { /* marked in the timeline where it passed the limit */
-        W.sink->instant(&W.out, t->tid, to_ns(at), W.stall_code);
+    if (rstate.sink->instant && rstate.stall_code != UINT32_MAX) { /* marked in the timeline where it passed the limit */
+        rstate.sink->instant(&rstate.out, t->tid, to_ns(at), rstate.stall_code);
         if (t->otid != t->tid)
-            W.sink->instant(&W.out, t->otid, to_ns(at), W.stall_code);
+            rstate.sink->instant(&rstate.out, t->otid, to_ns(at), rstate.stall_code);
     }
     uint32_t from = t->step_at ? t->step_at - 1 : t->cb_at ? t->cb_at - 1 : t->n, k = 0;
     for (uint32_t i = from; i < t->n && k < OC_STALL_DEPTH; i++)
@@ -567,9 +567,9 @@ static __attribute__((noinline, cold)) void stall_seen(rthread *t) {
  * slices alike), or its end after the frame's */
 static __attribute__((noinline, cold)) void step_slice(rthread *t, const frame *f, uint64_t ts, int whole) {
     if (whole)
-        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
+        rstate.sink->slice(&rstate.out, t->otid, to_ns(f->begin_ts), to_ns(ts), t->step_task, f->cut);
     else
-        W.sink->end(&W.out, t->otid, to_ns(ts));
+        rstate.sink->end(&rstate.out, t->otid, to_ns(ts));
 }
 
 static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f, uint64_t ts, int counted,
@@ -580,8 +580,8 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     t->stall_at = 0;
     if (t->otid != t->tid) {
         uint32_t k = (uint32_t)(t->otid - OC_TASK_TID_BASE);
-        W.tt[k].last_end = ts;
-        if (t->step_how && t->step_keyed && W.tt[k].life_open && W.tt[k].life_key == t->step_key)
+        rstate.tt[k].last_end = ts;
+        if (t->step_how && t->step_keyed && rstate.tt[k].life_open && rstate.tt[k].life_key == t->step_key)
             life_end(k, ts); /* (the task is done) */
     }
     if (t->step_how && t->step_keyed && t->wk_cap) {
@@ -591,18 +591,18 @@ static __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f,
     }
     if (t->otid != t->tid) { /* back on the thread's track, which has the step as one slice */
         t->otid = t->tid;
-        if (W.sink->slice)
-            W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), task, f->cut);
+        if (rstate.sink->slice)
+            rstate.sink->slice(&rstate.out, t->otid, to_ns(f->begin_ts), to_ns(ts), task, f->cut);
         else
-            W.sink->end(&W.out, t->otid, to_ns(ts));
+            rstate.sink->end(&rstate.out, t->otid, to_ns(ts));
     }
     if (nostats)
         return;
     oc_stats_slice(task, 1, incl, 0, incl, !counted, t->n > 0 ? t->stack[t->n - 1].code_id : UINT32_MAX);
-    uint64_t zero = to_ns(R.tsc0), b = to_ns(f->begin_ts), e = to_ns(ts);
+    uint64_t zero = to_ns(rmeta.tsc0), b = to_ns(f->begin_ts), e = to_ns(ts);
     oc_stats_task(task, f->code_id, t->step_started, t->step_how, b > zero ? b - zero : 0, e > zero ? e - zero : 0);
     if (t->stall_n) {
-        uint64_t at = to_ns(f->begin_ts), zero = to_ns(R.tsc0);
+        uint64_t at = to_ns(f->begin_ts), zero = to_ns(rmeta.tsc0);
         oc_stats_stall(task, at > zero ? at - zero : 0, incl, t->stall_codes, t->stall_n);
         t->stall_n = 0;
     }
@@ -616,9 +616,9 @@ static inline __attribute__((always_inline)) void emit_pop(rthread *t, const fra
     if (sink_slices(slice)) {
         if (step)
             step_slice(t, f, ts, 1);
-        W.sink->slice(&W.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
+        rstate.sink->slice(&rstate.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
     } else {
-        W.sink->end(&W.out, t->otid, to_ns(ts));
+        rstate.sink->end(&rstate.out, t->otid, to_ns(ts));
         if (step)
             step_slice(t, f, ts, 0);
     }
@@ -632,7 +632,7 @@ static inline __attribute__((always_inline)) void emit_pop(rthread *t, const fra
 static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64_t ts, int counted,
                                                               int slice, int nostats) {
     frame *f = &t->stack[t->n - 1];
-    if (UNLIKELY(W.loops == OC_LOOPS_RUNS) && f->loops_on)
+    if (UNLIKELY(rstate.loops == OC_LOOPS_RUNS) && f->loops_on)
         for (int i = 0; i < NLOOPS; i++)
             if (f->loops[i].src != UINT32_MAX)
                 end_run(t, f, &f->loops[i]);
@@ -642,7 +642,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
         return;
     }
     uint64_t incl = f->self + f->child;
-    W.same_top[f->code_id] = f->prev_same;
+    rstate.same_top[f->code_id] = f->prev_same;
     if (f->loops_on)
         oc_stats_looped(f->code_id, f->self);
     /* total time counts each recursion tree once: a counted activation adds what its counted
@@ -661,7 +661,7 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
 }
 
 static __attribute__((noinline)) void pop_frame(rthread *t, uint64_t ts, int counted) {
-    if (W.nostats)
+    if (rstate.nostats)
         pop_frame_k(t, ts, counted, SLICE_ANY, 1);
     else
         pop_frame_k(t, ts, counted, SLICE_ANY, 0);
@@ -702,9 +702,9 @@ static __attribute__((noinline)) void pop_stale(rthread *t, uint32_t depth, int 
 /* Per code, lazily: prefix counts of instructions and of block-ending instructions (jumps and branches,
  * bit 7 of the recorded cache table) starting before each unit; NULL without bytecode or memory. */
 static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
-    if (!e->code || id >= W.ncodes_alloc)
+    if (!e->code || id >= rstate.ncodes_alloc)
         return NULL;
-    uint32_t *p = W.insn_prefix[id];
+    uint32_t *p = rstate.insn_prefix[id];
     if (p)
         return p;
     size_t n2 = (size_t)e->nunits + 2;
@@ -716,7 +716,7 @@ static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
         p[u] = n;
         br[u] = nb;
         if (u == next && u < e->nunits) {
-            uint8_t info = R.cache_entries[e->code[2 * u]];
+            uint8_t info = rmeta.cache_entries[e->code[2 * u]];
             n++;
             nb += info >> 7;
             next = u + 1 + (info & 0x7F);
@@ -724,7 +724,7 @@ static uint32_t *prefixes(uint32_t id, oc_codeent *e) {
     }
     p[e->nunits + 1] = n;
     br[e->nunits + 1] = nb;
-    W.insn_prefix[id] = p;
+    rstate.insn_prefix[id] = p;
     return p;
 }
 
@@ -744,10 +744,10 @@ static uint32_t static_insns(uint32_t id, uint32_t dest, uint32_t src) {
 /* A span between two recorded jumps is one basic block only if no jump or branch lies before its end:
  * one inside means its site was de-instrumented, and the span holds several blocks' time. */
 static inline int one_block(uint32_t id, uint32_t start, uint32_t end) {
-    uint32_t *p = W.insn_prefix[id]; /* (id < W.ncodes_alloc: the records' ids are checked) */
+    uint32_t *p = rstate.insn_prefix[id]; /* (id < rstate.ncodes_alloc: the records' ids are checked) */
     oc_codeent *e;
     if (LIKELY(p != NULL)) { /* built: the code has an entry with bytecode */
-        e = &R.codes[id];
+        e = &rmeta.codes[id];
     } else {
         e = oc_rcode(id);
         p = prefixes(id, e);
@@ -790,7 +790,7 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
         /* (precise mode: counted, unless the code's instruction recording has ended; adaptive mode: an
          * iteration with instruction records ran under a threshold-0 probe, slower: not timed) */
         int probed = f->insns != hit->insn_mark;
-        uint32_t insns = R.precise && probed ? (uint32_t)(f->insns - hit->insn_mark)
+        uint32_t insns = rmeta.precise && probed ? (uint32_t)(f->insns - hit->insn_mark)
                                              : static_insns(f->code_id, dest, src);
         uint64_t self_cycles = f->self - hit->self_mark;
         /* An iteration carried over a yield (resume_loops): the wall time since its last backward jump holds
@@ -798,11 +798,11 @@ static void on_backjump(rthread *t, frame *f, uint32_t src, uint32_t dest, uint6
          * (one per resume would double a chain's events) and in no run (it began in another segment). */
         int carried = hit->resumed;
         uint64_t cycles = carried ? self_cycles : ts - hit->last_ts;
-        if (!W.nostats)
-            oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, R.precise || !probed);
-        if (W.loops == OC_LOOPS_ITERATIONS && !carried) {
+        if (!rstate.nostats)
+            oc_stats_loop(f->code_id, src, dest, cycles, self_cycles, insns, rmeta.precise || !probed);
+        if (rstate.loops == OC_LOOPS_ITERATIONS && !carried) {
             int line = e->lines && dest < e->nunits ? e->lines[dest] : -1;
-            W.sink->loop(&W.out, t->otid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
+            rstate.sink->loop(&rstate.out, t->otid, to_ns(ts), f->code_id, line, dest * 2, insns, cycles,
                          dur_ns(cycles, ts));
         }
         if (!carried) {
@@ -919,8 +919,8 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
         f->prev_same = 0;
         return f;
     }
-    f->prev_same = W.same_top[code_id];
-    W.same_top[code_id] = t->n;
+    f->prev_same = rstate.same_top[code_id];
+    rstate.same_top[code_id] = t->n;
     f->insns = 0;
     f->begin_ts = ts;
     f->self = f->child = f->same = 0;
@@ -946,7 +946,7 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
     return f;
 }
 
-static inline int valid_code(uint32_t id) { return id < W.ncodes_alloc; }
+static inline int valid_code(uint32_t id) { return id < rstate.ncodes_alloc; }
 
 /* Depths in the renderer: 2d for a Python frame at frame depth d, 2d+1 for a C function called from it
  * (so it nests inside its caller, and the Python functions it calls back, at 2d+2, nest inside it). */
@@ -1018,12 +1018,12 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (LIKELY(nf != NULL)) {
             if (UNLIKELY(task_mark))
                 step_begin(t, r->ts, slice, kind == K_START, task_mark - 1);
-            else if (UNLIKELY(r->code_id + 1 == W.handle_run1) && !t->step_at && !t->cb_at)
+            else if (UNLIKELY(r->code_id + 1 == rstate.handle_run1) && !t->step_at && !t->cb_at)
                 cb_begin(t, r->ts);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW) && maybe_suspended(t, nf->code_id))
                 resume_loops(t, nf, r->ts);
             if (!sink_slices(slice))
-                W.sink->begin(&W.out, t->otid, to_ns(r->ts), r->code_id);
+                rstate.sink->begin(&rstate.out, t->otid, to_ns(r->ts), r->code_id);
         }
         break;
     }
@@ -1080,7 +1080,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
             break;
         frame *f = &t->stack[t->n - 1];
-        if (!nostats && (lean || !R.precise)) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
+        if (!nostats && (lean || !rmeta.precise)) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
             if (f->blk_start != UINT32_MAX && f->blk_insns == f->insns && one_block(f->code_id, f->blk_start, src))
                 oc_stats_block(f->code_id, f->blk_start, src, f->self - f->blk_self);
             f->blk_start = dest;
@@ -1106,7 +1106,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         if (!nostats && valid_code(r->code_id) && t->n > 0 && t->stack[t->n - 1].code_id == r->code_id) {
             frame *f = &t->stack[t->n - 1];
             if (f->insn_unit != UINT32_MAX)
-                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self, !R.precise);
+                oc_stats_insn(f->code_id, f->insn_unit, f->self - f->insn_self, !rmeta.precise);
             if (p & OC_INSN_END) { /* the code's instruction recording ends: nothing runs on record */
                 f->insn_unit = UINT32_MAX;
             } else {
@@ -1122,17 +1122,17 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         break;
     case K_PAUSE_END:
         /* the wait is its own slice, and not the running function's time */
-        if (UNLIKELY(W.pause_code == UINT32_MAX)) { /* rendering while recording: no pause code yet */
-            W.live_failed = 1;
+        if (UNLIKELY(rstate.pause_code == UINT32_MAX)) { /* rendering while recording: no pause code yet */
+            rstate.live_failed = 1;
             break;
         }
         if (t->pause_begin) {
             uint64_t d = r->ts > t->pause_begin ? r->ts - t->pause_begin : 0;
-            if (W.sink->slice) {
-                W.sink->slice(&W.out, t->otid, to_ns(t->pause_begin), to_ns(r->ts), W.pause_code, 0);
+            if (rstate.sink->slice) {
+                rstate.sink->slice(&rstate.out, t->otid, to_ns(t->pause_begin), to_ns(r->ts), rstate.pause_code, 0);
             } else {
-                W.sink->begin(&W.out, t->otid, to_ns(t->pause_begin), W.pause_code);
-                W.sink->end(&W.out, t->otid, to_ns(r->ts));
+                rstate.sink->begin(&rstate.out, t->otid, to_ns(t->pause_begin), rstate.pause_code);
+                rstate.sink->end(&rstate.out, t->otid, to_ns(r->ts));
             }
             if (t->n > 0 && !nostats) {
                 frame *f = &t->stack[t->n - 1];
@@ -1152,9 +1152,9 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         else if (p == OC_MARK_KEY) {
             t->key_mark = r->code_id;
             t->key_pending = 1;
-        } else if (p == OC_MARK_WAKE && W.task_tracks)
+        } else if (p == OC_MARK_WAKE && rstate.task_tracks)
             task_wake(t, r->code_id, r->ts);
-        if (p == OC_MARK_CUT && t->n > 0 && !nostats && !R.near_zero) /* (near-zero: that frame may not be the caller) */
+        if (p == OC_MARK_CUT && t->n > 0 && !nostats && !rmeta.near_zero) /* (near-zero: that frame may not be the caller) */
             oc_stats_cut(t->stack[t->n - 1].code_id, r->code_id);
         break;
     default: /* K_NONE, or a kind this renderer does not know: timed, nothing else */
@@ -1164,7 +1164,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
 }
 
 /* A record out of its thread's time order (a damaged recording; never in a sound one): rendered as a
- * copy whose time is clamped to [the thread's last time, W.ts_hi], and counted.  A lone leap -- a time past
+ * copy whose time is clamped to [the thread's last time, rstate.ts_hi], and counted.  A lone leap -- a time past
  * the next record's (`next`: the thread's record after it, or NULL), which is not itself before the last --
  * is brought down to the next record's time, so that one damaged record does not hold the rest of the
  * thread at its time. */
@@ -1172,13 +1172,13 @@ static const oc_rec *in_order(rthread *t, const oc_rec *r, const oc_rec *next, o
     uint64_t lo = t->prev_ts, ts = r->ts;
     if (next && ts > next->ts && next->ts >= lo)
         ts = next->ts;
-    if (ts > W.ts_hi)
-        ts = W.ts_hi;
+    if (ts > rstate.ts_hi)
+        ts = rstate.ts_hi;
     if (ts < lo)
         ts = lo;
     if (ts == r->ts)
         return r;
-    R.clamped++;
+    rmeta.clamped++;
     *tmp = *r;
     tmp->ts = ts;
     return tmp;
@@ -1211,7 +1211,7 @@ static inline __attribute__((always_inline)) void process_block(rthread *t, cons
 static int span_in_order(const rthread *t, const oc_rec *r, uint32_t n, const oc_rec *after) {
     if (!n)
         return 1;
-    if (r[0].ts < t->prev_ts || r[n - 1].ts > W.ts_hi || (after && r[n - 1].ts > after->ts))
+    if (r[0].ts < t->prev_ts || r[n - 1].ts > rstate.ts_hi || (after && r[n - 1].ts > after->ts))
         return 0;
     const oc_rec *p = r + 1, *end = r + n;
     uint64_t prev = r[0].ts;
@@ -1236,7 +1236,7 @@ static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec
     oc_rec tmp;
     for (; r < send; r++) {
         const oc_rec *rr = in_order(t, r, r + 1 < send ? r + 1 : after, &tmp);
-        if (W.nostats)
+        if (rstate.nostats)
             process_rec(t, rr, 1, 1, SLICE_ANY, 1);
         else
             process_rec(t, rr, 0, 0, SLICE_ANY, 0);
@@ -1246,28 +1246,28 @@ static __attribute__((noinline)) void process_unordered(rthread *t, const oc_rec
 /* The records of one span (`after`: the thread's next record, in its next span, or NULL).  Progress is
  * shown between blocks of 64K records; the record loop itself tests nothing but what each record needs. */
 static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_rec *after) {
-    W.events += n;
-    int lean = !oc_attr_on && !R.precise;
+    rstate.events += n;
+    int lean = !oc_attr_on && !rmeta.precise;
     if (UNLIKELY(!span_in_order(t, recs, n, after))) { /* a damaged recording */
         process_unordered(t, recs, recs + n, after);
-        if (UNLIKELY(W.progress)) {
-            W.done += n;
+        if (UNLIKELY(rstate.progress)) {
+            rstate.done += n;
             show_progress(0);
         }
         return;
     }
     for (uint32_t blk = 0; blk < n; blk += 0x10000) {
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
-        if (W.nostats)
-            W.sink->slice ? process_block(t, r, rend, 1, 1, 1) : process_block(t, r, rend, 1, 0, 1);
+        if (rstate.nostats)
+            rstate.sink->slice ? process_block(t, r, rend, 1, 1, 1) : process_block(t, r, rend, 1, 0, 1);
         else if (!lean)
             process_block(t, r, rend, 0, SLICE_ANY, 0);
-        else if (W.sink->slice)
+        else if (rstate.sink->slice)
             process_block(t, r, rend, 1, 1, 0);
         else
             process_block(t, r, rend, 1, 0, 0);
-        if (UNLIKELY(W.progress)) {
-            W.done += 0x10000;
+        if (UNLIKELY(rstate.progress)) {
+            rstate.done += 0x10000;
             show_progress(0);
         }
     }
@@ -1276,7 +1276,7 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_re
 /* Flight-recorder window: the frames already open at the thread's first kept record, outermost
  * first, from the ends that match nothing before them; opened at that record's time, marked cut. */
 static void open_cut_frames(rthread *t) {
-    const tindex *x = &W.ix[t->slot];
+    const tindex *x = &rstate.ix[t->slot];
     if (!x->nspans)
         return;
     uint32_t cap = 64, n = 0, sp = 0, spcap = 64;
@@ -1290,7 +1290,7 @@ static void open_cut_frames(rthread *t) {
     uint64_t first_ts = x->spans[0].n ? x->spans[0].recs[0].ts : 0;
     if (x->spans[0].n > 1 && x->spans[0].recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
         first_ts = x->spans[0].recs[1].ts;
-    first_ts = first_ts < t->prev_ts ? t->prev_ts : first_ts > W.ts_hi ? W.ts_hi : first_ts;
+    first_ts = first_ts < t->prev_ts ? t->prev_ts : first_ts > rstate.ts_hi ? rstate.ts_hi : first_ts;
     t->prev_ts = first_ts;
     for (uint32_t s = 0; s < x->nspans; s++)
         for (uint32_t i = 0; i < x->spans[s].n; i++) {
@@ -1328,12 +1328,12 @@ done:
     for (uint32_t k = n; k-- > 0;)
         if (push(t, ends[k][0], ends[k][1], first_ts, 1, 0, 0)) {
             t->stack[t->n - 1].cut = 1;
-            if (W.sink->slice)
+            if (rstate.sink->slice)
                 continue; /* (given whole at its end) */
-            if (W.sink->begin_cut)
-                W.sink->begin_cut(&W.out, t->otid, to_ns(first_ts), ends[k][0]);
+            if (rstate.sink->begin_cut)
+                rstate.sink->begin_cut(&rstate.out, t->otid, to_ns(first_ts), ends[k][0]);
             else
-                W.sink->begin(&W.out, t->otid, to_ns(first_ts), ends[k][0]);
+                rstate.sink->begin(&rstate.out, t->otid, to_ns(first_ts), ends[k][0]);
         }
     free(ends);
     free(depths);
@@ -1355,19 +1355,19 @@ static inline uint64_t rd64(const uint8_t *p) {
 /* A CALIB block (docs/recording.md): 24 bytes (one rate) or 40 (a final rate, 0 until known, the early
  * rate and the knee).  Returns 1 once the final rate is known. */
 static int read_calib(const uint8_t *p, uint32_t len) {
-    R.tsc0 = rd64(p);
-    R.mono0_ns = rd64(p + 8);
+    rmeta.tsc0 = rd64(p);
+    rmeta.mono0_ns = rd64(p + 8);
     double npt;
     memcpy(&npt, p + 16, 8);
     if (len < 40) {
-        R.ns_per_tick = R.early_npt = npt;
-        R.knee_tsc = R.knee_ns = UINT64_MAX;
+        rmeta.ns_per_tick = rmeta.early_npt = npt;
+        rmeta.knee_tsc = rmeta.knee_ns = UINT64_MAX;
         return 1;
     }
-    memcpy(&R.early_npt, p + 24, 8);
-    R.knee_tsc = rd64(p + 32);
-    R.knee_ns = UINT64_MAX; /* (check_clock: the knee at the early rate, once the rates are known good) */
-    R.ns_per_tick = npt > 0 ? npt : R.early_npt;
+    memcpy(&rmeta.early_npt, p + 24, 8);
+    rmeta.knee_tsc = rd64(p + 32);
+    rmeta.knee_ns = UINT64_MAX; /* (check_clock: the knee at the early rate, once the rates are known good) */
+    rmeta.ns_per_tick = npt > 0 ? npt : rmeta.early_npt;
     return npt > 0;
 }
 
@@ -1387,70 +1387,70 @@ static uint64_t ticks_until_max(uint64_t from, uint64_t base, double rate) {
 }
 
 /* The clock's mapping (header and CALIB blocks) made safe: rates finite and plausible, the start and
- * the knee where they map into [0, NS_MAX]; W.ts_lo and W.ts_hi bound the ticks it maps there, monotonically.
+ * the knee where they map into [0, NS_MAX]; rstate.ts_lo and rstate.ts_hi bound the ticks it maps there, monotonically.
  * What had to be replaced is noted as damage. */
 static void check_clock(void) {
-    if (!rate_ok(R.early_npt) || !rate_ok(R.ns_per_tick)) {
-        double bad = !rate_ok(R.early_npt) ? R.early_npt : R.ns_per_tick;
-        double good = rate_ok(R.ns_per_tick) ? R.ns_per_tick : rate_ok(R.early_npt) ? R.early_npt : 1.0;
-        if (!rate_ok(R.early_npt))
-            R.early_npt = good;
-        if (!rate_ok(R.ns_per_tick))
-            R.ns_per_tick = good;
-        if (!(R.damage & OC_DAMAGE_RATE)) {
-            R.bad_rate = bad;
-            R.used_rate = good;
+    if (!rate_ok(rmeta.early_npt) || !rate_ok(rmeta.ns_per_tick)) {
+        double bad = !rate_ok(rmeta.early_npt) ? rmeta.early_npt : rmeta.ns_per_tick;
+        double good = rate_ok(rmeta.ns_per_tick) ? rmeta.ns_per_tick : rate_ok(rmeta.early_npt) ? rmeta.early_npt : 1.0;
+        if (!rate_ok(rmeta.early_npt))
+            rmeta.early_npt = good;
+        if (!rate_ok(rmeta.ns_per_tick))
+            rmeta.ns_per_tick = good;
+        if (!(rmeta.damage & OC_DAMAGE_RATE)) {
+            rmeta.bad_rate = bad;
+            rmeta.used_rate = good;
         }
-        R.damage |= OC_DAMAGE_RATE;
+        rmeta.damage |= OC_DAMAGE_RATE;
     }
-    if (R.mono0_ns > NS_MAX) {
-        R.mono0_ns = 0;
-        R.damage |= OC_DAMAGE_START;
+    if (rmeta.mono0_ns > NS_MAX) {
+        rmeta.mono0_ns = 0;
+        rmeta.damage |= OC_DAMAGE_START;
     }
-    if (R.knee_tsc != UINT64_MAX) {
-        if (R.knee_tsc < R.tsc0 || R.knee_tsc - R.tsc0 > NS_MAX ||
-            (double)R.mono0_ns + (double)(R.knee_tsc - R.tsc0) * R.early_npt > (double)NS_MAX) {
-            R.knee_tsc = R.knee_ns = UINT64_MAX; /* the early rate throughout */
-            R.damage |= OC_DAMAGE_START;
+    if (rmeta.knee_tsc != UINT64_MAX) {
+        if (rmeta.knee_tsc < rmeta.tsc0 || rmeta.knee_tsc - rmeta.tsc0 > NS_MAX ||
+            (double)rmeta.mono0_ns + (double)(rmeta.knee_tsc - rmeta.tsc0) * rmeta.early_npt > (double)NS_MAX) {
+            rmeta.knee_tsc = rmeta.knee_ns = UINT64_MAX; /* the early rate throughout */
+            rmeta.damage |= OC_DAMAGE_START;
         } else {
-            R.knee_ns = R.mono0_ns + (uint64_t)(int64_t)((double)(int64_t)(R.knee_tsc - R.tsc0) * R.early_npt);
+            rmeta.knee_ns = rmeta.mono0_ns + (uint64_t)(int64_t)((double)(int64_t)(rmeta.knee_tsc - rmeta.tsc0) * rmeta.early_npt);
         }
     } else {
-        R.knee_ns = UINT64_MAX;
+        rmeta.knee_ns = UINT64_MAX;
     }
-    double back = (double)R.mono0_ns / R.early_npt; /* ticks before tsc0 down to time 0 */
+    double back = (double)rmeta.mono0_ns / rmeta.early_npt; /* ticks before tsc0 down to time 0 */
     uint64_t before = back >= (double)NS_MAX ? NS_MAX : (uint64_t)back;
-    W.ts_lo = R.tsc0 > before ? R.tsc0 - before : 0;
-    W.ts_hi = R.knee_tsc != UINT64_MAX ? ticks_until_max(R.knee_tsc, R.knee_ns, R.ns_per_tick)
-                                       : ticks_until_max(R.tsc0, R.mono0_ns, R.early_npt);
-    if (W.ts_hi < W.ts_lo)
-        W.ts_hi = W.ts_lo;
+    rstate.ts_lo = rmeta.tsc0 > before ? rmeta.tsc0 - before : 0;
+    rstate.ts_hi = rmeta.knee_tsc != UINT64_MAX ? ticks_until_max(rmeta.knee_tsc, rmeta.knee_ns, rmeta.ns_per_tick)
+                                       : ticks_until_max(rmeta.tsc0, rmeta.mono0_ns, rmeta.early_npt);
+    if (rstate.ts_hi < rstate.ts_lo)
+        rstate.ts_hi = rstate.ts_lo;
 }
 
 int oc_render_damage(char *buf, size_t n) {
     size_t k = 0;
     buf[0] = 0;
-    if (!R.clamped && !R.damage)
+    if (!rmeta.clamped && !rmeta.damage)
         return 0;
 #define ADD(...) (k < n ? (void)(k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__)) : (void)0)
     ADD("the recording is damaged:");
     const char *sep = " ";
-    if (R.clamped) {
-        ADD("%s%llu record%s clamped (time out of order in its thread)", sep, (unsigned long long)R.clamped,
-            R.clamped == 1 ? "" : "s");
+    if (rmeta.clamped) {
+        ADD("%s%llu record%s clamped (time out of order in its thread)", sep, (unsigned long long)rmeta.clamped,
+            rmeta.clamped == 1 ? "" : "s");
         sep = "; ";
     }
-    if (R.damage & OC_DAMAGE_RATE) {
-        ADD("%sthe clock rate %g ns per tick is impossible: %g used", sep, R.bad_rate, R.used_rate);
+    if (rmeta.damage & OC_DAMAGE_RATE) {
+        ADD("%sthe clock rate %g ns per tick is impossible: %g used", sep, rmeta.bad_rate, rmeta.used_rate);
         sep = "; ";
     }
-    if (R.damage & OC_DAMAGE_START) {
+    if (rmeta.damage & OC_DAMAGE_START) {
         ADD("%sthe clock calibration's start or knee is out of range: replaced", sep);
         sep = "; ";
     }
-    if (R.damage & OC_DAMAGE_CODES)
+    if (rmeta.damage & OC_DAMAGE_CODES)
         ADD("%s%u code block%s with an id far out of sequence skipped (their calls render as <unknown code>)",
-            sep, R.bad_codes, R.bad_codes == 1 ? "" : "s");
+            sep, rmeta.bad_codes, rmeta.bad_codes == 1 ? "" : "s");
 #undef ADD
     return buf[0] != 0;
 }
@@ -1472,7 +1472,7 @@ static unsigned utf8_seq(const uint8_t *p, uint32_t n) {
     return len;
 }
 
-/* The code table's names, bytecode and line tables (R.codes): allocated from blocks of NA_BLOCK bytes, freed
+/* The code table's names, bytecode and line tables (rmeta.codes): allocated from blocks of NA_BLOCK bytes, freed
  * together (free_meta).  A malloc per string took 24-32 bytes for the usual short name, four strings and
  * two arrays per code, with a name's JSON-escaped form a copy of it as a rule: 300,000 codes held ~150 MB
  * at stop.  Now a name's escaped form is the name itself when escaping changes nothing, and a file name
@@ -1483,22 +1483,22 @@ static struct {
     size_t used, cap;
     const char *last_fn, *last_fn_esc; /* the last code's file name (raw, escaped) */
     size_t last_fn_len;
-} NA;
+} name_arena;
 
 static void *na_alloc(size_t n) {
     n = (n + 7) & ~(size_t)7;
-    if (!NA.blk || NA.used + n > NA.cap) {
+    if (!name_arena.blk || name_arena.used + n > name_arena.cap) {
         size_t cap = n + 8 > NA_BLOCK ? n + 8 : NA_BLOCK;
         char *b = malloc(cap);
         if (!b)
             return NULL;
-        memcpy(b, &NA.blk, sizeof NA.blk);
-        NA.blk = b;
-        NA.used = 8;
-        NA.cap = cap;
+        memcpy(b, &name_arena.blk, sizeof name_arena.blk);
+        name_arena.blk = b;
+        name_arena.used = 8;
+        name_arena.cap = cap;
     }
-    void *r = NA.blk + NA.used;
-    NA.used += n;
+    void *r = name_arena.blk + name_arena.used;
+    name_arena.used += n;
     return r;
 }
 
@@ -1512,13 +1512,13 @@ static char *na_strdup(const char *s, size_t n) {
 }
 
 static void na_free(void) {
-    while (NA.blk) {
+    while (name_arena.blk) {
         char *prev;
-        memcpy(&prev, NA.blk, sizeof prev);
-        free(NA.blk);
-        NA.blk = prev;
+        memcpy(&prev, name_arena.blk, sizeof prev);
+        free(name_arena.blk);
+        name_arena.blk = prev;
     }
-    memset(&NA, 0, sizeof NA);
+    memset(&name_arena, 0, sizeof name_arena);
 }
 
 /* A name of the code table: raw (valid UTF-8) and JSON-escaped, in the arena (the escaped one is the raw
@@ -1574,160 +1574,160 @@ static char *clean_name(const uint8_t *p, uint32_t n, uint32_t *outn) {
 }
 
 static void free_meta(void) {
-    free(R.codes); /* (their names, bytecode and lines are in the arena) */
+    free(rmeta.codes); /* (their names, bytecode and lines are in the arena) */
     na_free();
-    for (uint32_t i = 0; i < R.nthreads; i++) {
-        if (R.threads[i].name != R.threads[i].name_raw) /* (the same string when nothing needed escaping) */
-            free(R.threads[i].name);
-        free(R.threads[i].name_raw);
+    for (uint32_t i = 0; i < rmeta.nthreads; i++) {
+        if (rmeta.threads[i].name != rmeta.threads[i].name_raw) /* (the same string when nothing needed escaping) */
+            free(rmeta.threads[i].name);
+        free(rmeta.threads[i].name_raw);
     }
-    free(R.threads);
-    R.threads = NULL;
-    free(R.process_name);
-    free(R.process_name_raw);
-    free(R.adaptive);
-    R.adaptive = NULL;
-    R.adaptive_len = 0;
-    memset(&R, 0, sizeof R);
+    free(rmeta.threads);
+    rmeta.threads = NULL;
+    free(rmeta.process_name);
+    free(rmeta.process_name_raw);
+    free(rmeta.adaptive);
+    rmeta.adaptive = NULL;
+    rmeta.adaptive_len = 0;
+    memset(&rmeta, 0, sizeof rmeta);
 }
 
 /* A thread's render state, and its indexed chunks, are gone (its end was rendered; or the render's). */
 static void free_thread(uint32_t i) {
-    rthread *t = W.threads[i];
+    rthread *t = rstate.threads[i];
     if (t) {
-        if (W.cur == i + 1)
-            W.cur = 0; /* (its frames are popped: none links same_top) */
+        if (rstate.cur == i + 1)
+            rstate.cur = 0; /* (its frames are popped: none links same_top) */
         free(t->stack);
         free(t->wk);
         free(t);
-        W.threads[i] = NULL;
+        rstate.threads[i] = NULL;
     }
-    free(W.ix[i].spans);
-    W.ix[i].spans = NULL;
-    W.ix[i].nspans = W.ix[i].capspans = 0;
+    free(rstate.ix[i].spans);
+    rstate.ix[i].spans = NULL;
+    rstate.ix[i].nspans = rstate.ix[i].capspans = 0;
 }
 
 static void free_render_state(void) {
-    free(W.tt);
-    free(W.tt_hash);
-    W.tt = NULL;
-    W.tt_hash = NULL;
-    W.ntt = W.captt = W.tt_cap = 0;
-    for (uint32_t i = 0; i < W.nthreads; i++) {
-        if (W.threads[i]) {
-            free(W.threads[i]->stack);
-            free(W.threads[i]->wk);
-            free(W.threads[i]);
+    free(rstate.tt);
+    free(rstate.tt_hash);
+    rstate.tt = NULL;
+    rstate.tt_hash = NULL;
+    rstate.ntt = rstate.captt = rstate.tt_cap = 0;
+    for (uint32_t i = 0; i < rstate.nthreads; i++) {
+        if (rstate.threads[i]) {
+            free(rstate.threads[i]->stack);
+            free(rstate.threads[i]->wk);
+            free(rstate.threads[i]);
         }
-        free(W.ix[i].spans);
+        free(rstate.ix[i].spans);
     }
-    free(W.threads);
-    free(W.ix);
-    W.ix = NULL;
-    free(W.order);
-    W.order = NULL;
-    W.norder = W.caporder = 0;
-    for (uint32_t i = 0; i < W.ncodes_alloc; i++)
-        free(W.insn_prefix[i]);
-    free(W.insn_prefix);
-    free(W.same_top);
-    free(W.th_keys);
-    free(W.th_slots);
-    W.th_keys = W.th_slots = NULL;
-    W.th_cap = 0;
-    W.threads = NULL;
-    W.nthreads = 0;
-    W.insn_prefix = NULL;
-    W.same_top = NULL;
-    W.ncodes_alloc = 0;
+    free(rstate.threads);
+    free(rstate.ix);
+    rstate.ix = NULL;
+    free(rstate.order);
+    rstate.order = NULL;
+    rstate.norder = rstate.caporder = 0;
+    for (uint32_t i = 0; i < rstate.ncodes_alloc; i++)
+        free(rstate.insn_prefix[i]);
+    free(rstate.insn_prefix);
+    free(rstate.same_top);
+    free(rstate.th_keys);
+    free(rstate.th_slots);
+    rstate.th_keys = rstate.th_slots = NULL;
+    rstate.th_cap = 0;
+    rstate.threads = NULL;
+    rstate.nthreads = 0;
+    rstate.insn_prefix = NULL;
+    rstate.same_top = NULL;
+    rstate.ncodes_alloc = 0;
 }
 
-/* A new slot for thread index idx (not in the table), or -1 (no memory).  R.nthreads: the slots in use;
- * W.nthreads: the capacity of W.threads, W.ix and R.threads. */
+/* A new slot for thread index idx (not in the table), or -1 (no memory).  rmeta.nthreads: the slots in use;
+ * rstate.nthreads: the capacity of rstate.threads, rstate.ix and rmeta.threads. */
 static int64_t add_slot(uint32_t idx) {
-    uint32_t slot = R.nthreads;
-    if (slot >= W.nthreads) {
-        uint32_t n = W.nthreads ? W.nthreads * 2 : 16;
-        rthread **t = realloc(W.threads, n * sizeof *t);
+    uint32_t slot = rmeta.nthreads;
+    if (slot >= rstate.nthreads) {
+        uint32_t n = rstate.nthreads ? rstate.nthreads * 2 : 16;
+        rthread **t = realloc(rstate.threads, n * sizeof *t);
         if (!t)
             return -1;
-        memset(t + W.nthreads, 0, (n - W.nthreads) * sizeof *t);
-        W.threads = t;
-        tindex *x = realloc(W.ix, n * sizeof *x);
+        memset(t + rstate.nthreads, 0, (n - rstate.nthreads) * sizeof *t);
+        rstate.threads = t;
+        tindex *x = realloc(rstate.ix, n * sizeof *x);
         if (!x)
             return -1;
-        memset(x + W.nthreads, 0, (n - W.nthreads) * sizeof *x);
-        W.ix = x;
-        oc_thread *th = realloc(R.threads, n * sizeof *th);
+        memset(x + rstate.nthreads, 0, (n - rstate.nthreads) * sizeof *x);
+        rstate.ix = x;
+        oc_thread *th = realloc(rmeta.threads, n * sizeof *th);
         if (!th)
             return -1;
-        memset(th + W.nthreads, 0, (n - W.nthreads) * sizeof *th);
-        R.threads = th;
-        W.nthreads = n;
+        memset(th + rstate.nthreads, 0, (n - rstate.nthreads) * sizeof *th);
+        rmeta.threads = th;
+        rstate.nthreads = n;
     }
-    W.ix[slot].idx = idx;
-    R.nthreads = slot + 1;
+    rstate.ix[slot].idx = idx;
+    rmeta.nthreads = slot + 1;
     return slot;
 }
 
-/* The slot of thread index `idx` in W.threads and R.threads, a new one for an index not seen before, or -1
+/* The slot of thread index `idx` in rstate.threads and rmeta.threads, a new one for an index not seen before, or -1
  * (no memory).  Slots are given in the order threads first appear: a thread's state exists only for
  * threads in the recording, whatever their index (a damaged one may be any 32-bit number). */
 static int64_t thread_slot(uint32_t idx) {
-    uint32_t mask = W.th_cap - 1, h = (idx * 2654435761u) & mask;
-    if (W.th_cap)
-        for (; W.th_slots[h]; h = (h + 1) & mask)
-            if (W.th_keys[h] == idx)
-                return W.th_slots[h] - 1;
-    if (R.nthreads >= UINT32_MAX - 1)
+    uint32_t mask = rstate.th_cap - 1, h = (idx * 2654435761u) & mask;
+    if (rstate.th_cap)
+        for (; rstate.th_slots[h]; h = (h + 1) & mask)
+            if (rstate.th_keys[h] == idx)
+                return rstate.th_slots[h] - 1;
+    if (rmeta.nthreads >= UINT32_MAX - 1)
         return -1;
-    if ((uint64_t)(R.nthreads + 1) * 2 > W.th_cap) { /* (at most half full) */
-        uint32_t cap = W.th_cap ? W.th_cap * 2 : 64;
+    if ((uint64_t)(rmeta.nthreads + 1) * 2 > rstate.th_cap) { /* (at most half full) */
+        uint32_t cap = rstate.th_cap ? rstate.th_cap * 2 : 64;
         uint32_t *k = calloc(cap, sizeof *k), *v = calloc(cap, sizeof *v);
         if (!k || !v) {
             free(k);
             free(v);
             return -1;
         }
-        for (uint32_t i = 0; i < W.th_cap; i++)
-            if (W.th_slots[i]) {
-                uint32_t j = (W.th_keys[i] * 2654435761u) & (cap - 1);
+        for (uint32_t i = 0; i < rstate.th_cap; i++)
+            if (rstate.th_slots[i]) {
+                uint32_t j = (rstate.th_keys[i] * 2654435761u) & (cap - 1);
                 while (v[j])
                     j = (j + 1) & (cap - 1);
-                k[j] = W.th_keys[i];
-                v[j] = W.th_slots[i];
+                k[j] = rstate.th_keys[i];
+                v[j] = rstate.th_slots[i];
             }
-        free(W.th_keys);
-        free(W.th_slots);
-        W.th_keys = k;
-        W.th_slots = v;
-        W.th_cap = cap;
+        free(rstate.th_keys);
+        free(rstate.th_slots);
+        rstate.th_keys = k;
+        rstate.th_slots = v;
+        rstate.th_cap = cap;
         mask = cap - 1;
-        for (h = (idx * 2654435761u) & mask; W.th_slots[h];)
+        for (h = (idx * 2654435761u) & mask; rstate.th_slots[h];)
             h = (h + 1) & mask;
     }
     int64_t slot = add_slot(idx);
     if (slot < 0)
         return -1;
-    W.th_keys[h] = idx;
-    W.th_slots[h] = (uint32_t)slot + 1;
+    rstate.th_keys[h] = idx;
+    rstate.th_slots[h] = (uint32_t)slot + 1;
     return slot;
 }
 
 /* A chunk of thread index `idx` after the end of the thread that had it, slot `old` (a damaged
  * recording): a new slot for the index from now on, with that thread's ids. */
 static int64_t thread_reslot(uint32_t idx, uint32_t old) {
-    if (R.nthreads >= UINT32_MAX - 1)
+    if (rmeta.nthreads >= UINT32_MAX - 1)
         return -1;
     int64_t slot = add_slot(idx);
     if (slot < 0)
         return -1;
-    uint32_t mask = W.th_cap - 1, h = (idx * 2654435761u) & mask;
-    while (W.th_keys[h] != idx || !W.th_slots[h])
+    uint32_t mask = rstate.th_cap - 1, h = (idx * 2654435761u) & mask;
+    while (rstate.th_keys[h] != idx || !rstate.th_slots[h])
         h = (h + 1) & mask;
-    W.th_slots[h] = (uint32_t)slot + 1;
-    R.threads[slot].tid = R.threads[old].tid;
-    R.threads[slot].ident = R.threads[old].ident;
+    rstate.th_slots[h] = (uint32_t)slot + 1;
+    rmeta.threads[slot].tid = rmeta.threads[old].tid;
+    rmeta.threads[slot].ident = rmeta.threads[old].ident;
     return slot;
 }
 
@@ -1740,17 +1740,17 @@ static int is_handle_run(const char *q, uint32_t ql, const char *f) {
 }
 
 static int grow_codes(uint32_t id) {
-    if (id < R.ncodes)
+    if (id < rmeta.ncodes)
         return 0;
     if (id > 64u * 1024 * 1024)
         return -1;
     uint32_t n = id + 1024;
-    oc_codeent *c = realloc(R.codes, n * sizeof *c);
+    oc_codeent *c = realloc(rmeta.codes, n * sizeof *c);
     if (!c)
         return -1;
-    memset(c + R.ncodes, 0, (n - R.ncodes) * sizeof *c);
-    R.codes = c;
-    R.ncodes = n;
+    memset(c + rmeta.ncodes, 0, (n - rmeta.ncodes) * sizeof *c);
+    rmeta.codes = c;
+    rmeta.ncodes = n;
     return 0;
 }
 
@@ -1768,7 +1768,7 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         if ((uint64_t)len > size - off - OC_BLK_HDR)
             break; /* cut short: every complete block before it counts */
         const uint8_t *p = base + off + OC_BLK_HDR;
-        if (!W.have_header && type != OC_BLK_HEADER)
+        if (!rstate.have_header && type != OC_BLK_HEADER)
             BAD("not an Ocular recording (no header block)");
         switch (type) {
         case OC_BLK_HEADER: {
@@ -1781,33 +1781,33 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 return -1;
             }
             uint32_t flags = rd32(p + 12);
-            R.precise = (flags & OC_REC_F_PRECISE) != 0;
-            R.ring = (flags & OC_REC_F_RING) != 0;
-            R.near_zero = (flags & OC_REC_F_NEAR_ZERO) != 0;
-            R.threshold = rd32(p + 16);
-            R.pid = (long)rd32(p + 20);
-            R.tsc0 = rd64(p + 24);
-            R.mono0_ns = rd64(p + 32);
-            memcpy(&R.ns_per_tick, p + 40, 8); /* (a CALIB block follows with the mapping) */
-            R.early_npt = R.ns_per_tick;
-            R.knee_tsc = R.knee_ns = UINT64_MAX;
-            memcpy(R.clock, p + 48, 23);
-            R.clock[23] = 0;
-            for (char *c = R.clock; *c; c++) /* (a clock's name is ASCII: anything else is damage) */
+            rmeta.precise = (flags & OC_REC_F_PRECISE) != 0;
+            rmeta.ring = (flags & OC_REC_F_RING) != 0;
+            rmeta.near_zero = (flags & OC_REC_F_NEAR_ZERO) != 0;
+            rmeta.threshold = rd32(p + 16);
+            rmeta.pid = (long)rd32(p + 20);
+            rmeta.tsc0 = rd64(p + 24);
+            rmeta.mono0_ns = rd64(p + 32);
+            memcpy(&rmeta.ns_per_tick, p + 40, 8); /* (a CALIB block follows with the mapping) */
+            rmeta.early_npt = rmeta.ns_per_tick;
+            rmeta.knee_tsc = rmeta.knee_ns = UINT64_MAX;
+            memcpy(rmeta.clock, p + 48, 23);
+            rmeta.clock[23] = 0;
+            for (char *c = rmeta.clock; *c; c++) /* (a clock's name is ASCII: anything else is damage) */
                 if (*c < 0x20 || *c > 0x7e)
                     *c = '?';
-            R.test_clock = strcmp(R.clock, "test") == 0;
-            memcpy(R.cache_entries, p + 72, 256);
-            R.python_hex = rd32(p + 328);
+            rmeta.test_clock = strcmp(rmeta.clock, "test") == 0;
+            memcpy(rmeta.cache_entries, p + 72, 256);
+            rmeta.python_hex = rd32(p + 328);
             uint32_t nl = rd32(p + 332);
             if (nl > len - OC_HEADER_FIXED)
                 BAD("corrupt header block");
             char *raw = clean_name(p + OC_HEADER_FIXED, nl, &nl);
-            free(R.process_name);
-            free(R.process_name_raw);
-            R.process_name = raw ? oc_json_escape(raw, nl) : NULL;
-            R.process_name_raw = raw;
-            W.have_header = 1;
+            free(rmeta.process_name);
+            free(rmeta.process_name_raw);
+            rmeta.process_name = raw ? oc_json_escape(raw, nl) : NULL;
+            rmeta.process_name_raw = raw;
+            rstate.have_header = 1;
             break;
         }
         case OC_BLK_CODE: {
@@ -1818,26 +1818,26 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 BAD("corrupt code block");
             /* ids are given in order and each is written once, nearly in order: an id far past the blocks
              * seen is damage, skipped (the table is indexed by id: it would take that much memory) */
-            if ((uint64_t)id > 2 * (uint64_t)W.codes_seen + 65536) {
-                R.bad_codes++;
-                R.damage |= OC_DAMAGE_CODES;
+            if ((uint64_t)id > 2 * (uint64_t)rstate.codes_seen + 65536) {
+                rmeta.bad_codes++;
+                rmeta.damage |= OC_DAMAGE_CODES;
                 break;
             }
-            W.codes_seen++;
+            rstate.codes_seen++;
             if (grow_codes(id) < 0)
                 BAD("code id out of range");
-            oc_codeent *e = &R.codes[id];
+            oc_codeent *e = &rmeta.codes[id];
             if (e->qualname)
                 break; /* written twice: the first one holds */
             const char *q = (const char *)p + 20, *f = q + ql;
             const char *qr = NULL, *qe = NULL, *fr = NULL, *fe = NULL;
-            if (NA.last_fn && NA.last_fn_len == fl && memcmp(NA.last_fn, f, fl) == 0) {
-                fr = NA.last_fn; /* (the same file as the last code's, as a rule; valid UTF-8 as it is) */
-                fe = NA.last_fn_esc;
+            if (name_arena.last_fn && name_arena.last_fn_len == fl && memcmp(name_arena.last_fn, f, fl) == 0) {
+                fr = name_arena.last_fn; /* (the same file as the last code's, as a rule; valid UTF-8 as it is) */
+                fe = name_arena.last_fn_esc;
             } else if (na_name((const uint8_t *)f, fl, &fr, &fe) == 0) {
-                NA.last_fn = fr;
-                NA.last_fn_esc = fe;
-                NA.last_fn_len = strlen(fr);
+                name_arena.last_fn = fr;
+                name_arena.last_fn_esc = fe;
+                name_arena.last_fn_len = strlen(fr);
             }
             if (!fr || na_name((const uint8_t *)q, ql, &qr, &qe) < 0)
                 BAD("out of memory reading the code table");
@@ -1847,8 +1847,8 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             e->filename = (char *)fe;
             e->firstlineno = (int)rd32(p + 4);
             e->nunits = nu;
-            if (!W.handle_run1 && is_handle_run(q, ql, fr))
-                W.handle_run1 = id + 1;
+            if (!rstate.handle_run1 && is_handle_run(q, ql, fr))
+                rstate.handle_run1 = id + 1;
             if (nu) {
                 e->code = na_alloc((size_t)nu * 2 + 1);
                 e->lines = na_alloc(((size_t)nu + 1) * 4);
@@ -1871,11 +1871,11 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             int64_t idx = nl == len - 28 ? thread_slot(rd32(p)) : -1;
             if (idx < 0)
                 BAD("corrupt thread block");
-            oc_thread *th = &R.threads[idx];
+            oc_thread *th = &rmeta.threads[idx];
             th->tid = (long)rd64(p + 8);
             th->ident = (unsigned long)rd64(p + 16);
-            if (W.threads[idx])
-                set_otid(W.threads[idx], th->tid);
+            if (rstate.threads[idx])
+                set_otid(rstate.threads[idx], th->tid);
             if (nl && !th->name_raw) {
                 th->name_raw = clean_name(p + 28, nl, &nl);
                 th->name = th->name_raw ? oc_json_escape(th->name_raw, nl) : NULL;
@@ -1884,18 +1884,18 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                     th->name = th->name_raw;
                 }
             }
-            if ((rd32(p + 4) & OC_THREAD_ENDED) && !W.ix[idx].ended) {
+            if ((rd32(p + 4) & OC_THREAD_ENDED) && !rstate.ix[idx].ended) {
                 /* the thread ended: when rendering reaches this point its state is freed (end_thread) */
-                if (W.norder == W.caporder) {
-                    uint32_t cap = W.caporder ? W.caporder * 2 : 256;
-                    span_ref *o = realloc(W.order, cap * sizeof *o);
+                if (rstate.norder == rstate.caporder) {
+                    uint32_t cap = rstate.caporder ? rstate.caporder * 2 : 256;
+                    span_ref *o = realloc(rstate.order, cap * sizeof *o);
                     if (!o)
                         BAD("out of memory indexing the recording");
-                    W.order = o;
-                    W.caporder = cap;
+                    rstate.order = o;
+                    rstate.caporder = cap;
                 }
-                W.order[W.norder++] = (span_ref){(uint32_t)idx, UINT32_MAX};
-                W.ix[idx].ended = 1;
+                rstate.order[rstate.norder++] = (span_ref){(uint32_t)idx, UINT32_MAX};
+                rstate.ix[idx].ended = 1;
             }
             break;
         }
@@ -1904,14 +1904,14 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 BAD("corrupt chunk block");
             uint32_t n = rd32(p + 4);
             int64_t slot = (uint64_t)n * sizeof(oc_rec) == (uint64_t)len - 8 ? thread_slot(rd32(p)) : -1;
-            if (slot >= 0 && W.ix[slot].ended)
+            if (slot >= 0 && rstate.ix[slot].ended)
                 slot = thread_reslot(rd32(p), (uint32_t)slot);
             if (slot < 0)
                 BAD("corrupt chunk block");
             uint32_t idx = (uint32_t)slot;
-            tindex *t = &W.ix[idx];
-            if (n && rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec)) > W.last_ts) /* (a recording cut short ends there) */
-                W.last_ts = rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec));
+            tindex *t = &rstate.ix[idx];
+            if (n && rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec)) > rstate.last_ts) /* (a recording cut short ends there) */
+                rstate.last_ts = rd64(p + 8 + (size_t)(n - 1) * sizeof(oc_rec));
             if (t->nspans == t->capspans) {
                 uint32_t cap = t->capspans ? t->capspans * 2 : 2;
                 span *s = realloc(t->spans, cap * sizeof *s);
@@ -1920,22 +1920,22 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
                 t->spans = s;
                 t->capspans = cap;
             }
-            if (W.norder == W.caporder) {
-                uint32_t cap = W.caporder ? W.caporder * 2 : 256;
-                span_ref *o = realloc(W.order, cap * sizeof *o);
+            if (rstate.norder == rstate.caporder) {
+                uint32_t cap = rstate.caporder ? rstate.caporder * 2 : 256;
+                span_ref *o = realloc(rstate.order, cap * sizeof *o);
                 if (!o)
                     BAD("out of memory indexing the recording");
-                W.order = o;
-                W.caporder = cap;
+                rstate.order = o;
+                rstate.caporder = cap;
             }
-            W.order[W.norder++] = (span_ref){idx, t->nspans};
+            rstate.order[rstate.norder++] = (span_ref){idx, t->nspans};
             t->spans[t->nspans++] = (span){(const oc_rec *)(const void *)(p + 8), n};
-            W.total += n;
+            rstate.total += n;
             break;
         }
         case OC_BLK_OPTIONS:
             if (len >= 4)
-                R.stall_ms = rd32(p);
+                rmeta.stall_ms = rd32(p);
             break;
         case OC_BLK_OWNCOST:
             if (len >= 8) {
@@ -1948,37 +1948,37 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
             break;
         case OC_BLK_CALIB:
             if (len >= 24) {
-                W.calib_final = read_calib(p, len);
-                W.calibrated = 1;
+                rstate.calib_final = read_calib(p, len);
+                rstate.calibrated = 1;
             }
             break;
         case OC_BLK_CODESTATE:
             for (uint32_t k = 0; k + 12 <= len; k += 12) {
                 uint32_t id = rd32(p + k);
-                if (id < R.ncodes) {
-                    R.codes[id].flags = rd32(p + k + 4);
-                    R.codes[id].enters = rd32(p + k + 8);
+                if (id < rmeta.ncodes) {
+                    rmeta.codes[id].flags = rd32(p + k + 4);
+                    rmeta.codes[id].enters = rd32(p + k + 8);
                 }
             }
             break;
         case OC_BLK_END:
             if (len >= 32) {
-                W.stop_ticks = rd64(p);
-                R.dropped = rd64(p + 16);
+                rstate.stop_ticks = rd64(p);
+                rmeta.dropped = rd64(p + 16);
                 res->pauses = rd64(p + 24);
-                W.complete = 1;
+                rstate.complete = 1;
             }
             break;
         case OC_BLK_WINDOW:
             if (len >= 8)
-                W.window_ticks = rd64(p);
+                rstate.window_ticks = rd64(p);
             break;
         case OC_BLK_ADAPTIVE: /* (kept for the report; the last one wins) */
-            free(R.adaptive);
-            R.adaptive = malloc((size_t)len + 1);
-            R.adaptive_len = R.adaptive ? len : 0;
-            if (R.adaptive)
-                memcpy(R.adaptive, p, len);
+            free(rmeta.adaptive);
+            rmeta.adaptive = malloc((size_t)len + 1);
+            rmeta.adaptive_len = rmeta.adaptive ? len : 0;
+            if (rmeta.adaptive)
+                memcpy(rmeta.adaptive, p, len);
             break;
         case OC_BLK_SAMPLING:
         case OC_BLK_SAMPLING_W:
@@ -1990,14 +1990,14 @@ static int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_re
         off += OC_BLK_HDR + len;
         off = (off + 7) & ~(size_t)7; /* blocks start at multiples of 8 */
         *offp = off;
-        if (UNLIKELY(off - W.index_dropped >= OC_DROP_STEP)) {
+        if (UNLIKELY(off - rstate.index_dropped >= OC_DROP_STEP)) {
             /* indexed: these pages out of the resident set, OC_DROP_STEP at a time (rendering reads them again,
              * from the page cache; a long recording would otherwise be resident whole before rendering) */
-            uintptr_t lo = ((uintptr_t)(base + W.index_dropped) + 4095) & ~(uintptr_t)4095;
+            uintptr_t lo = ((uintptr_t)(base + rstate.index_dropped) + 4095) & ~(uintptr_t)4095;
             uintptr_t hi = ((uintptr_t)(base + off)) & ~(uintptr_t)4095;
             if (hi > lo)
                 madvise((void *)lo, hi - lo, MADV_DONTNEED);
-            W.index_dropped = off;
+            rstate.index_dropped = off;
         }
     }
     return 0;
@@ -2018,27 +2018,27 @@ const oc_sink oc_sink_none = {"none", none_header, none_begin, none_end, none_lo
 static void reset_render(void) {
     free_render_state();
     free_meta();
-    memset(&W, 0, sizeof W);
-    W.out.fd = -1;
+    memset(&rstate, 0, sizeof rstate);
+    rstate.out.fd = -1;
     oc_stats_reset();
 }
 
 /* same_top and insn_prefix cover every code id indexed so far (the code table grows while recording) */
 static int grow_code_arrays(void) {
-    if (W.ncodes_alloc >= R.ncodes)
+    if (rstate.ncodes_alloc >= rmeta.ncodes)
         return 0;
-    size_t n = (size_t)R.ncodes + 1, old = W.same_top ? (size_t)W.ncodes_alloc + 1 : 0;
-    uint32_t *st = realloc(W.same_top, n * sizeof *st);
+    size_t n = (size_t)rmeta.ncodes + 1, old = rstate.same_top ? (size_t)rstate.ncodes_alloc + 1 : 0;
+    uint32_t *st = realloc(rstate.same_top, n * sizeof *st);
     if (!st)
         return -1;
-    W.same_top = st;
-    uint32_t **ip = realloc(W.insn_prefix, n * sizeof *ip);
+    rstate.same_top = st;
+    uint32_t **ip = realloc(rstate.insn_prefix, n * sizeof *ip);
     if (!ip)
         return -1;
-    W.insn_prefix = ip;
+    rstate.insn_prefix = ip;
     memset(st + old, 0, (n - old) * sizeof *st);
     memset(ip + old, 0, (n - old) * sizeof *ip);
-    W.ncodes_alloc = R.ncodes;
+    rstate.ncodes_alloc = rmeta.ncodes;
     return 0;
 }
 
@@ -2071,22 +2071,22 @@ unsigned oc_format_caps(int format) {
 int oc_format_known(int format) { return format_row(format) >= 0; }
 
 static int open_output(int format, const char *out_path, int loops, oc_render_result *res) {
-    W.out.cap = 1 << 20;
-    W.out.buf = malloc(W.out.cap);
-    if (!W.out.buf) {
+    rstate.out.cap = 1 << 20;
+    rstate.out.buf = malloc(rstate.out.cap);
+    if (!rstate.out.buf) {
         snprintf(res->error, sizeof res->error, "out of memory");
         return -1;
     }
-    W.loops = loops;
+    rstate.loops = loops;
     int row = format_row(format);
     unsigned caps = oc_format_caps(format);
-    W.file_order = (caps & OC_CAP_FILE_ORDER) != 0;
-    W.task_tracks = (caps & OC_CAP_TRACE) != 0;
-    W.sink = row >= 0 ? formats[row].sink : &oc_sink_none;
+    rstate.file_order = (caps & OC_CAP_FILE_ORDER) != 0;
+    rstate.task_tracks = (caps & OC_CAP_TRACE) != 0;
+    rstate.sink = row >= 0 ? formats[row].sink : &oc_sink_none;
     if (out_path) {
         /* A file with no name until it is complete (linked at the end): a process killed while
          * rendering, or while rendering as it records, leaves no partial output behind. */
-        W.anon = 0;
+        rstate.anon = 0;
 #ifdef O_TMPFILE
         if (access("/proc/thread-self/fd", X_OK) == 0) { /* thread-self: /proc/self/fd is gone once the
                                                         * main thread has exited (a thread-forked child) */
@@ -2102,32 +2102,32 @@ static int open_output(int format, const char *out_path, int loops, oc_render_re
                     memcpy(dir, out_path, n);
                     dir[n] = 0;
                 }
-                W.out.fd = oc_fd_above_std(open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
-                W.anon = W.out.fd >= 0;
+                rstate.out.fd = oc_fd_above_std(open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644));
+                rstate.anon = rstate.out.fd >= 0;
             }
         }
 #endif
-        if (W.out.fd < 0)
-            W.out.fd = oc_fd_above_std(open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        if (W.out.fd < 0) {
+        if (rstate.out.fd < 0)
+            rstate.out.fd = oc_fd_above_std(open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        if (rstate.out.fd < 0) {
             snprintf(res->error, sizeof res->error, "cannot create %.200s: %s", out_path, strerror(errno));
             return -1;
         }
-        oc_out_own(&W.out, W.anon ? NULL : out_path);
-        oc_out_preallocate(&W.out);
+        oc_out_own(&rstate.out, rstate.anon ? NULL : out_path);
+        oc_out_preallocate(&rstate.out);
     }
-    W.sink->header(&W.out);
+    rstate.sink->header(&rstate.out);
     return 0;
 }
 
 /* The output is complete: give the unnamed file its name; errno on failure, else 0. */
 static int name_output(const char *out_path) {
-    if (!W.anon || W.out.fd < 0)
+    if (!rstate.anon || rstate.out.fd < 0)
         return 0;
-    if (!oc_out_is_ours(&W.out))
+    if (!oc_out_is_ours(&rstate.out))
         return EBADF; /* (the program closed it: an unnamed file cannot be found again) */
     char proc[64];
-    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", W.out.fd);
+    snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", rstate.out.fd);
     if (unlink(out_path) != 0 && errno != ENOENT)
         return errno;
     return linkat(AT_FDCWD, proc, AT_FDCWD, out_path, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
@@ -2135,10 +2135,10 @@ static int name_output(const char *out_path) {
 
 /* A code id made up after every recorded one, named `name` (UINT32_MAX without memory) */
 static uint32_t made_up_code(const char *name) {
-    uint32_t id = R.ncodes;
+    uint32_t id = rmeta.ncodes;
     if (grow_codes(id) < 0)
         return UINT32_MAX;
-    oc_codeent *e = &R.codes[id];
+    oc_codeent *e = &rmeta.codes[id];
     e->qualname = e->qualname_raw = na_strdup(name, strlen(name));
     e->filename = e->filename_raw = na_strdup("<ocular>", 8);
     return e->qualname && e->filename ? id : UINT32_MAX;
@@ -2147,36 +2147,36 @@ static uint32_t made_up_code(const char *name) {
 /* The recorded pauses are slices of a made-up code, and so are asyncio tasks' lives and loop stalls. */
 static int add_pause_code(void) {
     char stall[64];
-    snprintf(stall, sizeof stall, "loop stall (held the event loop %u ms)", R.stall_ms ? R.stall_ms : OC_STALL_MS);
-    W.pause_code = made_up_code(OC_PAUSE_NAME);
-    W.life_code = made_up_code("task life");
-    W.stall_code = made_up_code(stall);
-    return W.pause_code != UINT32_MAX && W.life_code != UINT32_MAX && W.stall_code != UINT32_MAX ? 0 : -1;
+    snprintf(stall, sizeof stall, "loop stall (held the event loop %u ms)", rmeta.stall_ms ? rmeta.stall_ms : OC_STALL_MS);
+    rstate.pause_code = made_up_code(OC_PAUSE_NAME);
+    rstate.life_code = made_up_code("task life");
+    rstate.stall_code = made_up_code(stall);
+    return rstate.pause_code != UINT32_MAX && rstate.life_code != UINT32_MAX && rstate.stall_code != UINT32_MAX ? 0 : -1;
 }
 
 static inline void set_tid(uint32_t i) {
-    set_otid(W.threads[i], i < R.nthreads && R.threads[i].tid ? R.threads[i].tid : (long)W.ix[i].idx);
+    set_otid(rstate.threads[i], i < rmeta.nthreads && rmeta.threads[i].tid ? rmeta.threads[i].tid : (long)rstate.ix[i].idx);
 }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
  * them (top down, as pops would) and links its own (bottom up, as pushes did).  Rendering in the
  * recording's order, that costs the two stacks' depths once per chunk of another thread. */
 static void switch_thread(uint32_t i) {
-    if (W.cur == i + 1 || W.nostats)
+    if (rstate.cur == i + 1 || rstate.nostats)
         return;
-    if (W.cur) {
-        const rthread *o = W.threads[W.cur - 1];
+    if (rstate.cur) {
+        const rthread *o = rstate.threads[rstate.cur - 1];
         for (uint32_t k = o->n; k-- > 0;)
-            W.same_top[o->stack[k].code_id] = o->stack[k].prev_same;
+            rstate.same_top[o->stack[k].code_id] = o->stack[k].prev_same;
     }
-    const rthread *t = W.threads[i];
+    const rthread *t = rstate.threads[i];
     for (uint32_t k = 0; k < t->n; k++)
-        W.same_top[t->stack[k].code_id] = k + 1;
-    W.cur = i + 1;
+        rstate.same_top[t->stack[k].code_id] = k + 1;
+    rstate.cur = i + 1;
 }
 
 static void render_span(rthread *t, uint32_t s, int drop) {
-    const tindex *x = &W.ix[t->slot];
+    const tindex *x = &rstate.ix[t->slot];
     /* (the thread's next record, if indexed: a damaged last time is known by it) */
     const oc_rec *after = s + 1 < x->nspans && x->spans[s + 1].n ? x->spans[s + 1].recs : NULL;
     const oc_rec *recs = x->spans[s].recs;
@@ -2191,23 +2191,23 @@ static void render_span(rthread *t, uint32_t s, int drop) {
      * there (a page dropped before its time is read again).  The pages stay in the file: nothing is lost. */
     uintptr_t lo = ((uintptr_t)recs + 4095) & ~(uintptr_t)4095;
     uintptr_t hi = ((uintptr_t)(recs + n)) & ~(uintptr_t)4095;
-    if (!W.drop_from || lo < W.drop_from)
-        W.drop_from = lo;
-    if (hi >= W.drop_from + OC_DROP_STEP) {
-        madvise((void *)W.drop_from, hi - W.drop_from, MADV_DONTNEED);
-        W.drop_from = hi;
+    if (!rstate.drop_from || lo < rstate.drop_from)
+        rstate.drop_from = lo;
+    if (hi >= rstate.drop_from + OC_DROP_STEP) {
+        madvise((void *)rstate.drop_from, hi - rstate.drop_from, MADV_DONTNEED);
+        rstate.drop_from = hi;
     }
 }
 
 /* Thread slot i's render state, made at its first rendered chunk (NULL: no memory) */
 static rthread *rthread_of(uint32_t i) {
-    rthread *t = W.threads[i];
+    rthread *t = rstate.threads[i];
     if (LIKELY(t != NULL))
         return t;
     t = calloc(1, sizeof *t);
     if (t)
         t->slot = i;
-    return W.threads[i] = t;
+    return rstate.threads[i] = t;
 }
 
 /* Chunk s of thread i; a thread's first chunk sets its tid and, in a flight-recorder window, opens the
@@ -2215,15 +2215,15 @@ static rthread *rthread_of(uint32_t i) {
 static void render_ref(uint32_t i, uint32_t s, int drop) {
     rthread *t = rthread_of(i);
     if (!t) {
-        W.out.err = W.out.err ? W.out.err : ENOMEM;
+        rstate.out.err = rstate.out.err ? rstate.out.err : ENOMEM;
         return;
     }
     switch_thread(i);
     if (!t->started) {
         t->started = 1;
         set_tid(i);
-        t->prev_ts = W.ts_lo; /* (its records' times start there: in_order) */
-        if (R.ring)
+        t->prev_ts = rstate.ts_lo; /* (its records' times start there: in_order) */
+        if (rmeta.ring)
             open_cut_frames(t);
     }
     render_span(t, s, drop);
@@ -2232,43 +2232,43 @@ static void render_ref(uint32_t i, uint32_t s, int drop) {
 /* Slices still open at the end close at the stop (a recording cut short, or a thread that ended: at the
  * thread's last record). */
 static void close_thread(uint32_t i, int ended) {
-    rthread *t = W.threads[i];
+    rthread *t = rstate.threads[i];
     if (!t)
         return;
-    uint64_t end = W.complete && !ended ? W.stop_ticks : t->prev_ts;
+    uint64_t end = rstate.complete && !ended ? rstate.stop_ticks : t->prev_ts;
     end = end > t->prev_ts ? end : t->prev_ts;
     if (t->n) {
         switch_thread(i);
         pop_to(t, 0, end, 0);
     }
-    for (uint32_t k = 0; k < W.ntt; k++) /* (tasks still alive: their lives too) */
-        if (W.tt[k].life_open && W.tt[k].tid == t->tid)
+    for (uint32_t k = 0; k < rstate.ntt; k++) /* (tasks still alive: their lives too) */
+        if (rstate.tt[k].life_open && rstate.tt[k].tid == t->tid)
             life_end(k, end);
 }
 
 /* The end of thread slot i is rendered (its THREAD block says it ended): its open slices close, and all
- * its state but its name and ids (R.threads) is freed -- what a render keeps depends on the threads
+ * its state but its name and ids (rmeta.threads) is freed -- what a render keeps depends on the threads
  * alive at once, not on the threads ever seen. */
 static void end_thread(uint32_t i) {
-    rthread *t = W.threads[i];
+    rthread *t = rstate.threads[i];
     if (t) {
         close_thread(i, 1);
-        if (W.sink->thread_end && t->started)
-            W.sink->thread_end(&W.out, t->tid);
+        if (rstate.sink->thread_end && t->started)
+            rstate.sink->thread_end(&rstate.out, t->tid);
     }
     free_thread(i);
 }
 
-/* An entry of W.order: a chunk, or a thread's end */
+/* An entry of rstate.order: a chunk, or a thread's end */
 static inline void render_order(uint32_t k) {
-    if (W.order[k].span == UINT32_MAX)
-        end_thread(W.order[k].thread);
+    if (rstate.order[k].span == UINT32_MAX)
+        end_thread(rstate.order[k].thread);
     else
-        render_ref(W.order[k].thread, W.order[k].span, 1);
+        render_ref(rstate.order[k].thread, rstate.order[k].span, 1);
 }
 
 /* the k-th chunk to render: in the recording's order (file_order), else thread 0's first */
-static inline span_ref next_ref(uint32_t k) { return W.file_order ? W.order[k] : (span_ref){0, k}; }
+static inline span_ref next_ref(uint32_t k) { return rstate.file_order ? rstate.order[k] : (span_ref){0, k}; }
 
 /* ---- rendering while recording ----
  * With a second CPU, a thread renders the recording as the recorder appends it, in the order a render
@@ -2301,95 +2301,95 @@ static struct {
     uint32_t done;           /* spans of thread 0 rendered */
     uint32_t known;          /* code ids below this all have their table entry */
     oc_render_result res;
-} L = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} live_st = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
-/* L.fd is still the recording (the program may have closed it and reused its number). */
+/* live_st.fd is still the recording (the program may have closed it and reused its number). */
 static int live_fd_ours(struct stat *st) {
-    return fstat(L.fd, st) == 0 && st->st_dev == L.dev && st->st_ino == L.ino;
+    return fstat(live_st.fd, st) == 0 && st->st_dev == live_st.dev && st->st_ino == live_st.ino;
 }
 
-/* The recording's size, through L.fd if that is still the recording; -1 if not (or too large). */
+/* The recording's size, through live_st.fd if that is still the recording; -1 if not (or too large). */
 static int64_t live_size(void) {
     struct stat st;
-    if (!live_fd_ours(&st) || (uint64_t)st.st_size > L.reserve)
+    if (!live_fd_ours(&st) || (uint64_t)st.st_size > live_st.reserve)
         return -1;
     return (int64_t)st.st_size;
 }
 
 static uint32_t live_step(void) {
     int64_t size = live_size();
-    if (size < 0 || W.out.err) { /* (a write error: the render at stop starts over, and says it if it fails too) */
-        L.failed = 1;
+    if (size < 0 || rstate.out.err) { /* (a write error: the render at stop starts over, and says it if it fails too) */
+        live_st.failed = 1;
         return 0;
     }
-    if (index_recording(L.map, (size_t)size, &L.off, &L.res) < 0) {
-        L.failed = 1;
+    if (index_recording(live_st.map, (size_t)size, &live_st.off, &live_st.res) < 0) {
+        live_st.failed = 1;
         return 0;
     }
     if (oc_attr_on) { /* sampling windows: their estimates need the code states, known at the end */
-        L.failed = 1;
+        live_st.failed = 1;
         return 0;
     }
-    if (!W.have_header || !W.calibrated || !W.norder)
+    if (!rstate.have_header || !rstate.calibrated || !rstate.norder)
         return 0;
     check_clock();
     if (grow_code_arrays() < 0) {
-        L.failed = 1;
+        live_st.failed = 1;
         return 0;
     }
-    if (!L.opened) {
-        if (open_output(L.format, L.out_path, L.loops, &L.res) < 0) {
-            L.failed = 1;
+    if (!live_st.opened) {
+        if (open_output(live_st.format, live_st.out_path, live_st.loops, &live_st.res) < 0) {
+            live_st.failed = 1;
             return 0;
         }
-        L.opened = 1;
-        W.pause_code = W.life_code = W.stall_code = UINT32_MAX;
+        live_st.opened = 1;
+        rstate.pause_code = rstate.life_code = rstate.stall_code = UINT32_MAX;
     }
-    while (L.known < R.ncodes && R.codes[L.known].qualname)
-        L.known++;
-    uint32_t done0 = L.done, avail = W.file_order ? W.norder : W.ix[0].nspans;
-    while (L.done < avail && !__atomic_load_n(&L.stop, __ATOMIC_RELAXED)) {
+    while (live_st.known < rmeta.ncodes && rmeta.codes[live_st.known].qualname)
+        live_st.known++;
+    uint32_t done0 = live_st.done, avail = rstate.file_order ? rstate.norder : rstate.ix[0].nspans;
+    while (live_st.done < avail && !__atomic_load_n(&live_st.stop, __ATOMIC_RELAXED)) {
         /* the code table entries a chunk needs are usually written before it, but not always (a
          * thread's last chunk, handed over as it exits, comes before the codes it registered): a chunk
          * naming a code not in the table yet waits, if need be for the render at stop */
-        span_ref ref = next_ref(L.done);
+        span_ref ref = next_ref(live_st.done);
         if (ref.span == UINT32_MAX) { /* a thread's end */
             end_thread(ref.thread);
-            L.done++;
+            live_st.done++;
             continue;
         }
-        const span *sp = &W.ix[ref.thread].spans[ref.span];
+        const span *sp = &rstate.ix[ref.thread].spans[ref.span];
         uint32_t top = 0;
         for (uint32_t i = 0; i < sp->n; i++) {
             uint32_t k = OC_KIND(sp->recs[i].info), id = sp->recs[i].code_id;
             if (k != K_NONE && k != K_PAUSE && k != K_PAUSE_END && k != K_MARK && id > top)
                 top = id;
         }
-        if (top >= L.known)
+        if (top >= live_st.known)
             break;
         /* a chunk reaching past the clock's knee waits for the final calibration (~20 ms in) */
-        if (!W.calib_final && sp->n && sp->recs[sp->n - 1].ts >= R.knee_tsc)
+        if (!rstate.calib_final && sp->n && sp->recs[sp->n - 1].ts >= rmeta.knee_tsc)
             break;
         render_ref(ref.thread, ref.span, 1);
-        if (W.live_failed) {
-            L.failed = 1;
+        if (rstate.live_failed) {
+            live_st.failed = 1;
             return 0;
         }
-        L.done++;
+        live_st.done++;
     }
-    return L.done - done0;
+    return live_st.done - done0;
 }
 
 static void *live_main(void *arg) {
     (void)arg;
     pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* the program comes first */
-    pthread_mutex_lock(&L.lock);
-    while (!L.stop) {
-        pthread_mutex_unlock(&L.lock);
+    pthread_mutex_lock(&live_st.lock);
+    while (!live_st.stop) {
+        pthread_mutex_unlock(&live_st.lock);
         uint32_t rendered = live_step();
-        pthread_mutex_lock(&L.lock);
-        if (L.failed)
+        pthread_mutex_lock(&live_st.lock);
+        if (live_st.failed)
             break;
         if (rendered)
             continue; /* behind: the recorder wrote more meanwhile, as a rule; look again at once */
@@ -2401,49 +2401,49 @@ static void *live_main(void *arg) {
             dl.tv_sec++;
             dl.tv_nsec -= 1000000000L;
         }
-        if (!L.stop)
-            pthread_cond_timedwait(&L.cond, &L.lock, &dl);
+        if (!live_st.stop)
+            pthread_cond_timedwait(&live_st.cond, &live_st.lock, &dl);
     }
-    pthread_mutex_unlock(&L.lock);
+    pthread_mutex_unlock(&live_st.lock);
     return NULL;
 }
 
 static void live_join(void) {
-    if (L.on == 1) {
-        pthread_mutex_lock(&L.lock);
-        __atomic_store_n(&L.stop, 1, __ATOMIC_RELEASE);
-        pthread_cond_signal(&L.cond);
-        pthread_mutex_unlock(&L.lock);
-        pthread_join(L.thread, NULL);
-        L.on = 2; /* joined, state kept */
+    if (live_st.on == 1) {
+        pthread_mutex_lock(&live_st.lock);
+        __atomic_store_n(&live_st.stop, 1, __ATOMIC_RELEASE);
+        pthread_cond_signal(&live_st.cond);
+        pthread_mutex_unlock(&live_st.lock);
+        pthread_join(live_st.thread, NULL);
+        live_st.on = 2; /* joined, state kept */
     }
 }
 
 static void live_free(void) {
-    if (L.map)
-        munmap(L.map, L.reserve);
+    if (live_st.map)
+        munmap(live_st.map, live_st.reserve);
     struct stat st;
-    if (L.fd >= 0 && live_fd_ours(&st))
-        close(L.fd);
-    free(L.rec_path);
-    free(L.out_path);
-    L.map = NULL;
-    L.fd = -1;
-    L.rec_path = L.out_path = NULL;
-    L.on = 0;
+    if (live_st.fd >= 0 && live_fd_ours(&st))
+        close(live_st.fd);
+    free(live_st.rec_path);
+    free(live_st.out_path);
+    live_st.map = NULL;
+    live_st.fd = -1;
+    live_st.rec_path = live_st.out_path = NULL;
+    live_st.on = 0;
 }
 
 /* Stop a live render and forget it (its partial output is removed). */
 static void live_discard(void) {
-    if (!L.on)
+    if (!live_st.on)
         return;
     live_join();
-    if (L.opened) {
-        oc_out_close(&W.out);
-        free(W.out.buf);
-        W.out.buf = NULL;
-        if (L.out_path && !W.anon)
-            unlink(L.out_path);
+    if (live_st.opened) {
+        oc_out_close(&rstate.out);
+        free(rstate.out.buf);
+        rstate.out.buf = NULL;
+        if (live_st.out_path && !rstate.anon)
+            unlink(live_st.out_path);
     }
     live_free();
     reset_render();
@@ -2463,71 +2463,71 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     int want = env && *env ? strcmp(env, "0") != 0 : 1;
     if (!want || !out_path || (cpus_available() < 2 && !(env && strcmp(env, "1") == 0)))
         return;
-    L.fd = oc_fd_above_std(open(rec_path, O_RDONLY | O_CLOEXEC));
+    live_st.fd = oc_fd_above_std(open(rec_path, O_RDONLY | O_CLOEXEC));
     struct stat st;
-    if (L.fd < 0)
+    if (live_st.fd < 0)
         return;
-    if (fstat(L.fd, &st) != 0) {
-        close(L.fd);
-        L.fd = -1;
+    if (fstat(live_st.fd, &st) != 0) {
+        close(live_st.fd);
+        live_st.fd = -1;
         return;
     }
-    L.dev = st.st_dev;
-    L.ino = st.st_ino;
-    for (L.reserve = (size_t)1 << 38; L.reserve >= ((size_t)1 << 30); L.reserve >>= 2) {
-        void *m = mmap(NULL, L.reserve, PROT_READ, MAP_SHARED | MAP_NORESERVE, L.fd, 0);
+    live_st.dev = st.st_dev;
+    live_st.ino = st.st_ino;
+    for (live_st.reserve = (size_t)1 << 38; live_st.reserve >= ((size_t)1 << 30); live_st.reserve >>= 2) {
+        void *m = mmap(NULL, live_st.reserve, PROT_READ, MAP_SHARED | MAP_NORESERVE, live_st.fd, 0);
         if (m != MAP_FAILED) {
-            L.map = m;
+            live_st.map = m;
             break;
         }
     }
-    L.rec_path = strdup(rec_path);
-    L.out_path = strdup(out_path);
-    if (!L.map || !L.rec_path || !L.out_path) {
+    live_st.rec_path = strdup(rec_path);
+    live_st.out_path = strdup(out_path);
+    if (!live_st.map || !live_st.rec_path || !live_st.out_path) {
         live_free();
         return;
     }
     reset_render();
-    L.format = format;
-    L.loops = loops;
-    L.stop = 0;
-    L.failed = L.opened = 0;
-    L.off = 0;
-    L.done = L.known = 0;
-    memset(&L.res, 0, sizeof L.res);
-    if (oc_thread_create(&L.thread, NULL, live_main, NULL) != 0) {
+    live_st.format = format;
+    live_st.loops = loops;
+    live_st.stop = 0;
+    live_st.failed = live_st.opened = 0;
+    live_st.off = 0;
+    live_st.done = live_st.known = 0;
+    memset(&live_st.res, 0, sizeof live_st.res);
+    if (oc_thread_create(&live_st.thread, NULL, live_main, NULL) != 0) {
         live_free();
         return;
     }
-    L.on = 1;
+    live_st.on = 1;
 }
 
-int oc_render_live_running(void) { return L.on == 1; }
+int oc_render_live_running(void) { return live_st.on == 1; }
 
 /* In a fork child: the live thread does not exist here, and its state may be mid-update; forget it. */
 void oc_render_live_fork_child(void) {
-    W.out.async = NULL; /* the parent's writer thread (rendering at stop) does not exist here */
-    pthread_mutex_init(&L.lock, NULL); /* the parent's thread may have held it at fork */
-    pthread_cond_init(&L.cond, NULL);
-    if (!L.on)
+    rstate.out.async = NULL; /* the parent's writer thread (rendering at stop) does not exist here */
+    pthread_mutex_init(&live_st.lock, NULL); /* the parent's thread may have held it at fork */
+    pthread_cond_init(&live_st.cond, NULL);
+    if (!live_st.on)
         return;
-    oc_out_close(&W.out); /* the parent's output */
-    memset(&W, 0, sizeof W);
-    W.out.fd = -1;
-    memset(&R, 0, sizeof R);
-    memset(&NA, 0, sizeof NA);
+    oc_out_close(&rstate.out); /* the parent's output */
+    memset(&rstate, 0, sizeof rstate);
+    rstate.out.fd = -1;
+    memset(&rmeta, 0, sizeof rmeta);
+    memset(&name_arena, 0, sizeof name_arena);
     oc_stats_abandon();
-    L.rec_path = L.out_path = NULL; /* a one-time leak: they may be in use */
+    live_st.rec_path = live_st.out_path = NULL; /* a one-time leak: they may be in use */
     live_free();
 }
 
 /* 1: the live render of this very output is taken over (joined; W and R hold its state). */
 static int live_takeover(const char *rec_path, int format, const char *out_path, int loops) {
-    if (!L.on)
+    if (!live_st.on)
         return 0;
     live_join();
-    if (L.failed || !L.opened || format != L.format || loops != L.loops || !out_path ||
-        strcmp(rec_path, L.rec_path) != 0 || strcmp(out_path, L.out_path) != 0) {
+    if (live_st.failed || !live_st.opened || format != live_st.format || loops != live_st.loops || !out_path ||
+        strcmp(rec_path, live_st.rec_path) != 0 || strcmp(out_path, live_st.out_path) != 0) {
         live_discard();
         return 0;
     }
@@ -2542,7 +2542,7 @@ static int pipe_wanted(int format, const char *out_path, int two_cpus) {
     const char *env = getenv("OCULAR_RENDER_PIPE"); /* (_env.py let only these, or blank for unset, through) */
     if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
         return env[0] == '1';
-    return out_path && (oc_format_caps(format) & OC_CAP_TRACE) && W.total - W.events >= 262144 &&
+    return out_path && (oc_format_caps(format) & OC_CAP_TRACE) && rstate.total - rstate.events >= 262144 &&
            two_cpus;
 }
 
@@ -2557,15 +2557,15 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     uint32_t first0 = 0;
     if (cont) {
         int64_t lsize = live_size();
-        if (lsize < 0 || W.out.fd < 0 || !oc_out_is_ours(&W.out)) { /* (its output closed by the program) */
+        if (lsize < 0 || rstate.out.fd < 0 || !oc_out_is_ours(&rstate.out)) { /* (its output closed by the program) */
             live_discard();
             cont = 0;
         } else {
-            base = L.map;
+            base = live_st.map;
             size = (size_t)lsize;
-            off = L.off;
-            first0 = L.done;
-            W.live_events = W.events;
+            off = live_st.off;
+            first0 = live_st.done;
+            rstate.live_events = rstate.events;
         }
     }
     if (!cont) {
@@ -2594,7 +2594,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     }
     if (index_recording(base, size, &off, res) < 0)
         goto out;
-    if (!W.have_header) {
+    if (!rstate.have_header) {
         snprintf(res->error, sizeof res->error, "not an Ocular recording (empty or no header block)");
         goto out;
     }
@@ -2602,7 +2602,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     /* the trace alone (NOSTATS): a trace format asked for no statistics; a precise recording's loops
      * count their instructions from its records, which only the full record loop follows */
     if (!cont)
-        W.nostats = !stats && !R.precise && (oc_format_caps(format) & OC_CAP_TRACE);
+        rstate.nostats = !stats && !rmeta.precise && (oc_format_caps(format) & OC_CAP_TRACE);
     if (add_pause_code() < 0 || grow_code_arrays() < 0) {
         snprintf(res->error, sizeof res->error, "out of memory");
         goto out;
@@ -2613,83 +2613,83 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
      * writes too; else JSON's system calls (~45 bytes an event) go to a writer thread, measured 5% faster
      * in `convert` (.pftrace's ~1.5 bytes: 1% slower) */
     int two_cpus = cpus_available() >= 2;
-    int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&W.sink, &W.out) == 0;
+    int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&rstate.sink, &rstate.out) == 0;
     if (!piped && out_path && (oc_format_caps(format) & OC_CAP_MANY_WRITES) && two_cpus)
-        oc_out_async_start(&W.out);
-    if (!W.complete && W.last_ts > W.stop_ticks) /* cut short: end where the last record of any thread is */
-        W.stop_ticks = W.last_ts;
-    W.stop_ticks = W.stop_ticks < W.ts_lo ? W.ts_lo : W.stop_ticks > W.ts_hi ? W.ts_hi : W.stop_ticks;
-    W.progress = progress && isatty(2);
-    W.progress_name = out_path ? out_path : rec_path;
-    W.progress_start_ns = mono_now_ns();
-    W.done = W.events;
+        oc_out_async_start(&rstate.out);
+    if (!rstate.complete && rstate.last_ts > rstate.stop_ticks) /* cut short: end where the last record of any thread is */
+        rstate.stop_ticks = rstate.last_ts;
+    rstate.stop_ticks = rstate.stop_ticks < rstate.ts_lo ? rstate.ts_lo : rstate.stop_ticks > rstate.ts_hi ? rstate.ts_hi : rstate.stop_ticks;
+    rstate.progress = progress && isatty(2);
+    rstate.progress_name = out_path ? out_path : rec_path;
+    rstate.progress_start_ns = mono_now_ns();
+    rstate.done = rstate.events;
     const char *after = getenv("OCULAR_TEST_PROGRESS_AFTER_MS"); /* tests: show it at once */
-    W.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
-    if (W.file_order) { /* the threads' chunks interleaved, as recorded (what rendering while recording did) */
-        for (uint32_t k = first0; k < W.norder; k++)
+    rstate.progress_after_ns = after && *after ? (uint64_t)strtoul(after, NULL, 10) * 1000000ull : 1000000000ull;
+    if (rstate.file_order) { /* the threads' chunks interleaved, as recorded (what rendering while recording did) */
+        for (uint32_t k = first0; k < rstate.norder; k++)
             render_order(k);
-        for (uint32_t i = 0; i < R.nthreads; i++)
+        for (uint32_t i = 0; i < rmeta.nthreads; i++)
             close_thread(i, 0);
     } else { /* thread by thread (each one's state freed once it is rendered) */
-        for (uint32_t i = 0; i < R.nthreads; i++) {
-            for (uint32_t s = i == 0 ? first0 : 0; s < W.ix[i].nspans; s++)
+        for (uint32_t i = 0; i < rmeta.nthreads; i++) {
+            for (uint32_t s = i == 0 ? first0 : 0; s < rstate.ix[i].nspans; s++)
                 render_ref(i, s, 1);
-            close_thread(i, W.ix[i].ended);
-            if (W.sink->thread_end && W.threads[i] && W.threads[i]->started)
-                W.sink->thread_end(&W.out, W.threads[i]->tid);
+            close_thread(i, rstate.ix[i].ended);
+            if (rstate.sink->thread_end && rstate.threads[i] && rstate.threads[i]->started)
+                rstate.sink->thread_end(&rstate.out, rstate.threads[i]->tid);
             free_thread(i);
         }
     }
     if (piped)
-        oc_pipe_end(&W.sink);
-    W.drop_from = 0;
-    W.sink->footer(&W.out, R.clock, R.precise);
-    oc_out_flush(&W.out);
-    oc_out_async_end(&W.out);
-    if (!W.out.err) {
-        int err = oc_out_trim(&W.out);
+        oc_pipe_end(&rstate.sink);
+    rstate.drop_from = 0;
+    rstate.sink->footer(&rstate.out, rmeta.clock, rmeta.precise);
+    oc_out_flush(&rstate.out);
+    oc_out_async_end(&rstate.out);
+    if (!rstate.out.err) {
+        int err = oc_out_trim(&rstate.out);
         if (err)
-            W.out.err = err;
+            rstate.out.err = err;
     }
-    if (out_path && !W.out.err) {
+    if (out_path && !rstate.out.err) {
         int err = name_output(out_path);
         if (err)
-            W.out.err = err;
+            rstate.out.err = err;
     }
     oc_stats_finish();
-    if (W.progress) {
-        W.done = W.total;
+    if (rstate.progress) {
+        rstate.done = rstate.total;
         show_progress(1);
     }
-    int cerr = oc_out_close(&W.out);
-    if (cerr && !W.out.err)
-        W.out.err = cerr;
-    res->events = R.events = W.events;
-    res->live_events = W.live_events;
-    uint64_t from = R.ring && W.window_ticks ? W.window_ticks : R.tsc0;
-    from = from < W.ts_lo ? W.ts_lo : from > W.ts_hi ? W.ts_hi : from;
-    R.wall_ns = (double)(int64_t)(to_ns(W.stop_ticks) - to_ns(from));
-    if (R.wall_ns < 0)
-        R.wall_ns = 0;
-    res->bytes = W.out.total;
-    res->dropped = R.dropped;
-    res->complete = W.complete;
-    res->write_errno = W.out.err;
+    int cerr = oc_out_close(&rstate.out);
+    if (cerr && !rstate.out.err)
+        rstate.out.err = cerr;
+    res->events = rmeta.events = rstate.events;
+    res->live_events = rstate.live_events;
+    uint64_t from = rmeta.ring && rstate.window_ticks ? rstate.window_ticks : rmeta.tsc0;
+    from = from < rstate.ts_lo ? rstate.ts_lo : from > rstate.ts_hi ? rstate.ts_hi : from;
+    rmeta.wall_ns = (double)(int64_t)(to_ns(rstate.stop_ticks) - to_ns(from));
+    if (rmeta.wall_ns < 0)
+        rmeta.wall_ns = 0;
+    res->bytes = rstate.out.total;
+    res->dropped = rmeta.dropped;
+    res->complete = rstate.complete;
+    res->write_errno = rstate.out.err;
     rc = 0;
 out:
-    W.out.len = 0; /* (an error: nothing more is written) */
-    oc_out_async_end(&W.out);
-    oc_out_close(&W.out);
-    free(W.out.buf);
-    W.out.buf = NULL;
+    rstate.out.len = 0; /* (an error: nothing more is written) */
+    oc_out_async_end(&rstate.out);
+    oc_out_close(&rstate.out);
+    free(rstate.out.buf);
+    rstate.out.buf = NULL;
     if (cont)
         live_free();
     else
         munmap(map, size);
-    for (uint32_t i = 0; i < R.nthreads; i++) { /* the spans pointed into the mapping */
-        free(W.ix[i].spans);
-        W.ix[i].spans = NULL;
-        W.ix[i].nspans = W.ix[i].capspans = 0;
+    for (uint32_t i = 0; i < rmeta.nthreads; i++) { /* the spans pointed into the mapping */
+        free(rstate.ix[i].spans);
+        rstate.ix[i].spans = NULL;
+        rstate.ix[i].nspans = rstate.ix[i].capspans = 0;
     }
     return rc;
 }

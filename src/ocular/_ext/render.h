@@ -182,7 +182,7 @@ enum { OC_DAMAGE_RATE = 1, OC_DAMAGE_START = 2, OC_DAMAGE_CODES = 4 };
 /* What the render repaired in a damaged recording, one line ("the recording is damaged: ..."), or 0
  * (buf empty) for a recording with no damage seen. */
 int oc_render_damage(char *buf, size_t n);
-extern oc_rmeta R;
+extern oc_rmeta rmeta;
 extern uint64_t oc_stats_gaps_seen, oc_stats_min_gap; /* stats.c: the calibration */
 /* what oc_stats_net takes off each gap, by the kind of the record that ends it: the recording's measured
  * own cost (OWNCOST block, owncost.c), else the smallest gap so far for every kind, 0 before the first or
@@ -332,7 +332,7 @@ static inline void oc_stats_gap(uint64_t delta) {
         oc_stats_gaps_seen++;
         if (delta < oc_stats_min_gap) {
             oc_stats_min_gap = delta;
-            if (!oc_stats_own_measured && !R.test_clock)
+            if (!oc_stats_own_measured && !rmeta.test_clock)
                 for (int k = 0; k < 16; k++)
                     oc_stats_net_off[k] = delta;
         }

@@ -29,8 +29,8 @@ PyObject *oc_tree_export(void) {
     for (uint32_t i = 0; i < T.n; i++)
         if (T.nodes[i].code != OC_TREE_ROOT && T.nodes[i].code >= ncodes)
             ncodes = T.nodes[i].code + 1;
-    if (ncodes > R.ncodes)
-        ncodes = R.ncodes;
+    if (ncodes > rmeta.ncodes)
+        ncodes = rmeta.ncodes;
     PyObject *nodes = PyList_New(T.n), *threads = PyList_New(T.nthreads), *codes = PyList_New(ncodes);
     PyObject *d = NULL;
     if (!nodes || !threads || !codes)
@@ -58,7 +58,7 @@ PyObject *oc_tree_export(void) {
         PyList_SET_ITEM(threads, i, tup);
     }
     for (uint32_t i = 0; i < ncodes; i++) {
-        oc_codeent *e = &R.codes[i];
+        oc_codeent *e = &rmeta.codes[i];
         PyObject *v;
         if (!e->qualname_raw) {
             v = Py_None;
@@ -159,7 +159,7 @@ static PyObject *export_stalls(void) {
         oc_stall *s = &oc_stats_stalls[i];
         PyObject *stack = PyList_New(0);
         for (uint32_t k = 0; stack && k < s->n; k++) {
-            if (s->codes[k] == UINT32_MAX || s->codes[k] >= R.ncodes)
+            if (s->codes[k] == UINT32_MAX || s->codes[k] >= rmeta.ncodes)
                 continue;
             oc_codeent *e = oc_rcode(s->codes[k]);
             const char *q = e->qualname_raw ? e->qualname_raw : "?", *f = e->filename_raw ? e->filename_raw : "?";
@@ -251,7 +251,7 @@ _Static_assert(sizeof FUNC_KEYS / sizeof *FUNC_KEYS == sizeof func_keys / sizeof
 /* an asyncio task's entry: "coroutine" (its steps' coroutine's qualname) and "tasks" (the steps that
  * started it) */
 static int export_task(PyObject *d, const oc_code_stat *c, uint32_t id) {
-    oc_codeent *e = c->task_root - 1 < R.ncodes ? oc_rcode(c->task_root - 1) : NULL;
+    oc_codeent *e = c->task_root - 1 < rmeta.ncodes ? oc_rcode(c->task_root - 1) : NULL;
     const char *q = e && e->qualname_raw ? e->qualname_raw : "?";
     static const oc_task_life none;
     const oc_task_life *l = id < oc_stats_nlives ? &oc_stats_lives[id] : &none;
@@ -270,7 +270,7 @@ static int export_task(PyObject *d, const oc_code_stat *c, uint32_t id) {
  * time and `limit` by loop cycles (0: all).  with_code_objects: the recording is this process's last
  * session, whose code table (same ids) still holds the code objects. */
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
-    uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes, total = 0;
+    uint32_t n = oc_ncs < rmeta.ncodes ? oc_ncs : rmeta.ncodes, total = 0;
     uint8_t *keep = NULL;
     for (uint32_t id = 0; id < n; id++)
         if (oc_cs[id].segments || oc_cs[id].truncated)
@@ -282,7 +282,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             return PyErr_NoMemory();
         }
         for (uint32_t id = 0; id < n; id++) /* (asyncio tasks: no self time, every one kept) */
-            if (R.codes[id].filename_raw && !strcmp(R.codes[id].filename_raw, "<asyncio task>"))
+            if (rmeta.codes[id].filename_raw && !strcmp(rmeta.codes[id].filename_raw, "<asyncio task>"))
                 keep[id] = 1;
     }
     PyObject *funcs = PyList_New(0);
@@ -295,7 +295,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         oc_codeent *e = oc_rcode(id);
         if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
             continue;
-        if (!R.codes[id].qualname_raw || (keep && !keep[id]))
+        if (!rmeta.codes[id].qualname_raw || (keep && !keep[id]))
             continue;
         double mean = c->segments ? (double)c->incl_all / (double)c->segments : 0.0;
         double segmean = 0.0, var = 0.0;
@@ -365,7 +365,7 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
             Py_DECREF(unitd);
             goto fail;
         }
-        PyObject *code_obj = with_code_objects && id < S.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
+        PyObject *code_obj = with_code_objects && id < sess.ncodes ? oc_code_object(oc_code_entry(id)) : NULL;
         PyObject *bytecode = Py_NewRef(Py_None), *lines = Py_NewRef(Py_None);
         if (!code_obj) {
             code_obj = Py_NewRef(Py_None);
@@ -429,15 +429,15 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
         return NULL;
     }
     return Py_BuildValue("{s:K,s:K,s:d,s:I,s:y#,s:N,s:K,s:d,s:i,s:O,s:I,s:i,s:I,s:N,s:N,s:N,s:N,s:K,s:I}", "events",
-                         (unsigned long long)R.events, "dropped", (unsigned long long)R.dropped, "wall_ns", R.wall_ns,
-                         "python_hex", R.python_hex, "cache_entries", (const char *)R.cache_entries,
-                         (Py_ssize_t)sizeof R.cache_entries, "functions", funcs, "overhead_ticks",
-                         (unsigned long long)oc_stats_overhead(), "ns_per_tick", R.ns_per_tick, "precise",
-                         R.precise, "stats_incomplete", oc_stats_failed ? Py_True : Py_False, "threshold", R.threshold,
-                         "near_zero", R.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
-                         R.adaptive ? PyBytes_FromStringAndSize(R.adaptive, R.adaptive_len) : Py_NewRef(Py_None),
+                         (unsigned long long)rmeta.events, "dropped", (unsigned long long)rmeta.dropped, "wall_ns", rmeta.wall_ns,
+                         "python_hex", rmeta.python_hex, "cache_entries", (const char *)rmeta.cache_entries,
+                         (Py_ssize_t)sizeof rmeta.cache_entries, "functions", funcs, "overhead_ticks",
+                         (unsigned long long)oc_stats_overhead(), "ns_per_tick", rmeta.ns_per_tick, "precise",
+                         rmeta.precise, "stats_incomplete", oc_stats_failed ? Py_True : Py_False, "threshold", rmeta.threshold,
+                         "near_zero", rmeta.near_zero, "functions_total", total, "sampling", oc_attr_summary(), "adaptive",
+                         rmeta.adaptive ? PyBytes_FromStringAndSize(rmeta.adaptive, rmeta.adaptive_len) : Py_NewRef(Py_None),
                          "own_cost", own, "stalls", st, "stalls_more", (unsigned long long)oc_stats_stalls_more,
-                         "stall_ms", R.stall_ms ? R.stall_ms : 100u);
+                         "stall_ms", rmeta.stall_ms ? rmeta.stall_ms : 100u);
 fail:
     free(keep);
     Py_DECREF(funcs);

@@ -122,9 +122,9 @@ static uint64_t ticks_for(uint64_t ns) {
         return ns;
     uint64_t t, m;
     oc_clock_sample(&t, &m);
-    if (t <= S.tsc0 || m <= S.mono0_ns)
+    if (t <= sess.tsc0 || m <= sess.mono0_ns)
         return ns * 3; /* no rate yet: about 3 GHz */
-    return (uint64_t)((double)ns * (double)(t - S.tsc0) / (double)(m - S.mono0_ns));
+    return (uint64_t)((double)ns * (double)(t - sess.tsc0) / (double)(m - sess.mono0_ns));
 }
 
 static uint64_t rnd(void) {
@@ -226,7 +226,7 @@ static int wait_until(uint64_t t) {
  * where the program happened to let us in (a GIL release, an eval-breaker check), which would
  * over-sample what follows those points. */
 static void open_window(uint32_t seq) {
-    if (!S.active || SW.gen != S.gen || !SW.restart || atomic_load(&SW.opened) == seq)
+    if (!sess.active || SW.gen != sess.gen || !SW.restart || atomic_load(&SW.opened) == seq)
         return;
     atomic_store(&SW.opened, seq);
     PyObject *exc = PyErr_GetRaisedException();
@@ -473,11 +473,11 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     PyObject *get_tool, *restart;
     if (!PyArg_ParseTuple(args, "iOOkk:_sampling_start", &tool_id, &get_tool, &restart, &period_us, &window_us))
         return NULL;
-    if (!S.active) {
+    if (!sess.active) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
-    if (SW.running || !S.threshold || oc_test_clock || !period_us || !window_us || window_us >= period_us)
+    if (SW.running || !sess.threshold || oc_test_clock || !period_us || !window_us || window_us >= period_us)
         Py_RETURN_FALSE;
     Py_XSETREF(SW.get_tool, Py_NewRef(get_tool));
     Py_XSETREF(SW.restart, Py_NewRef(restart));
@@ -495,7 +495,7 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     PyErr_Clear();
     if (swd > 0 && swd < 1)
         SW.switch_ns = (uint64_t)(swd * 1e9);
-    SW.gen = S.gen;
+    SW.gen = sess.gen;
     SW.stop = 0;
     SW.rng = oc_now() | 1;
     atomic_store(&SW.pending, 0);

@@ -40,7 +40,7 @@ static struct {
     int render;               /* what the recorder does with the recording: OC_SIG_* or a render format */
     char *convert_args;       /* the outputs a kept recording renders into ("-o a.pstats -o b.html") */
     int verbose;              /* say where the trace was written */
-} SG;
+} sig_st;
 
 static int slot_of(int sig) {
     for (int i = 0; i < NSUP; i++)
@@ -67,20 +67,20 @@ static void on_signal(int sig) {
     int saved = errno;
     /* no session (ours left installed), no recorder to hand the stop to (a fork child whose session did
      * not restart, or not yet; before exec): the default action, as untraced */
-    int ph = atomic_load(&SG.phase);
-    if (ph == PH_OFF || (long)getpid() != S.pid || (ph == PH_ARMED && !S.writer_started))
+    int ph = atomic_load(&sig_st.phase);
+    if (ph == PH_OFF || (long)getpid() != sess.pid || (ph == PH_ARMED && !sess.writer_started))
         die_of(sig);
     int none = 0;
-    atomic_compare_exchange_strong(&SG.pending, &none, sig); /* (a second one is absorbed) */
+    atomic_compare_exchange_strong(&sig_st.pending, &none, sig); /* (a second one is absorbed) */
     errno = saved;
 }
 
-int oc_signals_pending(void) { return atomic_load_explicit(&SG.pending, memory_order_relaxed); }
+int oc_signals_pending(void) { return atomic_load_explicit(&sig_st.pending, memory_order_relaxed); }
 
 /* The recorder thread: take the pending signal over (1), unless Python is stopping the session (0). */
 int oc_signals_take(void) {
     int armed = PH_ARMED;
-    return atomic_load(&SG.pending) && atomic_compare_exchange_strong(&SG.phase, &armed, PH_SIGNALED);
+    return atomic_load(&sig_st.pending) && atomic_compare_exchange_strong(&sig_st.phase, &armed, PH_SIGNALED);
 }
 
 static const char *sig_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "signal"; }
@@ -90,54 +90,54 @@ static int exists(const char *path) { return access(path, F_OK) == 0 || errno !=
 /* The recorder thread, the recording complete (its descriptor closed): render it or keep it, then end
  * the process by the signal.  Never returns. */
 void oc_signals_finish(void) {
-    int sig = atomic_load(&SG.pending);
+    int sig = atomic_load(&sig_st.pending);
     const char *name = sig_name(sig);
-    const char *out = S.out_path;
+    const char *out = sess.out_path;
     if (!out) { /* statistics only (no trace file): the report needs Python */
-        unlink(S.rec_path);
-        if (SG.verbose)
+        unlink(sess.rec_path);
+        if (sig_st.verbose)
             dprintf(2, "ocular: %s: no trace file was asked for, and the report needs Python: nothing is saved\n",
                     name);
-    } else if (SG.render == OC_SIG_INSTALL) { /* the recording is the output */
-        if (rename(S.rec_path, out) == 0) {
-            if (SG.convert_args)
+    } else if (sig_st.render == OC_SIG_INSTALL) { /* the recording is the output */
+        if (rename(sess.rec_path, out) == 0) {
+            if (sig_st.convert_args)
                 dprintf(2, "ocular: %s: the recording is kept in %s: render it with python -m ocular convert %s %s\n",
-                        name, out, out, SG.convert_args);
-            else if (SG.verbose)
+                        name, out, out, sig_st.convert_args);
+            else if (sig_st.verbose)
                 dprintf(2, "ocular: %s: recording written to %s\n", name, out);
         } else {
             dprintf(2, "ocular: %s: the recording could not be named %s (%s); it is left in %s\n", name, out,
-                    strerror(errno), S.rec_path);
+                    strerror(errno), sess.rec_path);
         }
-    } else if (SG.render >= 0) {
+    } else if (sig_st.render >= 0) {
         oc_render_result res;
-        int rc = oc_render_file(S.rec_path, SG.render, S.tmp_path, 0, S.loops, 0, &res);
-        if (rc == 0 && !res.write_errno && rename(S.tmp_path, out) == 0) {
-            unlink(S.rec_path);
-            if (SG.verbose)
+        int rc = oc_render_file(sess.rec_path, sig_st.render, sess.tmp_path, 0, sess.loops, 0, &res);
+        if (rc == 0 && !res.write_errno && rename(sess.tmp_path, out) == 0) {
+            unlink(sess.rec_path);
+            if (sig_st.verbose)
                 dprintf(2, "ocular: %s: trace written to %s (%llu events, %llu dropped)\n", name, out,
                         (unsigned long long)res.events, (unsigned long long)res.dropped);
         } else {
-            unlink(S.tmp_path);
+            unlink(sess.tmp_path);
             dprintf(2, "ocular: %s: the trace %s could not be written (%s); the recording is left in %s: render it "
                        "with python -m ocular convert %s -o %s\n", name, out,
-                    rc < 0 ? res.error : strerror(res.write_errno ? res.write_errno : errno), S.rec_path, S.rec_path,
+                    rc < 0 ? res.error : strerror(res.write_errno ? res.write_errno : errno), sess.rec_path, sess.rec_path,
                     out);
         }
     } else { /* a format written by Python code, or gzip: the recording is kept for `convert` */
-        unlink(S.tmp_path); /* (a render while recording may have begun it) */
+        unlink(sess.tmp_path); /* (a render while recording may have begun it) */
         size_t n = strlen(out);
         char *kept = malloc(n + 40);
         if (kept) {
             snprintf(kept, n + 40, "%s.ocular", out);
             if (exists(kept))
                 snprintf(kept, n + 40, "%s.%ld.ocular", out, (long)getpid());
-            if (!exists(kept) && rename(S.rec_path, kept) == 0)
+            if (!exists(kept) && rename(sess.rec_path, kept) == 0)
                 dprintf(2, "ocular: %s: the recording is kept in %s: render it with python -m ocular convert %s %s\n",
-                        name, kept, kept, SG.convert_args ? SG.convert_args : "-o OUTPUT");
+                        name, kept, kept, sig_st.convert_args ? sig_st.convert_args : "-o OUTPUT");
             else
                 dprintf(2, "ocular: %s: the recording is left in %s: render it with python -m ocular convert %s %s\n",
-                        name, S.rec_path, S.rec_path, SG.convert_args ? SG.convert_args : "-o OUTPUT");
+                        name, sess.rec_path, sess.rec_path, sig_st.convert_args ? sig_st.convert_args : "-o OUTPUT");
             free(kept);
         }
     }
@@ -153,12 +153,12 @@ int oc_signals_arm(const int *sigs, int n, int render, const char *convert_args,
         PyErr_NoMemory();
         return -1;
     }
-    free(SG.convert_args);
-    SG.convert_args = args;
-    SG.render = render;
-    SG.verbose = verbose;
-    atomic_store(&SG.pending, 0);
-    atomic_store(&SG.phase, PH_ARMED);
+    free(sig_st.convert_args);
+    sig_st.convert_args = args;
+    sig_st.render = render;
+    sig_st.verbose = verbose;
+    atomic_store(&sig_st.pending, 0);
+    atomic_store(&sig_st.phase, PH_ARMED);
     int bits = 0;
     for (int k = 0; k < n; k++) {
         int i = slot_of(sigs[k]);
@@ -166,7 +166,7 @@ int oc_signals_arm(const int *sigs, int n, int render, const char *convert_args,
             PyErr_Format(PyExc_ValueError, "ocular: cannot save on signal %d (only SIGTERM and SIGHUP)", sigs[k]);
             return -1;
         }
-        if (SG.armed[i])
+        if (sig_st.armed[i])
             continue;
         struct sigaction cur;
         if (sigaction(supported[i], NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
@@ -180,7 +180,7 @@ int oc_signals_arm(const int *sigs, int n, int render, const char *convert_args,
             PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }
-        SG.armed[i] = 1;
+        sig_st.armed[i] = 1;
         bits |= 1 << i;
     }
     return bits;
@@ -190,18 +190,18 @@ int oc_signals_arm(const int *sigs, int n, int render, const char *convert_args,
  * recorder has taken a signal over already (the process is about to end by it). */
 int oc_signals_stopping(void) {
     int armed = PH_ARMED;
-    if (atomic_compare_exchange_strong(&SG.phase, &armed, PH_STOPPING))
+    if (atomic_compare_exchange_strong(&sig_st.phase, &armed, PH_STOPPING))
         return 1;
-    return atomic_load(&SG.phase) != PH_SIGNALED;
+    return atomic_load(&sig_st.phase) != PH_SIGNALED;
 }
 
 /* After the stop (GIL): the default disposition again where our handler is still installed; a signal
  * that arrived meanwhile ends the process now, by itself. */
 void oc_signals_disarm(void) {
     for (int i = 0; i < NSUP; i++) {
-        if (!SG.armed[i])
+        if (!sig_st.armed[i])
             continue;
-        SG.armed[i] = 0;
+        sig_st.armed[i] = 0;
         struct sigaction cur;
         if (sigaction(supported[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == on_signal) {
             struct sigaction sa;
@@ -212,9 +212,9 @@ void oc_signals_disarm(void) {
         }
     }
     int armed = PH_ARMED, stopping = PH_STOPPING;
-    if (!atomic_compare_exchange_strong(&SG.phase, &armed, PH_OFF))
-        atomic_compare_exchange_strong(&SG.phase, &stopping, PH_OFF);
-    int sig = atomic_exchange(&SG.pending, 0);
+    if (!atomic_compare_exchange_strong(&sig_st.phase, &armed, PH_OFF))
+        atomic_compare_exchange_strong(&sig_st.phase, &stopping, PH_OFF);
+    int sig = atomic_exchange(&sig_st.pending, 0);
     if (sig) {
         fflush(stdout);
         fflush(stderr);
@@ -224,15 +224,15 @@ void oc_signals_disarm(void) {
 
 /* In a fork child whose session goes on: a signal of the parent's is not this process's. */
 void oc_signals_fork_child(void) {
-    atomic_store(&SG.pending, 0);
-    int ph = atomic_load(&SG.phase);
+    atomic_store(&sig_st.pending, 0);
+    int ph = atomic_load(&sig_st.phase);
     if (ph == PH_SIGNALED || ph == PH_STOPPING)
-        atomic_store(&SG.phase, PH_ARMED);
+        atomic_store(&sig_st.phase, PH_ARMED);
 }
 
 int oc_signals_armed(void) {
     int bits = 0;
     for (int i = 0; i < NSUP; i++)
-        bits |= SG.armed[i] << i;
+        bits |= sig_st.armed[i] << i;
     return bits;
 }

@@ -121,7 +121,7 @@ static inline __attribute__((always_inline)) void put_ts(oc_out *o, uint64_t ns)
 
 static inline void set_tid(long tid) {
     if (UNLIKELY(tid != pfx_tid)) {
-        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", R.pid, tid);
+        npfx = (size_t)snprintf(pfx, sizeof pfx, "\"pid\":%ld,\"tid\":%ld", rmeta.pid, tid);
         if (npfx >= sizeof pfx)
             npfx = sizeof pfx - 1;
         pfx_tid = tid;
@@ -248,15 +248,15 @@ static void json_loop_run(oc_out *o, long tid, uint64_t first_ns, uint64_t last_
 
 static void json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "{\"ph\":\"M\",\"name\":\"process_name\",");
-    put_pid_tid(o, R.pid);
+    put_pid_tid(o, rmeta.pid);
     LIT(o, ",\"args\":{\"name\":\"");
-    put_str(o, R.process_name ? R.process_name : "python");
+    put_str(o, rmeta.process_name ? rmeta.process_name : "python");
     LIT(o, "\"}}");
-    for (uint32_t i = 0; i < R.nthreads; i++) {
+    for (uint32_t i = 0; i < rmeta.nthreads; i++) {
         LIT(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",");
-        put_pid_tid(o, R.threads[i].tid);
+        put_pid_tid(o, rmeta.threads[i].tid);
         LIT(o, ",\"args\":{\"name\":\"");
-        put_str(o, R.threads[i].name ? R.threads[i].name : "thread");
+        put_str(o, rmeta.threads[i].name ? rmeta.threads[i].name : "thread");
         LIT(o, "\"}}");
     }
     for (uint32_t k = 0; k < oc_render_task_tracks(); k++) { /* asyncio tasks' tracks (render.c) */
@@ -279,20 +279,20 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
         put(o, c, 1);
     }
     LIT(o, "\",\"ns_per_tick\":");
-    oc_out_printf(o, "%.9g", R.ns_per_tick);
+    oc_out_printf(o, "%.9g", rmeta.ns_per_tick);
     LIT(o, ",\"threshold\":");
-    put_u64(o, R.threshold);
+    put_u64(o, rmeta.threshold);
     LIT(o, ",\"dropped\":");
-    put_u64(o, R.dropped);
+    put_u64(o, rmeta.dropped);
     /* what is exact: every function call unless near-zero mode; functions with a part of their calls */
     uint32_t partial = oc_render_partial();
     LIT(o, ",\"near_zero\":");
-    put_str(o, R.near_zero ? "true" : "false");
+    put_str(o, rmeta.near_zero ? "true" : "false");
     LIT(o, ",\"partial_functions\":");
     put_u64(o, partial);
     if (partial) {
         LIT(o, ",\"note\":\"");
-        put_str(o, R.near_zero ? "near-zero mode: functions de-instrumented after the threshold have only their first "
+        put_str(o, rmeta.near_zero ? "near-zero mode: functions de-instrumented after the threshold have only their first "
                                  "calls as slices"
                                : "C call sites de-instrumented after the threshold: their later calls are not slices "
                                  "(their time is in the caller's)");
@@ -301,7 +301,7 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
     char damage[512]; /* a damaged recording: what was repaired to render it (render.c) */
     if (oc_render_damage(damage, sizeof damage)) {
         LIT(o, ",\"damaged\":true,\"clamped_records\":");
-        put_u64(o, R.clamped);
+        put_u64(o, rmeta.clamped);
         LIT(o, ",\"damage\":\"");
         put_str(o, damage); /* (plain ASCII, no quote or backslash) */
         LIT(o, "\"");

@@ -259,7 +259,7 @@ static void pb_close(pbw *w) {
 
 /* ---- sink state ---- */
 /* Where the thread's last slice end with timestamp delta `delta` was written (a stream offset, see
- * P.base; 0: never): a slice end with that delta is the same bytes, a copy for deflate found without a
+ * pf_st.base; 0: never): a slice end with that delta is the same bytes, a copy for deflate found without a
  * search or a hash.  A table per thread, direct-mapped by the delta's low bits, 2 KiB (16 entries missed
  * a fifth of fib(22)'s ends, 128 miss 1.5%: its .pftrace 4.6% smaller, 6 instructions an event fewer). */
 typedef struct {
@@ -280,7 +280,7 @@ typedef struct {
      * in end[] (zero-padded to 24 bytes, then the timestamp tag) */
     uint8_t hdr_len, end_len;
     uint8_t end[24];
-    /* where this sequence's packets were written (stream offsets, see P.base; 0: never): the last one,
+    /* where this sequence's packets were written (stream offsets, see pf_st.base; 0: never): the last one,
      * and the last slice end by the length of its timestamp varint (that makes its length byte) */
     uint64_t last_at, end_at[11];   /* end_at[0]: the last slice end of any length */
     end_rep ends[END_REPS];         /* by timestamp delta */
@@ -302,20 +302,20 @@ typedef struct {
     uint32_t iid;
 } loop_slot;
 
-/* The last loop instant of a loop (code, line) on a thread: its name iid (no lookup in P.loops), and
+/* The last loop instant of a loop (code, line) on a thread: its name iid (no lookup in pf_st.loops), and
  * where it was written with its layout, the offsets of its cycles and ns annotations and of its
  * timestamp.  The next iteration's packet has the same bytes but for those values: a copy of the rest
  * for deflate, found without a search.  Direct-mapped by a hash of (code, line, thread). */
 #define LREP_BITS 10
 typedef struct {
     uint64_t key;          /* (code_id << 32 | line) + 1, 0: empty */
-    uint64_t at;           /* stream offset of the packet (see P.base), 0: none */
+    uint64_t at;           /* stream offset of the packet (see pf_st.base), 0: none */
     uint32_t th, iid;
     uint32_t layout;       /* bytes: packet length, offsets of the cycles and ns annotations, of the timestamp */
 } loop_rep;
 
 /* Where the bytes {cycles value, ns annotation} of a loop instant with these values were written
- * (the cycles annotation's value; a stream offset, see P.base): iterations often take the same cycles.
+ * (the cycles annotation's value; a stream offset, see pf_st.base): iterations often take the same cycles.
  * Direct-mapped by a hash of the values. */
 #define LVAL_BITS 12
 typedef struct {
@@ -338,7 +338,7 @@ static struct {
     pf_thread *cur;            /* the thread of the last packet while the sink is writing, else NULL */
     uint32_t nth, cap_th;
     uint32_t next_num;         /* a thread's num: unique among the sequences of the trace */
-    uint64_t ended_ns;         /* the latest timestamp of the threads that ended (and left P.th) */
+    uint64_t ended_ns;         /* the latest timestamp of the threads that ended (and left pf_st.th) */
     uint32_t own_seq;          /* the renderer's own sequence; threads follow it */
     uint32_t next_seq;
     code_te *codes;            /* by code id */
@@ -355,13 +355,13 @@ static struct {
     rep_slot reps[1u << REP_BITS];
     loop_rep lreps[1u << LREP_BITS];
     loop_val lvals[1u << LVAL_BITS];
-} P;
+} pf_st;
 
 static void fail(oc_out *o) {
     if (!o->err)
         o->err = ENOMEM;
-    P.active = 0;
-    P.cur = NULL;
+    pf_st.active = 0;
+    pf_st.cur = NULL;
 }
 
 static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
@@ -372,8 +372,8 @@ static uint64_t mix64(uint64_t x) { /* splitmix64 finalizer */
 }
 
 static uint64_t thread_uuid(long tid) {
-    uint64_t u = mix64(P.process_uuid ^ mix64((uint64_t)tid + 1));
-    return u && u != P.process_uuid ? u : u + 2;
+    uint64_t u = mix64(pf_st.process_uuid ^ mix64((uint64_t)tid + 1));
+    return u && u != pf_st.process_uuid ? u : u + 2;
 }
 
 static uint64_t clock_ns(clockid_t id) {
@@ -416,30 +416,30 @@ static char *json_unescape(const char *s) {
  * tokens, and before a batch is compressed. */
 static int scan_pending(void) {
     int rc = 0;
-    if (P.unscanned < P.raw_n)
-        rc = oc_z_scan(P.raw, P.unscanned, P.raw_n);
-    P.unscanned = SIZE_MAX;
+    if (pf_st.unscanned < pf_st.raw_n)
+        rc = oc_z_scan(pf_st.raw, pf_st.unscanned, pf_st.raw_n);
+    pf_st.unscanned = SIZE_MAX;
     return rc;
 }
 
 /* Compress the collected packets into one TracePacket { compressed_packets = 50 } and write it (or,
  * uncompressed, write the packets themselves). */
 static __attribute__((noinline)) void flush_batch(oc_out *o) {
-    if (P.deflate ? scan_pending() < 0 : (P.unscanned = SIZE_MAX, 0))
+    if (pf_st.deflate ? scan_pending() < 0 : (pf_st.unscanned = SIZE_MAX, 0))
         fail(o);
-    size_t n = P.raw_n;
-    P.raw_n = 0;
-    P.base += n;
-    P.batch_limit = BATCH;
+    size_t n = pf_st.raw_n;
+    pf_st.raw_n = 0;
+    pf_st.base += n;
+    pf_st.batch_limit = BATCH;
     if (!n)
         return;
-    if (!P.deflate) {
-        oc_out_write(o, (const char *)P.raw, n);
+    if (!pf_st.deflate) {
+        oc_out_write(o, (const char *)pf_st.raw, n);
         if (o->err)
-            P.active = 0, P.cur = NULL;
+            pf_st.active = 0, pf_st.cur = NULL;
         return;
     }
-    size_t zn = oc_z_finish(P.raw, n, &P.z, &P.z_cap);
+    size_t zn = oc_z_finish(pf_st.raw, n, &pf_st.z, &pf_st.z_cap);
     if (!zn) {
         fail(o);
         return;
@@ -452,13 +452,13 @@ static __attribute__((noinline)) void flush_batch(oc_out *o) {
     h = put_varint(h, ztag);
     h = put_varint(h, zn);
     oc_out_write(o, (const char *)hdr, (size_t)(h - hdr));
-    oc_out_write(o, (const char *)P.z, zn);
+    oc_out_write(o, (const char *)pf_st.z, zn);
     if (o->err)
-        P.active = 0, P.cur = NULL;
+        pf_st.active = 0, pf_st.cur = NULL;
 }
 
 /* pos (a stream offset, 0: none) is earlier in this batch and within deflate's window of cur */
-static inline int near(uint64_t pos, uint64_t cur) { return pos >= P.base && cur - pos <= OC_Z_WINDOW; }
+static inline int near(uint64_t pos, uint64_t cur) { return pos >= pf_st.base && cur - pos <= OC_Z_WINDOW; }
 
 static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
     for (size_t k = 0; k < n; k++)
@@ -466,22 +466,22 @@ static inline void lits(oc_ztokens *z, const uint8_t *p, size_t n) {
 }
 
 static inline rep_slot *rep_slot_of(uint64_t kind, uint64_t delta) {
-    return &P.reps[((kind ^ delta << 20) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
+    return &pf_st.reps[((kind ^ delta << 20) * 0x9E3779B97F4A7C15ull) >> (64 - REP_BITS)];
 }
 
 static inline loop_val *loop_val_of(uint64_t cycles, uint64_t ns) {
-    return &P.lvals[((cycles * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull >> (64 - LVAL_BITS)];
+    return &pf_st.lvals[((cycles * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull >> (64 - LVAL_BITS)];
 }
 
 /* After every packet: a full batch goes out, so that BATCH_SLACK bytes past raw_n are always free. */
 static inline void batch_done(oc_out *o) {
-    if (UNLIKELY(P.raw_n >= P.batch_limit))
+    if (UNLIKELY(pf_st.raw_n >= pf_st.batch_limit))
         flush_batch(o);
 }
 
 /* ---- packets built by the protobuf writer ---- */
 static pbw *pkt_start(void) {
-    pbw *w = &P.w;
+    pbw *w = &pf_st.w;
     w->n = 0;
     w->depth = 0;
     pb_open(w, TRACE_PACKET);
@@ -489,29 +489,29 @@ static pbw *pkt_start(void) {
 }
 
 static void pkt_end(oc_out *o) {
-    pbw *w = &P.w;
+    pbw *w = &pf_st.w;
     pb_close(w);
     if (w->oom || w->depth) {
         w->oom = 0;
         fail(o);
         return;
     }
-    if (P.raw_n + w->n + BATCH_SLACK > P.raw_cap) {
-        size_t cap = P.raw_cap;
-        while (cap < P.raw_n + w->n + BATCH_SLACK)
+    if (pf_st.raw_n + w->n + BATCH_SLACK > pf_st.raw_cap) {
+        size_t cap = pf_st.raw_cap;
+        while (cap < pf_st.raw_n + w->n + BATCH_SLACK)
             cap *= 2;
-        uint8_t *r = realloc(P.raw, cap);
+        uint8_t *r = realloc(pf_st.raw, cap);
         if (!r) {
             fail(o);
             return;
         }
-        P.raw = r;
-        P.raw_cap = cap;
+        pf_st.raw = r;
+        pf_st.raw_cap = cap;
     }
-    memcpy(P.raw + P.raw_n, w->b, w->n);
-    if (P.unscanned == SIZE_MAX)
-        P.unscanned = P.raw_n;
-    P.raw_n += w->n;
+    memcpy(pf_st.raw + pf_st.raw_n, w->b, w->n);
+    if (pf_st.unscanned == SIZE_MAX)
+        pf_st.unscanned = pf_st.raw_n;
+    pf_st.raw_n += w->n;
     batch_done(o);
 }
 
@@ -538,22 +538,22 @@ static int bit_set(uint8_t **bm, uint32_t *cap, uint32_t i) {
 /* ---- global interning ids ---- */
 /* The code's iid and its cached slice-begin TrackEvent (NULL on memory failure). */
 static code_te *code_entry(uint32_t code_id) {
-    if (code_id >= P.code_cap) {
-        uint32_t cap = P.code_cap ? P.code_cap : 1024;
+    if (code_id >= pf_st.code_cap) {
+        uint32_t cap = pf_st.code_cap ? pf_st.code_cap : 1024;
         while (cap <= code_id)
             cap *= 2;
-        code_te *a = realloc(P.codes, cap * sizeof(code_te));
+        code_te *a = realloc(pf_st.codes, cap * sizeof(code_te));
         if (!a)
             return NULL;
-        memset(a + P.code_cap, 0, (cap - P.code_cap) * sizeof(code_te));
-        P.codes = a;
-        P.code_cap = cap;
+        memset(a + pf_st.code_cap, 0, (cap - pf_st.code_cap) * sizeof(code_te));
+        pf_st.codes = a;
+        pf_st.code_cap = cap;
     }
-    code_te *c = &P.codes[code_id];
+    code_te *c = &pf_st.codes[code_id];
     if (!c->iid) {
-        if (P.next_name_iid >= MAX_IID)
+        if (pf_st.next_name_iid >= MAX_IID)
             return NULL;
-        c->iid = ++P.next_name_iid;
+        c->iid = ++pf_st.next_name_iid;
         uint8_t *p = c->te + 2;
         *p++ = TAG_VARINT(TE_TYPE);
         *p++ = TYPE_SLICE_BEGIN;
@@ -572,33 +572,33 @@ static code_te *code_entry(uint32_t code_id) {
 }
 
 static uint32_t loop_iid(uint32_t code_id, int line) {
-    if (P.loops_n * 2 >= P.loops_cap) {
-        uint32_t cap = P.loops_cap ? P.loops_cap * 2 : 256;
+    if (pf_st.loops_n * 2 >= pf_st.loops_cap) {
+        uint32_t cap = pf_st.loops_cap ? pf_st.loops_cap * 2 : 256;
         loop_slot *t = calloc(cap, sizeof(loop_slot));
         if (!t)
             return 0;
-        for (uint32_t i = 0; i < P.loops_cap; i++)
-            if (P.loops[i].key) {
-                uint32_t j = (uint32_t)mix64(P.loops[i].key) & (cap - 1);
+        for (uint32_t i = 0; i < pf_st.loops_cap; i++)
+            if (pf_st.loops[i].key) {
+                uint32_t j = (uint32_t)mix64(pf_st.loops[i].key) & (cap - 1);
                 while (t[j].key)
                     j = (j + 1) & (cap - 1);
-                t[j] = P.loops[i];
+                t[j] = pf_st.loops[i];
             }
-        free(P.loops);
-        P.loops = t;
-        P.loops_cap = cap;
+        free(pf_st.loops);
+        pf_st.loops = t;
+        pf_st.loops_cap = cap;
     }
     uint64_t key = (((uint64_t)code_id << 32) | (uint32_t)line) + 1;
-    uint32_t j = (uint32_t)mix64(key) & (P.loops_cap - 1);
-    while (P.loops[j].key) {
-        if (P.loops[j].key == key)
-            return P.loops[j].iid;
-        j = (j + 1) & (P.loops_cap - 1);
+    uint32_t j = (uint32_t)mix64(key) & (pf_st.loops_cap - 1);
+    while (pf_st.loops[j].key) {
+        if (pf_st.loops[j].key == key)
+            return pf_st.loops[j].iid;
+        j = (j + 1) & (pf_st.loops_cap - 1);
     }
-    P.loops[j].key = key;
-    P.loops[j].iid = ++P.next_name_iid;
-    P.loops_n++;
-    return P.loops[j].iid;
+    pf_st.loops[j].key = key;
+    pf_st.loops[j].iid = ++pf_st.next_name_iid;
+    pf_st.loops_n++;
+    return pf_st.loops[j].iid;
 }
 
 /* ---- per-thread sequences ---- */
@@ -625,9 +625,9 @@ static void put_thread_descriptor(pbw *w, pf_thread *t, const char *name) {
     }
     pb_open(w, TP_TRACK_DESCRIPTOR);
     pb_uint(w, TD_UUID, t->uuid);
-    pb_uint(w, TD_PARENT_UUID, P.process_uuid);
+    pb_uint(w, TD_PARENT_UUID, pf_st.process_uuid);
     pb_open(w, TD_THREAD);
-    pb_int(w, THD_PID, R.pid);
+    pb_int(w, THD_PID, rmeta.pid);
     pb_int(w, THD_TID, t->tid);
     if (name)
         pb_str(w, THD_THREAD_NAME, name);
@@ -653,21 +653,21 @@ static void seq_header(pbw *w, pf_thread *t) { pb_raw(w, t->end, t->hdr_len); }
 
 /* A new thread: open its sequence (defaults + incremental clock at ts) and announce its track. */
 static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
-    if (P.nth == P.cap_th) {
-        uint32_t cap = P.cap_th ? P.cap_th * 2 : 16;
-        pf_thread *n = realloc(P.th, cap * sizeof(pf_thread));
+    if (pf_st.nth == pf_st.cap_th) {
+        uint32_t cap = pf_st.cap_th ? pf_st.cap_th * 2 : 16;
+        pf_thread *n = realloc(pf_st.th, cap * sizeof(pf_thread));
         if (!n) {
             fail(o);
             return NULL;
         }
-        P.th = n;
-        P.cap_th = cap;
+        pf_st.th = n;
+        pf_st.cap_th = cap;
     }
-    pf_thread *t = &P.th[P.nth++];
+    pf_thread *t = &pf_st.th[pf_st.nth++];
     memset(t, 0, sizeof *t);
     t->tid = tid;
-    t->num = ++P.next_num; /* (not its index: an ended thread's entry is given to the next thread) */
-    t->seq = P.next_seq++;
+    t->num = ++pf_st.next_num; /* (not its index: an ended thread's entry is given to the next thread) */
+    t->seq = pf_st.next_seq++;
     t->uuid = thread_uuid(tid);
     t->last_ns = ts;
     uint8_t *p = t->end;
@@ -709,10 +709,10 @@ static pf_thread *new_thread(oc_out *o, long tid, uint64_t ts) {
 }
 
 /* The sink is writing: it has an output, and no write has failed (flush_batch and fail() clear
- * P.active on an error). */
+ * pf_st.active on an error). */
 static inline int ready(oc_out *o) {
     (void)o;
-    return P.active;
+    return pf_st.active;
 }
 
 /* thread_for's slow path: not the last packet's thread, or not writing (NULL) */
@@ -720,36 +720,36 @@ static __attribute__((noinline)) pf_thread *thread_slow(oc_out *o, long tid, uin
     if (!ready(o))
         return NULL;
     pf_thread *t = NULL;
-    for (uint32_t i = 0; i < P.nth && !t; i++)
-        if (P.th[i].tid == tid)
-            t = &P.th[i];
+    for (uint32_t i = 0; i < pf_st.nth && !t; i++)
+        if (pf_st.th[i].tid == tid)
+            t = &pf_st.th[i];
     if (!t)
         t = new_thread(o, tid, ts);
-    P.cur = P.active ? t : NULL;
+    pf_st.cur = pf_st.active ? t : NULL;
     return t;
 }
 
-/* The thread's state, or NULL when the sink is not writing (P.cur is only set while it is, so the
+/* The thread's state, or NULL when the sink is not writing (pf_st.cur is only set while it is, so the
  * common path tests one pointer and one tid). */
 static inline pf_thread *thread_for(oc_out *o, long tid, uint64_t ts) {
-    pf_thread *t = P.cur;
+    pf_thread *t = pf_st.cur;
     if (LIKELY(t != NULL && t->tid == tid))
         return t;
     return thread_slow(o, tid, ts);
 }
 
-/* The thread ended: its entry goes (the last one takes its place), so that P.th holds the threads alive at
+/* The thread ended: its entry goes (the last one takes its place), so that pf_st.th holds the threads alive at
  * once; its descriptor is named at the footer on the renderer's own sequence.  A thread of the same tid
  * later on gets a new sequence on the same track. */
 static void pf_thread_end(oc_out *o, long tid) {
     (void)o;
-    for (uint32_t i = 0; i < P.nth; i++)
-        if (P.th[i].tid == tid) {
-            if (P.th[i].last_ns > P.ended_ns)
-                P.ended_ns = P.th[i].last_ns;
-            free(P.th[i].names);
-            P.th[i] = P.th[--P.nth];
-            P.cur = NULL;
+    for (uint32_t i = 0; i < pf_st.nth; i++)
+        if (pf_st.th[i].tid == tid) {
+            if (pf_st.th[i].last_ns > pf_st.ended_ns)
+                pf_st.ended_ns = pf_st.th[i].last_ns;
+            free(pf_st.th[i].names);
+            pf_st.th[i] = pf_st.th[--pf_st.nth];
+            pf_st.cur = NULL;
             break;
         }
 }
@@ -811,29 +811,29 @@ static void put_annotation_int(pbw *w, uint32_t an, int64_t v) {
 static void pf_header(oc_out *o) {
     /* A forked child inherits the parent's tables in whatever state the parent had them: forget them
      * (never free: they may be mid-update).  A normal session ends with a clean state. */
-    memset(&P, 0, sizeof P);
-    P.own_seq = (((uint32_t)R.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
-    P.next_seq = P.own_seq + 1;
+    memset(&pf_st, 0, sizeof pf_st);
+    pf_st.own_seq = (((uint32_t)rmeta.pid & 0x3FFFFFu) << SEQS_PER_PROCESS_BITS) | 1u;
+    pf_st.next_seq = pf_st.own_seq + 1;
     const char *env = getenv("OCULAR_PERFETTO_DEFLATE");
-    P.deflate = !(env && strcmp(env, "0") == 0);
-    P.raw_cap = BATCH + 4096;
-    P.base = 1;
-    P.batch_limit = FIRST_BATCH;
-    P.unscanned = SIZE_MAX;
+    pf_st.deflate = !(env && strcmp(env, "0") == 0);
+    pf_st.raw_cap = BATCH + 4096;
+    pf_st.base = 1;
+    pf_st.batch_limit = FIRST_BATCH;
+    pf_st.unscanned = SIZE_MAX;
     oc_z_start(); /* (a forked child's copy of the parent's stream buffer, if any, is simply reused) */
-    if (!(P.raw = malloc(P.raw_cap)) || (P.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
+    if (!(pf_st.raw = malloc(pf_st.raw_cap)) || (pf_st.deflate && oc_z_reserve(BATCH + BATCH_SLACK) < 0)) {
         fail(o);
         return;
     }
-    P.active = o->fd >= 0 && !o->err;
+    pf_st.active = o->fd >= 0 && !o->err;
     /* MONOTONIC read on both sides of BOOTTIME: the midpoint is the best estimate of the pair */
     uint64_t m1 = clock_ns(CLOCK_MONOTONIC), boot = clock_ns(CLOCK_BOOTTIME), m2 = clock_ns(CLOCK_MONOTONIC);
     uint64_t mono = m1 + (m2 - m1) / 2;
-    P.mono0 = mono;
-    P.process_uuid = mix64(((uint64_t)R.pid << 32) ^ mono) | 1;
+    pf_st.mono0 = mono;
+    pf_st.process_uuid = mix64(((uint64_t)rmeta.pid << 32) ^ mono) | 1;
 
     pbw *w = pkt_start();
-    pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
+    pb_uint(w, TP_SEQUENCE_ID, pf_st.own_seq);
     pb_uint(w, TP_SEQUENCE_FLAGS, SEQ_INCREMENTAL_STATE_CLEARED);
     pb_uint(w, TP_FIRST_PACKET_ON_SEQUENCE, 1);
     pb_uint(w, TP_PREVIOUS_PACKET_DROPPED, 1);
@@ -843,15 +843,15 @@ static void pf_header(oc_out *o) {
     pb_close(w);
     pkt_end(o);
 
-    char *pname = json_unescape(R.process_name ? R.process_name : "python");
+    char *pname = json_unescape(rmeta.process_name ? rmeta.process_name : "python");
     w = pkt_start();
     pb_uint(w, TP_TIMESTAMP, mono);
     pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-    pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
+    pb_uint(w, TP_SEQUENCE_ID, pf_st.own_seq);
     pb_open(w, TP_TRACK_DESCRIPTOR);
-    pb_uint(w, TD_UUID, P.process_uuid);
+    pb_uint(w, TD_UUID, pf_st.process_uuid);
     pb_open(w, TD_PROCESS);
-    pb_int(w, PD_PID, R.pid);
+    pb_int(w, PD_PID, rmeta.pid);
     pb_str(w, PD_PROCESS_NAME, pname ? pname : "python");
     pb_close(w);
     pb_close(w);
@@ -895,7 +895,7 @@ static __attribute__((noinline)) void begin_slow(oc_out *o, pf_thread *t, uint64
 static __attribute__((noinline)) void begin_tokens(oc_out *o, pf_thread *t, code_te *c, const uint8_t *p,
                                                    uint32_t pre, uint32_t tsl, uint64_t delta, rep_slot *r,
                                                    uint64_t cur) {
-    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+    if (UNLIKELY(pf_st.unscanned != SIZE_MAX) && scan_pending() < 0)
         fail(o);
     oc_ztokens z = oc_zt;
     const uint8_t *ts = p + pre;
@@ -937,10 +937,10 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
     code_te *c;
     /* c->th == t->num: the code's last begin was on this thread's sequence, so its names are interned
      * there (maintained with deflate only; else the bitmap says) */
-    if (LIKELY(code_id < P.code_cap &&
-               ((c = &P.codes[code_id])->th == t->num || (c->iid && bit_test(t->names, t->names_cap, c->iid))) &&
+    if (LIKELY(code_id < pf_st.code_cap &&
+               ((c = &pf_st.codes[code_id])->th == t->num || (c->iid && bit_test(t->names, t->names_cap, c->iid))) &&
                ts_ns >= t->last_ns)) {
-        uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+        uint8_t *p = pf_st.raw + pf_st.raw_n, *b = p + 2;
         memcpy(b, t->end, 8);
         b += t->hdr_len;
         memcpy(b, c->te, sizeof c->te);
@@ -952,13 +952,13 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
         t->last_ns = ts_ns;
         p[0] = TAG_LEN(TRACE_PACKET);
         p[1] = (uint8_t)(b - p - 2);
-        if (P.deflate) { /* as LZ77 tokens: mostly a copy of the last identical packet (same code, thread
+        if (pf_st.deflate) { /* as LZ77 tokens: mostly a copy of the last identical packet (same code, thread
                           * and timestamp delta), found without a search; else begin_tokens */
-            uint64_t cur = P.base + P.raw_n, delta = ts_ns - last;
+            uint64_t cur = pf_st.base + pf_st.raw_n, delta = ts_ns - last;
             uint32_t tsl = (uint32_t)(b - ts), th = t->num;
             uint64_t kind = (uint64_t)c->iid << 32 | th;
             rep_slot *r = rep_slot_of(kind, delta);
-            if (LIKELY(r->kind == kind && r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+            if (LIKELY(r->kind == kind && r->delta == delta && near(r->at, cur) && pf_st.unscanned == SIZE_MAX)) {
                 oc_ztokens z = oc_zt;
                 oc_z_match(&z, (uint32_t)(b - p), (uint32_t)(cur - r->at));
                 oc_zt = z;
@@ -972,7 +972,7 @@ static void pf_begin(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id) {
                 begin_tokens(o, t, c, p, (uint32_t)(ts - p), tsl, delta, r, cur);
             }
         }
-        P.raw_n = (size_t)(b - P.raw);
+        pf_st.raw_n = (size_t)(b - pf_st.raw);
         batch_done(o);
         return;
     }
@@ -990,7 +990,7 @@ static __attribute__((noinline)) void end_slow(oc_out *o, pf_thread *t, uint64_t
  * packets pending): a copy of the thread's last end and the timestamp as literals, or piecewise. */
 static __attribute__((noinline)) void end_tokens(oc_out *o, pf_thread *t, const uint8_t *p, uint32_t tsl,
                                                  uint64_t delta, uint64_t cur) {
-    if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+    if (UNLIKELY(pf_st.unscanned != SIZE_MAX) && scan_pending() < 0)
         fail(o);
     oc_ztokens z = oc_zt;
     uint32_t pre = 2u + t->end_len;
@@ -1027,7 +1027,7 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
         end_slow(o, t, ts_ns);
         return;
     }
-    uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+    uint8_t *p = pf_st.raw + pf_st.raw_n, *b = p + 2;
     memcpy(b, t->end, sizeof t->end);
     b += t->end_len;
     uint8_t *ts = b;
@@ -1037,11 +1037,11 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
     uint32_t n = (uint32_t)(b - p), tsl = (uint32_t)(b - ts);
     p[0] = TAG_LEN(TRACE_PACKET);
     p[1] = (uint8_t)(n - 2);
-    if (P.deflate) { /* as LZ77 tokens: nearly always a copy of the last identical packet (same thread
+    if (pf_st.deflate) { /* as LZ77 tokens: nearly always a copy of the last identical packet (same thread
                       * and timestamp delta), found without a search; else end_tokens */
-        uint64_t cur = P.base + P.raw_n;
+        uint64_t cur = pf_st.base + pf_st.raw_n;
         end_rep *r = &t->ends[delta & (END_REPS - 1)];
-        if (LIKELY(r->delta == delta && near(r->at, cur) && P.unscanned == SIZE_MAX)) {
+        if (LIKELY(r->delta == delta && near(r->at, cur) && pf_st.unscanned == SIZE_MAX)) {
             oc_ztokens z = oc_zt;
             oc_z_match(&z, n, (uint32_t)(cur - r->at));
             oc_zt = z;
@@ -1051,7 +1051,7 @@ static void pf_end(oc_out *o, long tid, uint64_t ts_ns) {
             end_tokens(o, t, p, tsl, delta, cur);
         }
     }
-    P.raw_n += n;
+    pf_st.raw_n += n;
     batch_done(o);
 }
 
@@ -1121,7 +1121,7 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
         return;
     }
     uint64_t key = (((uint64_t)code_id << 32) | (uint32_t)line) + 1;
-    loop_rep *lr = &P.lreps[((key ^ (uint64_t)t->num << 40) * 0x9E3779B97F4A7C15ull) >> (64 - LREP_BITS)];
+    loop_rep *lr = &pf_st.lreps[((key ^ (uint64_t)t->num << 40) * 0x9E3779B97F4A7C15ull) >> (64 - LREP_BITS)];
     uint32_t name = lr->iid;
     if (UNLIKELY(lr->key != key || lr->th != t->num)) {
         name = loop_iid(code_id, line);
@@ -1133,7 +1133,7 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
     }
     if (LIKELY((t->cats & (1u << CAT_LOOP)) && (t->anns & LOOP_ANNS) == LOOP_ANNS &&
                bit_test(t->names, t->names_cap, name) && ts_ns >= t->last_ns)) {
-        uint8_t *p = P.raw + P.raw_n, *b = p + 2;
+        uint8_t *p = pf_st.raw + pf_st.raw_n, *b = p + 2;
         memcpy(b, t->end, 8);
         b += t->hdr_len;
         uint8_t *te = b;
@@ -1161,15 +1161,15 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
             p[0] = TAG_LEN(TRACE_PACKET);
             p[1] = (uint8_t)(n - 2);
             t->last_ns = ts_ns;
-            uint64_t cur = P.base + P.raw_n;
+            uint64_t cur = pf_st.base + pf_st.raw_n;
             /* As tokens: the loop's last instant again but for the cycles, ns and timestamp values, where
              * it has the same layout (the same offsets, hence the same lengths in the headers before
              * them) and is not the packet right before (a run of one loop's instants: the matcher codes
              * it best, as long copies reaching over several instants). */
             uint32_t layout = n | cyc << 8 | nsa << 16 | tsa << 24, val = cyc + ANN_HDR;
-            if (lr->layout == layout && lr->at + n != cur && P.deflate && near(lr->at, cur) &&
-                memcmp(p, P.raw + (lr->at - P.base), val) == 0) {
-                if (UNLIKELY(P.unscanned != SIZE_MAX) && scan_pending() < 0)
+            if (lr->layout == layout && lr->at + n != cur && pf_st.deflate && near(lr->at, cur) &&
+                memcmp(p, pf_st.raw + (lr->at - pf_st.base), val) == 0) {
+                if (UNLIKELY(pf_st.unscanned != SIZE_MAX) && scan_pending() < 0)
                     fail(o);
                 oc_ztokens z = oc_zt;
                 uint32_t dist = (uint32_t)(cur - lr->at);
@@ -1185,12 +1185,12 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
                 lits(&z, p + tsa, n - tsa);
                 oc_zt = z;
                 *v = (loop_val){cycles, ns, cur + val};
-            } else if (P.unscanned == SIZE_MAX) {
-                P.unscanned = P.raw_n; /* deflate.c's matcher finds its tokens */
+            } else if (pf_st.unscanned == SIZE_MAX) {
+                pf_st.unscanned = pf_st.raw_n; /* deflate.c's matcher finds its tokens */
             }
             lr->at = cur;
             lr->layout = layout;
-            P.raw_n += n;
+            pf_st.raw_n += n;
             batch_done(o);
             return;
         }
@@ -1199,37 +1199,37 @@ static void pf_loop(oc_out *o, long tid, uint64_t ts_ns, uint32_t code_id, int l
 }
 
 static void free_state(void) {
-    for (uint32_t i = 0; i < P.nth; i++)
-        free(P.th[i].names);
-    free(P.th);
-    free(P.codes);
-    free(P.loops);
-    free(P.w.b);
-    free(P.raw);
-    free(P.z);
+    for (uint32_t i = 0; i < pf_st.nth; i++)
+        free(pf_st.th[i].names);
+    free(pf_st.th);
+    free(pf_st.codes);
+    free(pf_st.loops);
+    free(pf_st.w.b);
+    free(pf_st.raw);
+    free(pf_st.z);
     oc_z_free();
-    memset(&P, 0, sizeof P);
+    memset(&pf_st, 0, sizeof pf_st);
 }
 
 /* The thread names are final: re-emit each thread's descriptor, named (and the process's, saying what was
  * repaired, for a damaged recording). */
 static void pf_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
-    if (P.active && !o->err) {
-        uint64_t max_ns = P.mono0 > P.ended_ns ? P.mono0 : P.ended_ns; /* the latest timestamp written */
-        for (uint32_t k = 0; k < P.nth; k++)
-            if (P.th[k].last_ns > max_ns)
-                max_ns = P.th[k].last_ns;
-        for (uint32_t i = 0; i < R.nthreads; i++) {
-            oc_thread *th = &R.threads[i];
+    if (pf_st.active && !o->err) {
+        uint64_t max_ns = pf_st.mono0 > pf_st.ended_ns ? pf_st.mono0 : pf_st.ended_ns; /* the latest timestamp written */
+        for (uint32_t k = 0; k < pf_st.nth; k++)
+            if (pf_st.th[k].last_ns > max_ns)
+                max_ns = pf_st.th[k].last_ns;
+        for (uint32_t i = 0; i < rmeta.nthreads; i++) {
+            oc_thread *th = &rmeta.threads[i];
             char *unescaped = NULL;
             const char *name = th->name_raw;
             if (!name && th->name)
                 name = unescaped = json_unescape(th->name);
             pf_thread *t = NULL;
-            for (uint32_t k = 0; k < P.nth; k++)
-                if (P.th[k].tid == th->tid)
-                    t = &P.th[k];
+            for (uint32_t k = 0; k < pf_st.nth; k++)
+                if (pf_st.th[k].tid == th->tid)
+                    t = &pf_st.th[k];
             pbw *w = pkt_start();
             if (t) { /* on its own sequence, at its last event */
                 seq_header(w, t);
@@ -1239,7 +1239,7 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                 pf_thread tmp = {.tid = th->tid, .uuid = thread_uuid(th->tid)};
                 pb_uint(w, TP_TIMESTAMP, max_ns);
                 pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-                pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
+                pb_uint(w, TP_SEQUENCE_ID, pf_st.own_seq);
                 put_thread_descriptor(w, &tmp, name ? name : "thread");
             }
             pkt_end(o);
@@ -1247,7 +1247,7 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
         }
         char damage[512]; /* a damaged recording: the process track says what was repaired (render.c) */
         if (oc_render_damage(damage, sizeof damage)) {
-            char *pname = json_unescape(R.process_name ? R.process_name : "python");
+            char *pname = json_unescape(rmeta.process_name ? rmeta.process_name : "python");
             size_t n = strlen(pname ? pname : "python") + strlen(damage) + 8;
             char *named = malloc(n);
             if (named) {
@@ -1255,11 +1255,11 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                 pbw *w = pkt_start();
                 pb_uint(w, TP_TIMESTAMP, max_ns);
                 pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
-                pb_uint(w, TP_SEQUENCE_ID, P.own_seq);
+                pb_uint(w, TP_SEQUENCE_ID, pf_st.own_seq);
                 pb_open(w, TP_TRACK_DESCRIPTOR);
-                pb_uint(w, TD_UUID, P.process_uuid);
+                pb_uint(w, TD_UUID, pf_st.process_uuid);
                 pb_open(w, TD_PROCESS);
-                pb_int(w, PD_PID, R.pid);
+                pb_int(w, PD_PID, rmeta.pid);
                 pb_str(w, PD_PROCESS_NAME, named);
                 pb_close(w);
                 pb_close(w);

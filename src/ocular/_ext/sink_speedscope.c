@@ -24,7 +24,7 @@ static struct {
     uint32_t *stack;
     uint32_t depth, cap;
     int failed;
-} SP;
+} spd_st;
 
 static void put_u64(oc_out *o, uint64_t v) {
     char tmp[24];
@@ -39,35 +39,35 @@ static void put_u64(oc_out *o, uint64_t v) {
 #define LIT(o, s) oc_out_write((o), (s), sizeof(s) - 1)
 
 static void ss_header(oc_out *o) {
-    free(SP.stack);
-    memset(&SP, 0, sizeof SP);
+    free(spd_st.stack);
+    memset(&spd_st, 0, sizeof spd_st);
     LIT(o, "{\"$schema\":\"https://www.speedscope.app/file-format-schema.json\",\"exporter\":\"ocular\",\"name\":\"");
-    if (R.process_name)
-        oc_out_write(o, R.process_name, strlen(R.process_name));
+    if (rmeta.process_name)
+        oc_out_write(o, rmeta.process_name, strlen(rmeta.process_name));
     LIT(o, "\",\"activeProfileIndex\":0,\"profiles\":[");
 }
 
 static void close_profile(oc_out *o) {
-    if (!SP.open)
+    if (!spd_st.open)
         return;
     LIT(o, "],\"startValue\":");
-    put_u64(o, SP.first_ns);
+    put_u64(o, spd_st.first_ns);
     LIT(o, ",\"endValue\":");
-    put_u64(o, SP.last_ns);
+    put_u64(o, spd_st.last_ns);
     LIT(o, "}");
-    SP.open = 0;
+    spd_st.open = 0;
 }
 
 static const char *thread_name(long tid) {
-    for (uint32_t i = 0; i < R.nthreads; i++)
-        if (R.threads[i].tid == tid && R.threads[i].name)
-            return R.threads[i].name;
+    for (uint32_t i = 0; i < rmeta.nthreads; i++)
+        if (rmeta.threads[i].tid == tid && rmeta.threads[i].name)
+            return rmeta.threads[i].name;
     return NULL;
 }
 
 static void open_profile(oc_out *o, long tid, uint64_t ts) {
     close_profile(o);
-    if (SP.nprofiles++)
+    if (spd_st.nprofiles++)
         LIT(o, ",");
     const char *name = thread_name(tid);
     LIT(o, "{\"type\":\"evented\",\"name\":\"");
@@ -76,47 +76,47 @@ static void open_profile(oc_out *o, long tid, uint64_t ts) {
     else
         oc_out_printf(o, "thread %ld", tid);
     LIT(o, "\",\"unit\":\"nanoseconds\",\"events\":[");
-    SP.open = 1;
-    SP.tid = tid;
-    SP.first_ns = SP.last_ns = ts;
-    SP.depth = 0;
-    SP.nevents = 0;
+    spd_st.open = 1;
+    spd_st.tid = tid;
+    spd_st.first_ns = spd_st.last_ns = ts;
+    spd_st.depth = 0;
+    spd_st.nevents = 0;
 }
 
 static void event(oc_out *o, char kind, uint64_t ts, uint32_t code_id) {
-    int first = SP.nevents++ == 0;
+    int first = spd_st.nevents++ == 0;
     char buf[80];
     int n = snprintf(buf, sizeof buf, "%s{\"type\":\"%c\",\"frame\":%u,\"at\":", first ? "" : ",", kind, code_id);
     oc_out_write(o, buf, (size_t)n);
     put_u64(o, ts);
     LIT(o, "}");
-    SP.last_ns = ts;
+    spd_st.last_ns = ts;
 }
 
 static void ss_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) {
-    if (!SP.open || SP.tid != tid)
+    if (!spd_st.open || spd_st.tid != tid)
         open_profile(o, tid, ts);
-    if (SP.depth == SP.cap) {
-        uint32_t cap = SP.cap ? SP.cap * 2 : 256;
-        uint32_t *s = realloc(SP.stack, (size_t)cap * sizeof *s);
+    if (spd_st.depth == spd_st.cap) {
+        uint32_t cap = spd_st.cap ? spd_st.cap * 2 : 256;
+        uint32_t *s = realloc(spd_st.stack, (size_t)cap * sizeof *s);
         if (!s) {
-            SP.failed = 1; /* the file would be unbalanced: the footer marks it broken */
+            spd_st.failed = 1; /* the file would be unbalanced: the footer marks it broken */
             return;
         }
-        SP.stack = s;
-        SP.cap = cap;
+        spd_st.stack = s;
+        spd_st.cap = cap;
     }
-    SP.stack[SP.depth++] = code_id;
-    if (code_id >= SP.nframes)
-        SP.nframes = code_id + 1;
-    event(o, 'O', ts < SP.last_ns ? SP.last_ns : ts, code_id);
+    spd_st.stack[spd_st.depth++] = code_id;
+    if (code_id >= spd_st.nframes)
+        spd_st.nframes = code_id + 1;
+    event(o, 'O', ts < spd_st.last_ns ? spd_st.last_ns : ts, code_id);
 }
 
 static void ss_end(oc_out *o, long tid, uint64_t ts) {
-    if (!SP.open || SP.tid != tid || !SP.depth)
+    if (!spd_st.open || spd_st.tid != tid || !spd_st.depth)
         return;
-    uint32_t code_id = SP.stack[--SP.depth];
-    event(o, 'C', ts < SP.last_ns ? SP.last_ns : ts, code_id);
+    uint32_t code_id = spd_st.stack[--spd_st.depth];
+    event(o, 'C', ts < spd_st.last_ns ? spd_st.last_ns : ts, code_id);
 }
 
 static void ss_loop(oc_out *o, long tid, uint64_t ts, uint32_t code_id, int line, uint32_t offset, uint32_t insns,
@@ -128,8 +128,8 @@ static void ss_footer(oc_out *o, const char *clock, int precise) {
     (void)clock, (void)precise;
     close_profile(o);
     LIT(o, "],\"shared\":{\"frames\":[");
-    for (uint32_t i = 0; i < SP.nframes && i < R.ncodes; i++) {
-        oc_codeent *e = &R.codes[i];
+    for (uint32_t i = 0; i < spd_st.nframes && i < rmeta.ncodes; i++) {
+        oc_codeent *e = &rmeta.codes[i];
         if (i)
             LIT(o, ",");
         if (!e->qualname) {
@@ -146,11 +146,11 @@ static void ss_footer(oc_out *o, const char *clock, int precise) {
         LIT(o, "}");
     }
     LIT(o, "]}}\n");
-    if (SP.failed && !o->err)
+    if (spd_st.failed && !o->err)
         o->err = 12; /* ENOMEM: the caller reports a write failure and leaves no file */
-    free(SP.stack);
-    SP.stack = NULL;
-    SP.cap = SP.depth = 0;
+    free(spd_st.stack);
+    spd_st.stack = NULL;
+    spd_st.cap = spd_st.depth = 0;
 }
 
 const oc_sink oc_sink_speedscope = {"speedscope", ss_header, ss_begin, ss_end, ss_loop, ss_footer, NULL, NULL, NULL, NULL, NULL, NULL};

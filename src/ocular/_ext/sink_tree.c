@@ -37,7 +37,7 @@ static struct {
     uint32_t merged;  /* index of the merged threads' tree, UINT32_MAX: none yet */
     uint32_t nmerged; /* threads in it */
     int failed;       /* out of memory: the export says so */
-} T;
+} tree_st;
 
 static inline uint32_t hash_of(uint32_t parent, uint32_t code) {
     uint64_t k = ((uint64_t)parent << 32 | code) * 0x9E3779B97F4A7C15ull;
@@ -48,58 +48,58 @@ static int rehash(uint32_t cap) {
     uint32_t *h = calloc(cap, sizeof *h);
     if (!h)
         return -1;
-    for (uint32_t i = 0; i < T.n; i++) {
-        uint32_t s = hash_of(T.nodes[i].parent, T.nodes[i].code) & (cap - 1);
+    for (uint32_t i = 0; i < tree_st.n; i++) {
+        uint32_t s = hash_of(tree_st.nodes[i].parent, tree_st.nodes[i].code) & (cap - 1);
         while (h[s])
             s = (s + 1) & (cap - 1);
         h[s] = i + 1;
     }
-    free(T.hash);
-    T.hash = h;
-    T.hcap = cap;
+    free(tree_st.hash);
+    tree_st.hash = h;
+    tree_st.hcap = cap;
     return 0;
 }
 
 /* the node (parent, code), made if new; UINT32_MAX on memory failure */
 static uint32_t child(uint32_t parent, uint32_t code) {
-    if (T.hcap) {
-        uint32_t s = hash_of(parent, code) & (T.hcap - 1);
+    if (tree_st.hcap) {
+        uint32_t s = hash_of(parent, code) & (tree_st.hcap - 1);
         for (;;) {
-            uint32_t v = T.hash[s];
+            uint32_t v = tree_st.hash[s];
             if (!v)
                 break;
-            oc_tree_node *nd = &T.nodes[v - 1];
+            oc_tree_node *nd = &tree_st.nodes[v - 1];
             if (nd->parent == parent && nd->code == code)
                 return v - 1;
-            s = (s + 1) & (T.hcap - 1);
+            s = (s + 1) & (tree_st.hcap - 1);
         }
     }
-    if (T.n == T.cap) {
-        uint32_t cap = T.cap ? T.cap * 2 : 1024;
-        oc_tree_node *nn = realloc(T.nodes, (size_t)cap * sizeof *nn);
+    if (tree_st.n == tree_st.cap) {
+        uint32_t cap = tree_st.cap ? tree_st.cap * 2 : 1024;
+        oc_tree_node *nn = realloc(tree_st.nodes, (size_t)cap * sizeof *nn);
         if (!nn)
             return UINT32_MAX;
-        T.nodes = nn;
-        T.cap = cap;
+        tree_st.nodes = nn;
+        tree_st.cap = cap;
     }
-    if ((uint64_t)(T.n + 1) * 2 > T.hcap && rehash(T.hcap ? T.hcap * 2 : 2048) < 0)
+    if ((uint64_t)(tree_st.n + 1) * 2 > tree_st.hcap && rehash(tree_st.hcap ? tree_st.hcap * 2 : 2048) < 0)
         return UINT32_MAX;
-    uint32_t i = T.n++;
-    T.nodes[i] = (oc_tree_node){parent, code, 0, 0, 0};
-    uint32_t s = hash_of(parent, code) & (T.hcap - 1);
-    while (T.hash[s])
-        s = (s + 1) & (T.hcap - 1);
-    T.hash[s] = i + 1;
+    uint32_t i = tree_st.n++;
+    tree_st.nodes[i] = (oc_tree_node){parent, code, 0, 0, 0};
+    uint32_t s = hash_of(parent, code) & (tree_st.hcap - 1);
+    while (tree_st.hash[s])
+        s = (s + 1) & (tree_st.hcap - 1);
+    tree_st.hash[s] = i + 1;
     return i;
 }
 
 static void tree_reset(void) {
-    free(T.nodes);
-    free(T.hash);
-    free(T.stack);
-    free(T.threads);
-    memset(&T, 0, sizeof T);
-    T.merged = UINT32_MAX;
+    free(tree_st.nodes);
+    free(tree_st.hash);
+    free(tree_st.stack);
+    free(tree_st.threads);
+    memset(&tree_st, 0, sizeof tree_st);
+    tree_st.merged = UINT32_MAX;
 }
 
 static void tree_header(oc_out *o) {
@@ -109,41 +109,41 @@ static void tree_header(oc_out *o) {
 
 /* a thread entry with a root of its own, made current */
 static oc_tree_thread *new_thread(long tid, uint64_t ts) {
-    if (T.nthreads == T.tcap) {
-        uint32_t cap = T.tcap ? T.tcap * 2 : 16;
-        oc_tree_thread *t = realloc(T.threads, (size_t)cap * sizeof *t);
+    if (tree_st.nthreads == tree_st.tcap) {
+        uint32_t cap = tree_st.tcap ? tree_st.tcap * 2 : 16;
+        oc_tree_thread *t = realloc(tree_st.threads, (size_t)cap * sizeof *t);
         if (!t)
             return NULL;
-        T.threads = t;
-        T.tcap = cap;
+        tree_st.threads = t;
+        tree_st.tcap = cap;
     }
-    uint32_t root = child(OC_TREE_ROOT, (uint32_t)T.nthreads); /* roots: unique (no parent, index) */
+    uint32_t root = child(OC_TREE_ROOT, (uint32_t)tree_st.nthreads); /* roots: unique (no parent, index) */
     if (root == UINT32_MAX)
         return NULL;
-    T.nodes[root].code = OC_TREE_ROOT;
-    T.cur = T.nthreads;
-    T.cur_tid = tid;
-    oc_tree_thread *t = &T.threads[T.nthreads++];
+    tree_st.nodes[root].code = OC_TREE_ROOT;
+    tree_st.cur = tree_st.nthreads;
+    tree_st.cur_tid = tid;
+    oc_tree_thread *t = &tree_st.threads[tree_st.nthreads++];
     *t = (oc_tree_thread){tid, root, ts, ts};
     return t;
 }
 
 /* the renderer goes thread by thread: a new tid starts a new root (past OC_TREE_THREADS, the merged one) */
 static oc_tree_thread *thread_for(long tid, uint64_t ts) {
-    if (T.nthreads && T.cur_tid == tid)
-        return &T.threads[T.cur];
-    T.depth = 0;
-    if (T.nthreads - (T.merged != UINT32_MAX) < OC_TREE_THREADS)
+    if (tree_st.nthreads && tree_st.cur_tid == tid)
+        return &tree_st.threads[tree_st.cur];
+    tree_st.depth = 0;
+    if (tree_st.nthreads - (tree_st.merged != UINT32_MAX) < OC_TREE_THREADS)
         return new_thread(tid, ts);
-    if (T.merged == UINT32_MAX) {
+    if (tree_st.merged == UINT32_MAX) {
         if (!new_thread(0, ts))
             return NULL;
-        T.merged = T.cur;
+        tree_st.merged = tree_st.cur;
     }
-    oc_tree_thread *m = &T.threads[T.merged];
-    T.nmerged++;
-    T.cur = T.merged;
-    T.cur_tid = tid;
+    oc_tree_thread *m = &tree_st.threads[tree_st.merged];
+    tree_st.nmerged++;
+    tree_st.cur = tree_st.merged;
+    tree_st.cur_tid = tid;
     if (ts < m->first_ns)
         m->first_ns = ts;
     return m;
@@ -153,43 +153,43 @@ static void tree_begin(oc_out *o, long tid, uint64_t ts, uint32_t code_id) {
     (void)o;
     oc_tree_thread *t = thread_for(tid, ts);
     if (!t) {
-        T.failed = 1;
+        tree_st.failed = 1;
         return;
     }
-    if (T.depth == T.scap) {
-        uint32_t cap = T.scap ? T.scap * 2 : 256;
-        tframe *s = realloc(T.stack, (size_t)cap * sizeof *s);
+    if (tree_st.depth == tree_st.scap) {
+        uint32_t cap = tree_st.scap ? tree_st.scap * 2 : 256;
+        tframe *s = realloc(tree_st.stack, (size_t)cap * sizeof *s);
         if (!s) {
-            T.failed = 1;
+            tree_st.failed = 1;
             return;
         }
-        T.stack = s;
-        T.scap = cap;
+        tree_st.stack = s;
+        tree_st.scap = cap;
     }
-    uint32_t parent = T.depth ? T.stack[T.depth - 1].node : t->root;
+    uint32_t parent = tree_st.depth ? tree_st.stack[tree_st.depth - 1].node : t->root;
     uint32_t nd = parent == UINT32_MAX ? UINT32_MAX : child(parent, code_id);
     if (nd == UINT32_MAX)
-        T.failed = 1; /* still pushed (as nothing), so the ends stay paired */
-    T.stack[T.depth++] = (tframe){nd, ts, 0};
+        tree_st.failed = 1; /* still pushed (as nothing), so the ends stay paired */
+    tree_st.stack[tree_st.depth++] = (tframe){nd, ts, 0};
 }
 
 static void tree_end(oc_out *o, long tid, uint64_t ts) {
     (void)o, (void)tid;
-    if (!T.depth)
+    if (!tree_st.depth)
         return;
-    tframe *f = &T.stack[--T.depth];
+    tframe *f = &tree_st.stack[--tree_st.depth];
     uint64_t d = ts > f->begin_ns ? ts - f->begin_ns : 0;
     if (f->node != UINT32_MAX) {
-        oc_tree_node *nd = &T.nodes[f->node];
+        oc_tree_node *nd = &tree_st.nodes[f->node];
         nd->calls++;
         nd->total += d;
         nd->self += d > f->child_ns ? d - f->child_ns : 0;
     }
-    if (T.depth)
-        T.stack[T.depth - 1].child_ns += d;
-    else if (T.nthreads) {
-        oc_tree_thread *t = &T.threads[T.cur];
-        T.nodes[t->root].total += d;
+    if (tree_st.depth)
+        tree_st.stack[tree_st.depth - 1].child_ns += d;
+    else if (tree_st.nthreads) {
+        oc_tree_thread *t = &tree_st.threads[tree_st.cur];
+        tree_st.nodes[t->root].total += d;
         if (ts > t->last_ns)
             t->last_ns = ts;
     }
@@ -207,13 +207,13 @@ const oc_sink oc_sink_tree = {"tree", tree_header, tree_begin, tree_end, tree_lo
 void oc_tree_release(void) { tree_reset(); }
 
 const char *oc_tree_thread_name(long tid) {
-    for (uint32_t i = 0; i < R.nthreads; i++)
-        if (R.threads[i].tid == tid && R.threads[i].name_raw)
-            return R.threads[i].name_raw;
+    for (uint32_t i = 0; i < rmeta.nthreads; i++)
+        if (rmeta.threads[i].tid == tid && rmeta.threads[i].name_raw)
+            return rmeta.threads[i].name_raw;
     return "";
 }
 
 void oc_tree_view_get(oc_tree_view *v) {
-    *v = (oc_tree_view){.nodes = T.nodes, .n = T.n, .threads = T.threads, .nthreads = T.nthreads,
-                        .merged = T.merged, .nmerged = T.nmerged, .failed = T.failed};
+    *v = (oc_tree_view){.nodes = tree_st.nodes, .n = tree_st.n, .threads = tree_st.threads, .nthreads = tree_st.nthreads,
+                        .merged = tree_st.merged, .nmerged = tree_st.nmerged, .failed = tree_st.failed};
 }

@@ -138,13 +138,13 @@ static inline oc_code_stat *get(uint32_t id) {
 uint64_t oc_stats_overhead(void) {
     if (oc_stats_own_measured) /* (a call's two events: what a call costs the program, per event) */
         return (oc_stats_net_off[K_START] + oc_stats_net_off[K_RETURN]) / 2;
-    return R.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
+    return rmeta.test_clock || oc_stats_min_gap == UINT64_MAX ? 0 : oc_stats_min_gap;
 }
 
 /* The recording's measured own cost (OWNCOST block): the table from now on (not with the test clock,
  * whose ticks count clock reads) */
 void oc_stats_own_cost(const uint64_t *ticks, uint32_t n) {
-    if (R.test_clock)
+    if (rmeta.test_clock)
         return;
     for (uint32_t k = 0; k < 16; k++)
         oc_stats_net_off[k] = k < n ? ticks[k] : 0;
@@ -210,16 +210,16 @@ static void deinst_callee(uint32_t caller, uint32_t callee) {
 
 /* A call site of C function `callee` in `caller` was de-instrumented (an OC_MARK_CUT record). */
 void oc_stats_cut(uint32_t caller, uint32_t callee) {
-    if (caller < R.ncodes && callee < R.ncodes)
+    if (caller < rmeta.ncodes && callee < rmeta.ncodes)
         deinst_callee(caller, callee);
 }
 
 /* Rendering is over and the recording's final code states are known: a callee whose start was
  * de-instrumented has later calls that sit, unmeasured, in its callers' self time. */
 void oc_stats_finish(void) {
-    uint32_t n = oc_ncs < R.ncodes ? oc_ncs : R.ncodes;
+    uint32_t n = oc_ncs < rmeta.ncodes ? oc_ncs : rmeta.ncodes;
     for (uint32_t id = 0; id < n; id++)
-        if (R.codes[id].flags & CF_START_DISABLED)
+        if (rmeta.codes[id].flags & CF_START_DISABLED)
             for (uint32_t k = 0; k < OC_CALLERS && oc_stats_caller_at(&oc_cs[id], k); k++)
                 deinst_callee(oc_stats_caller_at(&oc_cs[id], k) - 1, id); /* (may move oc_cs: get) */
 }
