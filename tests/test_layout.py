@@ -35,9 +35,9 @@ def test_version_branches_are_in_compat_h_only():
 
 # the render side (render.h): the recording's reader and renderer, its statistics and estimates, the sinks and
 # their output, and what both sides share (thread.c); results.c, the binding, turns its results into Python
-RENDER_SIDE = ("render.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
+RENDER_SIDE = ("render.c", "reader.c", "tasks.c", "live.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
                "sink_tree.c", "pipe.c", "out.c", "deflate.c", "thread.c",
-               "render.h", "stats.h", "recording.h", "deflate.h", "thread.h")
+               "render.h", "render_int.h", "stats.h", "recording.h", "deflate.h", "thread.h")
 RECORD_SIDE_HEADERS = ("ocular.h", "compat.h", "codemap.h", "usdt_sdt.h", "Python.h")
 
 
