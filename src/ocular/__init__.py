@@ -39,7 +39,7 @@ import threading
 import time
 import warnings
 
-from . import _env, _ocular
+from . import _env, _ocular, _pyversions
 from . import _formats
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
@@ -140,7 +140,7 @@ def _events_for(mode):
     be left out)."""
     ev = _mon.events
     names = ["PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "JUMP"]
-    names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if hasattr(ev, "BRANCH_LEFT") else ["BRANCH"]
+    names += ["BRANCH_LEFT", "BRANCH_RIGHT"] if _pyversions.BRANCH_SPLIT else ["BRANCH"]
     if mode == "precise":
         names.append("INSTRUCTION")
     return names
@@ -166,9 +166,8 @@ def _cache_entries():
     renderer needs to tell one block from several."""
     table = bytearray(256)
     ice = opcode._inline_cache_entries
-    by_name = hasattr(ice, "keys")
     for op in range(256):
-        if by_name:
+        if _pyversions.CACHE_TABLE_BY_NAME:
             table[op] = ice.get(opcode.opname[op], 0) if op < len(opcode.opname) else 0
         elif op < len(ice):
             table[op] = ice[op]
@@ -396,7 +395,7 @@ def _callback_events(callbacks):
     """The sys.monitoring events our callbacks are registered for (3.14: BRANCH is BRANCH_LEFT/RIGHT)."""
     out = []
     for name in callbacks:
-        if name == "BRANCH" and hasattr(_mon.events, "BRANCH_LEFT"):
+        if name == "BRANCH" and _pyversions.BRANCH_SPLIT:
             out += [_mon.events.BRANCH_LEFT, _mon.events.BRANCH_RIGHT]
         else:
             out.append(getattr(_mon.events, name))
@@ -419,7 +418,7 @@ def _release_tool(tool_id, callbacks):
         return
     if holder is None:
         mon.use_tool_id(tool_id, _TOOL_NAME)
-    if hasattr(mon, "clear_tool_id"):
+    if _pyversions.CLEAR_TOOL_ID:
         # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
         # our id) and unregisters every callback
         mon.clear_tool_id(tool_id)
@@ -441,7 +440,7 @@ def _register(tool_id, mode, callbacks):
     callback without the event: probes set it locally on hot loops' code objects)."""
     mon = _mon
     for name in callbacks:
-        if name == "BRANCH" and hasattr(mon.events, "BRANCH_LEFT"):
+        if name == "BRANCH" and _pyversions.BRANCH_SPLIT:
             continue  # 3.14+: registered as BRANCH_LEFT/RIGHT below
         mon.register_callback(tool_id, getattr(mon.events, name), callbacks[name])
     mask = 0
@@ -1739,8 +1738,7 @@ class _ForkWarning:
 
 def _warning_filters():
     """The list the warnings machinery reads now (3.14+: the current context's, with context-aware warnings)."""
-    get = getattr(warnings, "_get_filters", None)
-    return get() if get is not None else warnings.filters
+    return warnings._get_filters() if _pyversions.WARNINGS_BY_CONTEXT else warnings.filters
 
 
 def _quiet_fork_warning():

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+from . import _pyversions
+
 STATUS = "status.json"
 CTL = "ctl"
 SCRIPT = "attach.py"
@@ -667,7 +669,7 @@ def _refusal(pid, status):
 def run(ns):
     """Attach to ns.pid with the options of the attach command; returns the exit status, raises
     AttachError for a refusal (the caller prints it and exits with status 2)."""
-    if sys.version_info < (3, 14) or not hasattr(sys, "remote_exec"):
+    if not _pyversions.REMOTE_EXEC:
         raise AttachError(f"attach needs Python 3.14 or newer (sys.remote_exec, PEP 768); this is Python "
                           f"{sys.version.split()[0]} ({sys.executable})")
     if not sys.is_remote_debug_enabled():

@@ -35,6 +35,8 @@ import os
 import re
 import sys
 
+from . import _pyversions
+
 __all__ = ["Report"]
 
 TOP_FUNCTIONS = 15
@@ -237,7 +239,7 @@ def _loop_args(code, ins):
     for i in todo:
         if i.arg is None:
             i.arg = ""
-        if i.base == "NOT_TAKEN" and not i.arg:  # 3.14+: a no-op that carries the BRANCH_LEFT event
+        if _pyversions.NOT_TAKEN and i.base == "NOT_TAKEN" and not i.arg:  # a no-op carrying BRANCH_LEFT
             i.arg = "(fall-through of the jump above)"
 
 
@@ -245,7 +247,7 @@ def _loop_args(code, ins):
 def _caches_after(op):
     """Inline cache entries after base opcode `op` (dis's table: by opcode on 3.12, by name since)."""
     table = dis._inline_cache_entries
-    if hasattr(table, "get"):
+    if _pyversions.CACHE_TABLE_BY_NAME:
         return table.get(dis.opname[op] if op < len(dis.opname) else "", 0)
     return table[op] if op < len(table) else 0
 
