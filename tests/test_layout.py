@@ -77,3 +77,24 @@ def test_every_c_file_is_warning_free_on_gcc_and_clang(cc):
                                 "-I" + EXT, "-I" + sysconfig.get_paths()["include"], os.path.join(EXT, name)],
                                capture_output=True, text=True, timeout=120)
             assert p.returncode == 0, (cc, name, p.stderr[:2000])
+
+
+def test_the_tool_id_life_is_written_once():
+    """Taking, registering on and freeing a sys.monitoring tool id is ocular/_toolid.py's alone: the tracer,
+    the report's settling and the USDT poller (usdt.c, through the module) all go through it."""
+    pkg = os.path.dirname(EXT)
+    calls = re.compile(r"\.(use_tool_id|free_tool_id|clear_tool_id)\(|\"(use_tool_id|free_tool_id|clear_tool_id)\",")
+    found = {}
+    for root, _, files in os.walk(pkg):
+        for f in files:
+            if f.endswith((".py", ".c")):
+                path = os.path.join(root, f)
+                text = open(path, encoding="utf-8").read()
+                if f.endswith(".py"):
+                    text = re.sub(r"#[^\n]*", "", text)  # (comments name them)
+                n = len(calls.findall(text))
+                if n:
+                    found[os.path.relpath(path, pkg)] = n
+    assert found.pop("_toolid.py") >= 3  # (the rule is not checked against nothing)
+    assert not found, found
+    assert '"ocular._toolid"' in open(os.path.join(EXT, "usdt.c"), encoding="utf-8").read()

@@ -39,7 +39,7 @@ import threading
 import time
 import warnings
 
-from . import _env, _ocular, _pyversions
+from . import _env, _ocular, _pyversions, _toolid
 from . import _formats
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
@@ -50,9 +50,8 @@ __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_repor
 MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Ids 0, 1 and 2 are claimed by CPython's own tools (DEBUGGER_ID: pdb/bdb on 3.14+, COVERAGE_ID: coverage.py,
-# PROFILER_ID: cProfile/profile); by default Ocular takes the first free of the others, and only an explicit
-# tool_id= gets 0-2.  (5 is named OPTIMIZER_ID but no CPython tool uses it.)
-_TOOL_PREFERENCE = (3, 4, 5)
+# PROFILER_ID: cProfile/profile); by default Ocular takes the first free of the others (_toolid.PREFERENCE), and
+# only an explicit tool_id= gets 0-2.  (5 is named OPTIMIZER_ID but no CPython tool uses it.)
 _TOOL_NAME = "ocular"
 
 # The real sys.monitoring, captured at import: a program may replace the attribute (``sys.monitoring =
@@ -357,99 +356,24 @@ def _child_output(path, pid):
     return f"{root}.{pid}{ext}"
 
 
-def _tool_holders():
-    out = []
-    for i in range(6):
-        name = _mon.get_tool(i)
-        if name is not None:
-            out.append(f"{i}={name!r}")
-    return ", ".join(out)
-
-
 def _acquire_tool(tool_id):
-    mon = _mon
-    if tool_id is not None:
-        holder = mon.get_tool(tool_id)
-        if holder is not None:
-            raise RuntimeError(
-                f"ocular: sys.monitoring tool id {tool_id} is already in use by {holder!r} "
-                f"(ids in use: {_tool_holders()}); pass another tool_id or omit it to pick a free one"
-            )
-        mon.use_tool_id(tool_id, _TOOL_NAME)
-        return tool_id
-    for i in _TOOL_PREFERENCE:
-        if mon.get_tool(i) is None:
-            try:
-                mon.use_tool_id(i, _TOOL_NAME)
-            except ValueError:
-                continue
-            return i
-    raise RuntimeError(
-        f"ocular: sys.monitoring tool ids 3, 4 and 5 are all in use ({_tool_holders()}); Ocular leaves 0, 1 "
-        f"and 2 to the debugger, coverage and profiler tools unless asked: free one of 3-5, or pass tool_id= "
-        f"(--tool-id on the command line)"
-    )
-
-
-def _callback_events(callbacks):
-    """The sys.monitoring events our callbacks are registered for (3.14: BRANCH is BRANCH_LEFT/RIGHT)."""
-    out = []
-    for name in callbacks:
-        if name == "BRANCH" and _pyversions.BRANCH_SPLIT:
-            out += [_mon.events.BRANCH_LEFT, _mon.events.BRANCH_RIGHT]
-        else:
-            out.append(getattr(_mon.events, name))
-    return out
+    return _toolid.acquire(_TOOL_NAME, tool_id, "pass another tool_id or omit it to pick a free one" if tool_id
+                           is not None else "free one of 3-5, or pass tool_id= (--tool-id on the command line) to take one of 0-2")
 
 
 def _release_tool(tool_id, callbacks):
-    """Clear our events and callbacks and free our id.  Another tool may have freed our id meanwhile
-    (3.12/3.13's free_tool_id leaves the events and callbacks in place, so ours would go on firing):
-    the id is taken back for a moment to clear them.  If another tool holds the id now, only our own
-    callbacks are taken out (its events and callbacks are left alone) and the id stays its own."""
-    mon = _mon
-    holder = mon.get_tool(tool_id)
-    if holder is not None and holder != _TOOL_NAME:
-        ours = {id(cb) for cb in callbacks.values()}
-        for ev in _callback_events(callbacks):
-            old = mon.register_callback(tool_id, ev, None)
-            if old is not None and id(old) not in ours:
-                mon.register_callback(tool_id, ev, old)  # not ours: put it back
-        return
-    if holder is None:
-        mon.use_tool_id(tool_id, _TOOL_NAME)
-    if _pyversions.CLEAR_TOOL_ID:
-        # 3.14+: one call switches off the global and the local events (set_local_events by anyone on
-        # our id) and unregisters every callback
-        mon.clear_tool_id(tool_id)
-    else:  # 3.12/3.13: free_tool_id leaves events and callbacks in place
-        mon.set_events(tool_id, 0)
-        for ev in _callback_events(callbacks):
-            mon.register_callback(tool_id, ev, None)
-        if callbacks:
-            for code in _ocular._probed_codes():  # instruction probes' local events (none fire now)
-                try:  # (as _settle: the id is freed whatever; try, not contextlib.suppress: hundreds of codes)
-                    mon.set_local_events(tool_id, code, 0)
-                except (ValueError, TypeError):
-                    pass
-    mon.free_tool_id(tool_id)
+    """Our events and callbacks cleared and our id freed (_toolid.release: never another tool's)."""
+    _toolid.release(tool_id, _TOOL_NAME, callbacks, _ocular._probed_codes)
 
 
 def _register(tool_id, mode, callbacks):
     """Register every callback and switch on the mode's events (adaptive mode registers INSTRUCTION's
     callback without the event: probes set it locally on hot loops' code objects)."""
-    mon = _mon
-    for name in callbacks:
-        if name == "BRANCH" and _pyversions.BRANCH_SPLIT:
-            continue  # 3.14+: registered as BRANCH_LEFT/RIGHT below
-        mon.register_callback(tool_id, getattr(mon.events, name), callbacks[name])
+    _toolid.register(tool_id, callbacks)  # (3.14+: BRANCH_LEFT and BRANCH_RIGHT share the BRANCH handler)
     mask = 0
     for name in _events_for(mode):
-        ev = getattr(mon.events, name)
-        if name not in callbacks:  # BRANCH_LEFT/RIGHT share the BRANCH handler
-            mon.register_callback(tool_id, ev, callbacks["BRANCH"])
-        mask |= ev
-    mon.set_events(tool_id, mask)
+        mask |= getattr(_mon.events, name)
+    _mon.set_events(tool_id, mask)
 
 
 _title = None  # set by --follow's boot: the name of a followed process

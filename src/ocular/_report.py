@@ -64,21 +64,16 @@ def _settle(codes):
     bytecode still holds INSTRUMENTED_* opcodes.  set_local_events() instruments a code object
     immediately, so setting no local events under a temporary tool id settles it without running it.
     """
-    from . import _mon as mon  # the real sys.monitoring, even if the program replaced the attribute
+    from . import _toolid
 
-    tool = next((i for i in (5, 4, 3) if mon.get_tool(i) is None), None)  # never 0-2 (pdb, coverage, cProfile)
-    if tool is None:
-        return
-    mon.use_tool_id(tool, "ocular-report")
-    try:
-        for code in codes:
+    mon = _toolid.mon
+    with _toolid.borrowed("ocular-report") as tool:
+        for code in codes if tool is not None else ():
             try:
                 mon.set_local_events(tool, code, mon.events.PY_START)  # a change forces the update
                 mon.set_local_events(tool, code, 0)
             except (ValueError, TypeError):
                 pass
-    finally:
-        mon.free_tool_id(tool)
 
 
 def _is_call(name):

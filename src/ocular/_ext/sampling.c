@@ -70,24 +70,24 @@ static struct {
     /* run delays (rd_* below): inside the measured parts of windows, and in the time between them */
     double in_num, in_den, out_num, out_den;
     uint32_t in_n, out_n;
-} SW = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
+} samp_st = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .wlock = PTHREAD_MUTEX_INITIALIZER};
 
 #define SAMPLING_HDR 48u
 /* the SAMPLING block's windows are these as they are in memory (recording.h) */
 _Static_assert(sizeof(win) == OC_SAMPLING_WIN_LEN, "a window is u64 begin, u64 end, u64 stands");
 
-/* GIL held: another tool holds an id (its name in SW.other), 1; none, 0; -1 on error (cleared) */
+/* GIL held: another tool holds an id (its name in samp_st.other), 1; none, 0; -1 on error (cleared) */
 static int other_tool(void) {
     for (int i = 0; i < 6; i++) {
-        if (i == SW.tool_id)
+        if (i == samp_st.tool_id)
             continue;
-        PyObject *r = PyObject_CallFunction(SW.get_tool, "i", i);
+        PyObject *r = PyObject_CallFunction(samp_st.get_tool, "i", i);
         if (!r)
             return -1;
         if (r != Py_None) {
             const char *s = PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : NULL;
-            memset(SW.other, 0, sizeof SW.other);
-            snprintf(SW.other, sizeof SW.other, "%s", s ? s : "?");
+            memset(samp_st.other, 0, sizeof samp_st.other);
+            snprintf(samp_st.other, sizeof samp_st.other, "%s", s ? s : "?");
             PyErr_Clear();
             Py_DECREF(r);
             return 1;
@@ -99,20 +99,20 @@ static int other_tool(void) {
 
 static int add_window(uint64_t b, uint64_t e, uint64_t stands) {
     int rc = 0;
-    pthread_mutex_lock(&SW.wlock);
-    if (SW.n == SW.cap) {
-        uint32_t cap = SW.cap ? SW.cap * 2 : 64;
-        win *nw = realloc(SW.wins, (size_t)cap * sizeof(win));
+    pthread_mutex_lock(&samp_st.wlock);
+    if (samp_st.n == samp_st.cap) {
+        uint32_t cap = samp_st.cap ? samp_st.cap * 2 : 64;
+        win *nw = realloc(samp_st.wins, (size_t)cap * sizeof(win));
         if (!nw) {
             rc = -1;
             goto out;
         }
-        SW.wins = nw;
-        SW.cap = cap;
+        samp_st.wins = nw;
+        samp_st.cap = cap;
     }
-    SW.wins[SW.n++] = (win){b, e, stands};
+    samp_st.wins[samp_st.n++] = (win){b, e, stands};
 out:
-    pthread_mutex_unlock(&SW.wlock);
+    pthread_mutex_unlock(&samp_st.wlock);
     return rc;
 }
 
@@ -128,10 +128,10 @@ static uint64_t ticks_for(uint64_t ns) {
 }
 
 static uint64_t rnd(void) {
-    SW.rng ^= SW.rng << 13;
-    SW.rng ^= SW.rng >> 7;
-    SW.rng ^= SW.rng << 17;
-    return SW.rng;
+    samp_st.rng ^= samp_st.rng << 13;
+    samp_st.rng ^= samp_st.rng >> 7;
+    samp_st.rng ^= samp_st.rng << 17;
+    return samp_st.rng;
 }
 
 static int wait_ns(uint64_t ns);
@@ -213,10 +213,10 @@ static void rd_add(const rd_snap *a, const rd_snap *b, double *num, double *den,
     (*n)++;
 }
 
-/* timer thread, SW.lock held: sleep (the lock released) until the monotonic time `t`, or stop: SW.stop */
+/* timer thread, samp_st.lock held: sleep (the lock released) until the monotonic time `t`, or stop: samp_st.stop */
 static int wait_until(uint64_t t) {
     uint64_t now = mono_ns();
-    return t > now ? wait_ns(t - now) : SW.stop;
+    return t > now ? wait_ns(t - now) : samp_st.stop;
 }
 
 /* GIL held (the main thread's pending call, or the timer thread).  Never fails: errors are cleared
@@ -226,19 +226,19 @@ static int wait_until(uint64_t t) {
  * where the program happened to let us in (a GIL release, an eval-breaker check), which would
  * over-sample what follows those points. */
 static void open_window(uint32_t seq) {
-    if (!sess.active || SW.gen != sess.gen || !SW.restart || atomic_load(&SW.opened) == seq)
+    if (!sess.active || samp_st.gen != sess.gen || !samp_st.restart || atomic_load(&samp_st.opened) == seq)
         return;
-    atomic_store(&SW.opened, seq);
+    atomic_store(&samp_st.opened, seq);
     PyObject *exc = PyErr_GetRaisedException();
     int other = other_tool();
     if (other != 0) {
         if (other > 0)
-            SW.skipped++;
+            samp_st.skipped++;
         PyErr_Clear();
         PyErr_SetRaisedException(exc);
         return;
     }
-    PyObject *r = PyObject_CallNoArgs(SW.restart);
+    PyObject *r = PyObject_CallNoArgs(samp_st.restart);
     if (!r) {
         PyErr_Clear();
         PyErr_SetRaisedException(exc);
@@ -248,24 +248,24 @@ static void open_window(uint32_t seq) {
     /* it stands for the planned gap after it, and for the time the next one will take to open after it
      * is asked for, which this one took (on 3.12 a pure-Python loop opens them 5-9 ms late: without it
      * the early windows were under-weighted and a callee of a program's first 40 ms had half its share) */
-    uint64_t m = mono_ns(), asked = atomic_load(&SW.asked_ns), late = asked && m > asked ? m - asked : 0;
-    uint64_t len = ticks_for(SW.len_ns), stands = ticks_for(SW.stands_ns + late);
+    uint64_t m = mono_ns(), asked = atomic_load(&samp_st.asked_ns), late = asked && m > asked ? m - asked : 0;
+    uint64_t len = ticks_for(samp_st.len_ns), stands = ticks_for(samp_st.stands_ns + late);
     uint64_t d = rnd() % (len ? len : 1), now = oc_now(), begin = now + d;
     if (add_window(begin, begin + len, stands) == 0) {
         oc_win_end = begin + len;
-        uint64_t dn = len ? (uint64_t)((double)d * (double)SW.len_ns / (double)len) : 0;
-        SW.mbegin_ns = m + dn;
-        SW.mend_ns = m + dn + SW.len_ns;
-        pthread_mutex_lock(&SW.lock); /* (the timer thread waits for it: wait_opened) */
-        SW.mseq = seq;
-        pthread_cond_broadcast(&SW.cond);
-        pthread_mutex_unlock(&SW.lock);
+        uint64_t dn = len ? (uint64_t)((double)d * (double)samp_st.len_ns / (double)len) : 0;
+        samp_st.mbegin_ns = m + dn;
+        samp_st.mend_ns = m + dn + samp_st.len_ns;
+        pthread_mutex_lock(&samp_st.lock); /* (the timer thread waits for it: wait_opened) */
+        samp_st.mseq = seq;
+        pthread_cond_broadcast(&samp_st.cond);
+        pthread_mutex_unlock(&samp_st.lock);
     }
     PyErr_SetRaisedException(exc);
 }
 
 static int pending_open(void *arg) {
-    atomic_store(&SW.pending, 0);
+    atomic_store(&samp_st.pending, 0);
     open_window((uint32_t)(uintptr_t)arg);
     return 0;
 }
@@ -273,12 +273,12 @@ static int pending_open(void *arg) {
 /* window `seq` asked for with a pending call, unless one is queued already */
 static void queue_open(uint32_t seq) {
     int expected = 0;
-    if (atomic_compare_exchange_strong(&SW.pending, &expected, 1) &&
+    if (atomic_compare_exchange_strong(&samp_st.pending, &expected, 1) &&
         Py_AddPendingCall(pending_open, (void *)(uintptr_t)seq) != 0)
-        atomic_store(&SW.pending, 0);
+        atomic_store(&samp_st.pending, 0);
 }
 
-/* lock held: wait until `ns` from now or stop; returns SW.stop */
+/* lock held: wait until `ns` from now or stop; returns samp_st.stop */
 static int wait_ns(uint64_t ns) {
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
@@ -288,15 +288,15 @@ static int wait_ns(uint64_t ns) {
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    while (!SW.stop && pthread_cond_timedwait(&SW.cond, &SW.lock, &dl) == 0)
+    while (!samp_st.stop && pthread_cond_timedwait(&samp_st.cond, &samp_st.lock, &dl) == 0)
         ;
-    return SW.stop;
+    return samp_st.stop;
 }
 
-/* lock held: wait up to `ns` for window `seq` to open (or stop); returns SW.stop */
+/* lock held: wait up to `ns` for window `seq` to open (or stop); returns samp_st.stop */
 static int wait_opened(uint32_t seq, uint64_t ns) {
     uint64_t until = mono_ns() + ns;
-    while (!SW.stop && SW.mseq != seq) {
+    while (!samp_st.stop && samp_st.mseq != seq) {
         uint64_t now = mono_ns();
         if (now >= until)
             break;
@@ -309,34 +309,34 @@ static int wait_opened(uint32_t seq, uint64_t ns) {
             dl.tv_sec++;
             dl.tv_nsec -= 1000000000L;
         }
-        pthread_cond_timedwait(&SW.cond, &SW.lock, &dl);
+        pthread_cond_timedwait(&samp_st.cond, &samp_st.lock, &dl);
     }
-    return SW.stop;
+    return samp_st.stop;
 }
 
 static rd_snap rd_snaps[3]; /* (the timer thread's) */
 static rd_snap *rd_last = &rd_snaps[0]; /* read at the end of the last measured window, or at the start */
 
 /* lock held: the run delays of window `seq`'s measured part, if it opened and at least half of it is
- * still ahead, and of the time outside windows since the last one measured; returns SW.stop */
+ * still ahead, and of the time outside windows since the last one measured; returns samp_st.stop */
 static int measure_window(uint32_t seq) {
-    if (SW.mseq != seq)
-        return SW.stop;
-    uint64_t b = SW.mbegin_ns, e = SW.mend_ns;
+    if (samp_st.mseq != seq)
+        return samp_st.stop;
+    uint64_t b = samp_st.mbegin_ns, e = samp_st.mend_ns;
     if (mono_ns() > b + (e - b) / 2)
-        return SW.stop;
+        return samp_st.stop;
     if (wait_until(b))
         return 1;
     long li = rd_last - rd_snaps; /* (the two snapshots other than the last) */
     rd_snap *a = &rd_snaps[(li + 1) % 3], *z = &rd_snaps[(li + 2) % 3];
     rd_read(a);
-    rd_add(rd_last, a, &SW.out_num, &SW.out_den, &SW.out_n);
+    rd_add(rd_last, a, &samp_st.out_num, &samp_st.out_den, &samp_st.out_n);
     if (wait_until(e)) {
         rd_last = a;
         return 1;
     }
     rd_read(z);
-    rd_add(a, z, &SW.in_num, &SW.in_den, &SW.in_n);
+    rd_add(a, z, &samp_st.in_num, &samp_st.in_den, &samp_st.in_n);
     rd_last = z;
     return 0;
 }
@@ -358,40 +358,40 @@ static int running_threads(const rd_snap *a, rd_snap *b) {
 
 /* lock held: ask for window `seq` -- a pending call, run by the main thread at its next eval-breaker
  * check (on 3.12 only once it takes the GIL again: after a sleep, I/O, a poll), else after 2 ms the GIL
- * taken by this thread -- and measure its run delays; returns SW.stop.  (On 3.12 the GIL at once made a
+ * taken by this thread -- and measure its run delays; returns samp_st.stop.  (On 3.12 the GIL at once made a
  * program that releases it briefly and often wait: asyncio's epoll with no timeout, 240 ms while this
  * thread waited for it, poll's share 6-17 % instead of 2 %.) */
 static int ask_window_now(uint32_t seq) {
-    if (atomic_load(&SW.opened) != seq)
+    if (atomic_load(&samp_st.opened) != seq)
         queue_open(seq);
     if (wait_opened(seq, 2000000))
         return 1;
-    if (atomic_load(&SW.opened) == seq)
+    if (atomic_load(&samp_st.opened) == seq)
         return measure_window(seq);
-    pthread_mutex_unlock(&SW.lock);
+    pthread_mutex_unlock(&samp_st.lock);
     if (oc_is_finalizing()) {
-        pthread_mutex_lock(&SW.lock);
+        pthread_mutex_lock(&samp_st.lock);
         return 1;
     }
     PyGILState_STATE g = PyGILState_Ensure(); /* stop_tracing releases the GIL while it joins us */
-    pthread_mutex_lock(&SW.lock);
-    int stop = SW.stop;
-    pthread_mutex_unlock(&SW.lock);
+    pthread_mutex_lock(&samp_st.lock);
+    int stop = samp_st.stop;
+    pthread_mutex_unlock(&samp_st.lock);
     if (!stop)
         open_window(seq);
     PyGILState_Release(g);
-    pthread_mutex_lock(&SW.lock);
+    pthread_mutex_lock(&samp_st.lock);
     return measure_window(seq);
 }
 
 /* ask_window_now, noting when (open_window: the time to open a window counts in what it stands for) */
 static int ask_window(uint32_t seq) {
-    atomic_store(&SW.asked_ns, mono_ns());
+    atomic_store(&samp_st.asked_ns, mono_ns());
     return ask_window_now(seq);
 }
 
 /* the gap after the first window: two windows' length, doubling after each up to the period */
-static uint64_t first_gap(void) { return 2 * SW.window_ns; }
+static uint64_t first_gap(void) { return 2 * samp_st.window_ns; }
 
 /* The schedule.  No window opens before something is de-instrumented (nothing to estimate: the
  * estimates cover the time from the first window on); then the first opens at once (a program of a
@@ -403,33 +403,33 @@ static uint64_t first_gap(void) { return 2 * SW.window_ns; }
  * the gaps grow by the square root of that factor. */
 static void *timer_main(void *arg) {
     (void)arg;
-    pthread_mutex_lock(&SW.lock);
-    while (!SW.stop && !atomic_load(&oc_sampling_kicked))
-        pthread_cond_wait(&SW.cond, &SW.lock);
+    pthread_mutex_lock(&samp_st.lock);
+    while (!samp_st.stop && !atomic_load(&oc_sampling_kicked))
+        pthread_cond_wait(&samp_st.cond, &samp_st.lock);
     rd_read(rd_last);
     static rd_snap probe;
     uint64_t step = first_gap();
-    while (!SW.stop) {
-        int n = atomic_load(&SW.seq) ? running_threads(rd_last, &probe) : 1; /* (the first: oc_sampling_kick_slow) */
-        uint64_t len = SW.window_ns;
-        if (n >= 2 && (uint64_t)n * SW.switch_ns > len)
-            len = (uint64_t)n * SW.switch_ns < 16 * SW.window_ns ? (uint64_t)n * SW.switch_ns : 16 * SW.window_ns;
-        uint64_t g = step < SW.period_ns ? step : SW.period_ns;
-        uint64_t f = len / SW.window_ns, r = 1;
+    while (!samp_st.stop) {
+        int n = atomic_load(&samp_st.seq) ? running_threads(rd_last, &probe) : 1; /* (the first: oc_sampling_kick_slow) */
+        uint64_t len = samp_st.window_ns;
+        if (n >= 2 && (uint64_t)n * samp_st.switch_ns > len)
+            len = (uint64_t)n * samp_st.switch_ns < 16 * samp_st.window_ns ? (uint64_t)n * samp_st.switch_ns : 16 * samp_st.window_ns;
+        uint64_t g = step < samp_st.period_ns ? step : samp_st.period_ns;
+        uint64_t f = len / samp_st.window_ns, r = 1;
         while ((r + 1) * (r + 1) <= f)
             r++; /* (the square root, rounded down: 1 to 4) */
         g = (g / 2 + rnd() % (g ? g : 1)) * r;
         step *= 2;
-        SW.len_ns = len;
+        samp_st.len_ns = len;
         /* (the next window's measured part begins half a window in, on average; open_window adds the
          * time it takes to open) */
-        SW.stands_ns = len + len / 2 + g;
-        uint32_t seq = atomic_load(&SW.seq) + 1;
-        atomic_store(&SW.seq, seq);
+        samp_st.stands_ns = len + len / 2 + g;
+        uint32_t seq = atomic_load(&samp_st.seq) + 1;
+        atomic_store(&samp_st.seq, seq);
         if (ask_window(seq) || wait_ns(g))
             break;
     }
-    pthread_mutex_unlock(&SW.lock);
+    pthread_mutex_unlock(&samp_st.lock);
     return NULL;
 }
 
@@ -439,29 +439,29 @@ static void *timer_main(void *arg) {
  * on 3.12 it would then wait for the GIL up to a switch interval (5 ms: a short program's whole run).
  * Its length and weight are the defaults the timer thread gives the first window. */
 static void ask_first(void) {
-    if (SW.running)
+    if (samp_st.running)
         queue_open(1);
 }
 
 void oc_sampling_kick_slow(void) {
-    pthread_mutex_lock(&SW.lock);
+    pthread_mutex_lock(&samp_st.lock);
     atomic_store(&oc_sampling_kicked, 1);
-    pthread_cond_broadcast(&SW.cond);
-    pthread_mutex_unlock(&SW.lock);
+    pthread_cond_broadcast(&samp_st.cond);
+    pthread_mutex_unlock(&samp_st.lock);
     ask_first();
 }
 
 void oc_sampling_reset(void) {
     oc_win_end = 0;
-    pthread_mutex_lock(&SW.wlock);
-    SW.n = SW.written = SW.skipped = 0;
-    SW.in_num = SW.in_den = SW.out_num = SW.out_den = 0;
-    SW.in_n = SW.out_n = 0;
-    pthread_mutex_unlock(&SW.wlock);
-    SW.mseq = 0;
+    pthread_mutex_lock(&samp_st.wlock);
+    samp_st.n = samp_st.written = samp_st.skipped = 0;
+    samp_st.in_num = samp_st.in_den = samp_st.out_num = samp_st.out_den = 0;
+    samp_st.in_n = samp_st.out_n = 0;
+    pthread_mutex_unlock(&samp_st.wlock);
+    samp_st.mseq = 0;
     atomic_store(&oc_sampling_kicked, 0);
-    SW.status = OC_SAMPLING_OFF;
-    memset(SW.other, 0, sizeof SW.other);
+    samp_st.status = OC_SAMPLING_OFF;
+    memset(samp_st.other, 0, sizeof samp_st.other);
 }
 
 /* _sampling_start(tool_id, get_tool, restart_events, period_us, window_us): after the callbacks are
@@ -477,34 +477,34 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "ocular: tracing is not running");
         return NULL;
     }
-    if (SW.running || !sess.threshold || oc_test_clock || !period_us || !window_us || window_us >= period_us)
+    if (samp_st.running || !sess.threshold || oc_test_clock || !period_us || !window_us || window_us >= period_us)
         Py_RETURN_FALSE;
-    Py_XSETREF(SW.get_tool, Py_NewRef(get_tool));
-    Py_XSETREF(SW.restart, Py_NewRef(restart));
-    SW.tool_id = tool_id;
-    SW.period_ns = (uint64_t)period_us * 1000u;
-    SW.window_ns = (uint64_t)window_us * 1000u;
-    atomic_store(&SW.asked_ns, 0);
-    SW.len_ns = SW.window_ns; /* (the first window's: timer_main) */
-    SW.stands_ns = SW.window_ns + SW.window_ns / 2 + first_gap();
-    SW.switch_ns = 5000000;
+    Py_XSETREF(samp_st.get_tool, Py_NewRef(get_tool));
+    Py_XSETREF(samp_st.restart, Py_NewRef(restart));
+    samp_st.tool_id = tool_id;
+    samp_st.period_ns = (uint64_t)period_us * 1000u;
+    samp_st.window_ns = (uint64_t)window_us * 1000u;
+    atomic_store(&samp_st.asked_ns, 0);
+    samp_st.len_ns = samp_st.window_ns; /* (the first window's: timer_main) */
+    samp_st.stands_ns = samp_st.window_ns + samp_st.window_ns / 2 + first_gap();
+    samp_st.switch_ns = 5000000;
     PyObject *sw = PySys_GetObject("getswitchinterval"); /* (borrowed) */
     PyObject *swv = sw ? PyObject_CallNoArgs(sw) : NULL;
     double swd = swv ? PyFloat_AsDouble(swv) : -1.0;
     Py_XDECREF(swv);
     PyErr_Clear();
     if (swd > 0 && swd < 1)
-        SW.switch_ns = (uint64_t)(swd * 1e9);
-    SW.gen = sess.gen;
-    SW.stop = 0;
-    SW.rng = oc_now() | 1;
-    atomic_store(&SW.pending, 0);
-    atomic_store(&SW.opened, 0);
-    atomic_store(&SW.seq, 0);
-    if (oc_thread_create(&SW.thread, NULL, timer_main, NULL) != 0)
+        samp_st.switch_ns = (uint64_t)(swd * 1e9);
+    samp_st.gen = sess.gen;
+    samp_st.stop = 0;
+    samp_st.rng = oc_now() | 1;
+    atomic_store(&samp_st.pending, 0);
+    atomic_store(&samp_st.opened, 0);
+    atomic_store(&samp_st.seq, 0);
+    if (oc_thread_create(&samp_st.thread, NULL, timer_main, NULL) != 0)
         Py_RETURN_FALSE;
-    SW.running = 1;
-    SW.status = OC_SAMPLING_ON;
+    samp_st.running = 1;
+    samp_st.status = OC_SAMPLING_ON;
     /* something was de-instrumented before (the own-cost calibration's functions at a low threshold):
      * the first window is asked for from here, start_tracing's thread (on 3.12 the timer thread's pending
      * call would wait for the main thread to release the GIL, and its GIL, a switch interval: a CI run
@@ -516,29 +516,29 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
 
 void oc_sampling_stop(void) {
     oc_win_end = 0; /* the windows close with the session */
-    if (!SW.running)
+    if (!samp_st.running)
         return;
-    pthread_mutex_lock(&SW.lock);
-    SW.stop = 1;
-    pthread_cond_broadcast(&SW.cond);
-    pthread_mutex_unlock(&SW.lock);
+    pthread_mutex_lock(&samp_st.lock);
+    samp_st.stop = 1;
+    pthread_cond_broadcast(&samp_st.cond);
+    pthread_mutex_unlock(&samp_st.lock);
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(SW.thread, NULL);
+    pthread_join(samp_st.thread, NULL);
     Py_END_ALLOW_THREADS
-    SW.running = 0;
-    Py_CLEAR(SW.get_tool);
-    Py_CLEAR(SW.restart);
+    samp_st.running = 0;
+    Py_CLEAR(samp_st.get_tool);
+    Py_CLEAR(samp_st.restart);
 }
 
 void oc_sampling_fork_child(void) {
     oc_own_threads_fork_child();
-    SW.running = 0; /* the thread stayed in the parent; the child opens no windows */
-    SW.stop = 0;
+    samp_st.running = 0; /* the thread stayed in the parent; the child opens no windows */
+    samp_st.stop = 0;
     oc_win_end = 0;
-    pthread_mutex_init(&SW.lock, NULL);
-    pthread_mutex_init(&SW.wlock, NULL);
-    SW.n = SW.written = 0; /* the parent's windows are in the parent's recording */
-    pthread_cond_init(&SW.cond, NULL);
+    pthread_mutex_init(&samp_st.lock, NULL);
+    pthread_mutex_init(&samp_st.wlock, NULL);
+    samp_st.n = samp_st.written = 0; /* the parent's windows are in the parent's recording */
+    pthread_cond_init(&samp_st.cond, NULL);
 }
 
 /* Recorder (no GIL): a SAMPLING block's payload, malloc'd (NULL: nothing to write, or no memory):
@@ -546,41 +546,41 @@ void oc_sampling_fork_child(void) {
  * even without new windows, the status at stop).  Windows are written before the chunks recorded in
  * them, so a renderer reading the recording while it grows knows them in time. */
 void *oc_sampling_block(int all, int final, uint32_t *len) {
-    pthread_mutex_lock(&SW.wlock);
-    uint32_t from = all ? 0 : SW.written, n = SW.n - from, zero = 0;
+    pthread_mutex_lock(&samp_st.wlock);
+    uint32_t from = all ? 0 : samp_st.written, n = samp_st.n - from, zero = 0;
     uint8_t *b = NULL;
     if (n || final) {
         b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win) + OC_SAMPLING_RD_LEN);
         if (b) {
-            memcpy(b, &SW.status, 4);
+            memcpy(b, &samp_st.status, 4);
             memcpy(b + 4, &n, 4);
-            memcpy(b + 8, &SW.skipped, 4);
+            memcpy(b + 8, &samp_st.skipped, 4);
             memcpy(b + 12, &zero, 4);
-            memcpy(b + 16, SW.other, 32);
+            memcpy(b + 16, samp_st.other, 32);
             if (n)
-                memcpy(b + SAMPLING_HDR, SW.wins + from, (size_t)n * sizeof(win));
+                memcpy(b + SAMPLING_HDR, samp_st.wins + from, (size_t)n * sizeof(win));
             *len = SAMPLING_HDR + n * (uint32_t)sizeof(win);
-            if (final && SW.running == 0) { /* the run delays, after the windows (the timer thread has ended) */
+            if (final && samp_st.running == 0) { /* the run delays, after the windows (the timer thread has ended) */
                 uint8_t *t = b + *len;
                 uint32_t magic = OC_SAMPLING_RD_MAGIC;
-                double v[4] = {SW.in_num, SW.in_den, SW.out_num, SW.out_den};
+                double v[4] = {samp_st.in_num, samp_st.in_den, samp_st.out_num, samp_st.out_den};
                 memcpy(t, &magic, 4);
-                memcpy(t + 4, &SW.in_n, 4);
-                memcpy(t + 8, &SW.out_n, 4);
+                memcpy(t + 4, &samp_st.in_n, 4);
+                memcpy(t + 8, &samp_st.out_n, 4);
                 memcpy(t + 12, &zero, 4);
                 memcpy(t + 16, v, 32);
                 *len += OC_SAMPLING_RD_LEN;
             }
             if (!all)
-                SW.written = SW.n;
+                samp_st.written = samp_st.n;
         }
     }
-    pthread_mutex_unlock(&SW.wlock);
+    pthread_mutex_unlock(&samp_st.wlock);
     return b;
 }
 
 /* Recorder: new windows since the last block (a plain read first: no lock while nothing is new) */
-int oc_sampling_new(void) { return __atomic_load_n(&SW.n, __ATOMIC_RELAXED) != __atomic_load_n(&SW.written, __ATOMIC_RELAXED); }
+int oc_sampling_new(void) { return __atomic_load_n(&samp_st.n, __ATOMIC_RELAXED) != __atomic_load_n(&samp_st.written, __ATOMIC_RELAXED); }
 
 static PyMethodDef sampling_methods[] = {
     {"_sampling_start", py_sampling_start, METH_VARARGS,

@@ -122,11 +122,12 @@ static struct {
     unsigned long changes;     /* (GIL) applied changes, for status() */
     char error[256];           /* (GIL) last failure, "" if none */
     PyObject *monitoring;      /* (GIL) sys.monitoring */
+    PyObject *toolid;          /* (GIL) ocular._toolid: the tool id's life, shared with the tracer */
     long ev_bit[N_PROBES][2];  /* the sys.monitoring event bits each probe needs (probe_events) */
     PyObject *callbacks;       /* (GIL) {event name: callback} */
     int have_codes;            /* (GIL) `codes` is set up */
     oc_codemap codes;          /* (GIL) code object -> its name cache (us_code) */
-} U = {.tool_id = -1};
+} usdt_st = {.tool_id = -1};
 
 #ifdef OC_USDT
 /* sys.monitoring events a probe needs (names; the bits are looked up at enable time) */
@@ -136,7 +137,6 @@ static const char *const probe_events[N_PROBES][2] = {
 };
 
 #define TOOL_NAME "ocular-usdt"
-static const int tool_preference[] = {3, 4, 5}; /* as ocular/__init__.py: 0-2 are pdb, coverage, cProfile */
 
 /* ---- per-code cache: encoded names, one malloc per code object, freed with the code object ---- */
 typedef struct {
@@ -164,7 +164,7 @@ static PyObject *encode(PyObject *s) {
 }
 
 static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
-    if (!U.have_codes || !PyCode_Check(code))
+    if (!usdt_st.have_codes || !PyCode_Check(code))
         return &unknown_code;
     PyObject *exc = PyErr_GetRaisedException();
     const us_code *res = &unknown_code;
@@ -180,7 +180,7 @@ static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
             memcpy(c->buf + nq + 1, PyBytes_AS_STRING(f), nf + 1);
             c->name = c->buf;
             c->filename = c->buf + nq + 1;
-            if (oc_codemap_put(&U.codes, code, c) < 0)
+            if (oc_codemap_put(&usdt_st.codes, code, c) < 0)
                 free(c);
             else
                 res = c;
@@ -194,7 +194,7 @@ static __attribute__((noinline)) const us_code *code_info_slow(PyObject *code) {
 }
 
 static inline const us_code *code_info(PyObject *code) {
-    void *p = U.have_codes ? oc_codemap_get(&U.codes, code) : NULL;
+    void *p = usdt_st.have_codes ? oc_codemap_get(&usdt_st.codes, code) : NULL;
     if (LIKELY(p != NULL))
         return p;
     return code_info_slow(code);
@@ -387,7 +387,7 @@ static PyObject *mon_call(const char *meth, const char *fmt, ...) {
     va_end(va);
     if (!args)
         return NULL;
-    PyObject *f = PyObject_GetAttrString(U.monitoring, meth);
+    PyObject *f = PyObject_GetAttrString(usdt_st.monitoring, meth);
     PyObject *r = f ? PyObject_CallObject(f, args) : NULL;
     Py_XDECREF(f);
     Py_DECREF(args);
@@ -408,140 +408,76 @@ static void set_error_from_exception(const char *what) {
     PyObject *exc = PyErr_GetRaisedException();
     PyObject *s = exc ? PyObject_Str(exc) : NULL;
     const char *m = s ? PyUnicode_AsUTF8(s) : NULL;
-    snprintf(U.error, sizeof U.error, "%s: %s", what, m ? m : "unknown error");
+    snprintf(usdt_st.error, sizeof usdt_st.error, "%s: %s", what, m ? m : "unknown error");
     Py_XDECREF(s);
     Py_XDECREF(exc);
     PyErr_Clear();
 }
 
-/* Give the tool id back (only if it is still ours): events 0, callbacks unregistered, id freed -- on
- * 3.14+ by clear_tool_id (global and local events, every callback), before that one by one. */
+/* Give the tool id back (ocular._toolid.release: events 0, callbacks unregistered, id freed; if another tool
+ * holds the id now, only our callbacks are taken out and the id stays its own). */
 static void release_tool(void) {
-    if (U.tool_id < 0)
+    if (usdt_st.tool_id < 0)
         return;
-    int id = U.tool_id;
-    U.tool_id = -1;
-    U.events = 0;
-    int ours = tool_is_ours(id);
-    if (ours <= 0) {
-        if (ours < 0)
-            set_error_from_exception("releasing the sys.monitoring tool id");
-        return; /* never free an id we do not hold */
-    }
-    PyObject *r;
-    PyObject *events = NULL;
-    if (PyObject_HasAttrString(U.monitoring, "clear_tool_id")) {
-        r = mon_call("clear_tool_id", "(i)", id);
-        Py_XDECREF(r);
-    } else {
-        r = mon_call("set_events", "(ii)", id, 0);
-        Py_XDECREF(r);
-        events = r ? PyObject_GetAttrString(U.monitoring, "events") : NULL;
-    }
-    for (size_t i = 0; events && i < N_CB; i++) {
-        PyObject *ev = PyObject_GetAttrString(events, cb_table[i].event);
-        PyObject *rr = ev ? mon_call("register_callback", "(iOO)", id, ev, Py_None) : NULL;
-        Py_XDECREF(ev);
-        if (!rr)
-            break;
-        Py_DECREF(rr);
-    }
-    Py_XDECREF(events);
-    if (!PyErr_Occurred()) {
-        r = mon_call("free_tool_id", "(i)", id);
-        Py_XDECREF(r);
-    }
-    if (PyErr_Occurred())
+    int id = usdt_st.tool_id;
+    usdt_st.tool_id = -1;
+    usdt_st.events = 0;
+    PyObject *r = PyObject_CallMethod(usdt_st.toolid, "release", "isO", id, TOOL_NAME, usdt_st.callbacks);
+    if (!r)
         set_error_from_exception("releasing the sys.monitoring tool id");
+    Py_XDECREF(r);
 }
 
+/* Hold a tool id with our callbacks registered (ocular._toolid.acquire and register: the first free of 3, 4
+ * and 5, never 0-2); 0, or -1 with an exception set. */
 static int acquire_tool(void) {
-    if (U.tool_id >= 0) {
-        int ours = tool_is_ours(U.tool_id);
+    if (usdt_st.tool_id >= 0) {
+        int ours = tool_is_ours(usdt_st.tool_id);
         if (ours < 0)
             return -1;
         if (ours)
             return 0;
-        U.tool_id = -1; /* somebody freed it behind our back */
-        U.events = 0;
+        usdt_st.tool_id = -1; /* somebody freed it behind our back */
+        usdt_st.events = 0;
     }
-    for (size_t k = 0; k < sizeof tool_preference / sizeof tool_preference[0]; k++) {
-        int id = tool_preference[k];
-        PyObject *holder = mon_call("get_tool", "(i)", id);
-        if (!holder)
-            return -1;
-        int is_free = holder == Py_None;
-        Py_DECREF(holder);
-        if (!is_free)
-            continue;
-        PyObject *r = mon_call("use_tool_id", "(is)", id, TOOL_NAME);
-        if (!r) {
-            if (PyErr_ExceptionMatches(PyExc_ValueError)) {
-                PyErr_Clear();
-                continue;
-            }
-            return -1;
-        }
-        Py_DECREF(r);
-        U.tool_id = id;
-        PyObject *events = PyObject_GetAttrString(U.monitoring, "events");
-        for (size_t i = 0; events && i < N_CB; i++) {
-            PyObject *ev = PyObject_GetAttrString(events, cb_table[i].event);
-            PyObject *cb = ev ? PyDict_GetItemString(U.callbacks, cb_table[i].event) : NULL;
-            PyObject *rr = cb ? mon_call("register_callback", "(iOO)", id, ev, cb) : NULL;
-            Py_XDECREF(ev);
-            if (!rr) {
-                Py_DECREF(events);
-                return -1;
-            }
-            Py_DECREF(rr);
-        }
-        Py_XDECREF(events);
-        return events ? 0 : -1;
-    }
-    char holders[200] = "";
-    size_t len = 0;
-    for (int i = 0; i < 6 && len < sizeof holders; i++) {
-        PyObject *h = mon_call("get_tool", "(i)", i);
-        const char *hs = h && PyUnicode_Check(h) ? PyUnicode_AsUTF8(h) : NULL;
-        if (hs)
-            len += (size_t)snprintf(holders + len, sizeof holders - len, "%s%d=%s", len ? ", " : "", i, hs);
-        Py_XDECREF(h);
-        PyErr_Clear();
-    }
-    PyErr_Format(PyExc_RuntimeError,
-                 "sys.monitoring tool ids 3, 4 and 5 are all in use (%s); 0-2 are left to the debugger, "
-                 "coverage and profiler tools", holders);
-    return -1;
+    PyObject *r = PyObject_CallMethod(usdt_st.toolid, "acquire", "s", TOOL_NAME);
+    long id = r ? PyLong_AsLong(r) : -1;
+    Py_XDECREF(r);
+    if (id < 0 || id > 5)
+        return -1;
+    usdt_st.tool_id = (int)id;
+    r = PyObject_CallMethod(usdt_st.toolid, "register", "iO", usdt_st.tool_id, usdt_st.callbacks);
+    Py_XDECREF(r);
+    return r ? 0 : -1; /* (on failure the caller releases the id) */
 }
 
-/* Make sys.monitoring match the attached probes `want`.  GIL held.  Returns 0 or -1 (U.error set). */
+/* Make sys.monitoring match the attached probes `want`.  GIL held.  Returns 0 or -1 (usdt_st.error set). */
 static int apply(unsigned want) {
     long events = 0;
     for (int i = 0; i < N_PROBES; i++)
         if (want & (1u << i))
-            events |= U.ev_bit[i][0] | U.ev_bit[i][1];
+            events |= usdt_st.ev_bit[i][0] | usdt_st.ev_bit[i][1];
     if (events == 0) {
         release_tool();
     } else {
         PyObject *r = NULL;
         if (acquire_tool() == 0) {
-            r = mon_call("set_events", "(il)", U.tool_id, events);
+            r = mon_call("set_events", "(il)", usdt_st.tool_id, events);
             Py_XDECREF(r);
         }
         if (!r) {
-            char before[sizeof U.error];
-            memcpy(before, U.error, sizeof before);
+            char before[sizeof usdt_st.error];
+            memcpy(before, usdt_st.error, sizeof before);
             set_error_from_exception("cannot enable the probes");
-            if (strcmp(before, U.error) != 0) /* say it once, not at every retry */
-                fprintf(stderr, "ocular.usdt: %s\n", U.error);
+            if (strcmp(before, usdt_st.error) != 0) /* say it once, not at every retry */
+                fprintf(stderr, "ocular.usdt: %s\n", usdt_st.error);
             release_tool();
             return -1;
         }
-        U.events = events;
+        usdt_st.events = events;
     }
-    U.changes++;
-    U.error[0] = 0;
+    usdt_st.changes++;
+    usdt_st.error[0] = 0;
     return 0;
 }
 
@@ -563,25 +499,25 @@ static void *poller_main(void *arg) {
     pthread_setname_np(pthread_self(), OC_USDT_THREAD_NAME);
     unsigned retry = 0;
     uint64_t next_orphan_check = 0;
-    pthread_mutex_lock(&U.mu);
-    while (!U.stop) {
+    pthread_mutex_lock(&usdt_st.mu);
+    while (!usdt_st.stop) {
         unsigned want = attached_mask();
-        if (want != atomic_load_explicit(&U.applied, memory_order_relaxed) && (want != U.failed || !retry)) {
-            pthread_mutex_unlock(&U.mu);
+        if (want != atomic_load_explicit(&usdt_st.applied, memory_order_relaxed) && (want != usdt_st.failed || !retry)) {
+            pthread_mutex_unlock(&usdt_st.mu);
             if (finalizing())
                 return NULL;
             PyGILState_STATE g = PyGILState_Ensure();
-            if (U.enabled) {
+            if (usdt_st.enabled) {
                 if (apply(want) == 0) {
-                    atomic_store(&U.applied, want);
-                    U.failed = 0;
+                    atomic_store(&usdt_st.applied, want);
+                    usdt_st.failed = 0;
                 } else {
-                    U.failed = want;
+                    usdt_st.failed = want;
                     retry = 100; /* polls before trying the same set again */
                 }
             }
             PyGILState_Release(g);
-            pthread_mutex_lock(&U.mu);
+            pthread_mutex_lock(&usdt_st.mu);
             continue; /* re-check at once: probes are often attached one after the other */
         }
         if (retry)
@@ -589,12 +525,12 @@ static void *poller_main(void *arg) {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         uint64_t now = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-        unsigned wait_ms = U.poll_ms;
-        if (U.in_fork_child) {
+        unsigned wait_ms = usdt_st.poll_ms;
+        if (usdt_st.in_fork_child) {
             if (now >= next_orphan_check) {
-                pthread_mutex_unlock(&U.mu);
+                pthread_mutex_unlock(&usdt_st.mu);
                 int orphan = oc_only_helper_threads_left();
-                pthread_mutex_lock(&U.mu);
+                pthread_mutex_lock(&usdt_st.mu);
                 if (orphan)
                     break;
                 next_orphan_check = now + ORPHAN_CHECK_MS * 1000000ull;
@@ -605,10 +541,10 @@ static void *poller_main(void *arg) {
         uint64_t ns = (uint64_t)t.tv_nsec + (uint64_t)wait_ms * 1000000u;
         t.tv_sec += (time_t)(ns / 1000000000u);
         t.tv_nsec = (long)(ns % 1000000000u);
-        while (!U.stop && pthread_cond_timedwait(&U.cv, &U.mu, &t) != ETIMEDOUT) {
+        while (!usdt_st.stop && pthread_cond_timedwait(&usdt_st.cv, &usdt_st.mu, &t) != ETIMEDOUT) {
         }
     }
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_unlock(&usdt_st.mu);
     return NULL;
 }
 
@@ -616,45 +552,45 @@ static void init_sync(void) {
     pthread_condattr_t a;
     pthread_condattr_init(&a);
     pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&U.cv, &a);
+    pthread_cond_init(&usdt_st.cv, &a);
     pthread_condattr_destroy(&a);
-    pthread_mutex_init(&U.mu, NULL);
+    pthread_mutex_init(&usdt_st.mu, NULL);
 }
 
 static int start_poller(void) {
-    U.stop = 0;
-    int err = oc_thread_create(&U.thread, NULL, poller_main, NULL);
+    usdt_st.stop = 0;
+    int err = oc_thread_create(&usdt_st.thread, NULL, poller_main, NULL);
     if (err) {
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    U.running = 1;
+    usdt_st.running = 1;
     return 0;
 }
 
 static void stop_poller(void) {
-    if (!U.running)
+    if (!usdt_st.running)
         return;
-    pthread_mutex_lock(&U.mu);
-    U.stop = 1;
-    pthread_cond_signal(&U.cv);
-    pthread_mutex_unlock(&U.mu);
+    pthread_mutex_lock(&usdt_st.mu);
+    usdt_st.stop = 1;
+    pthread_cond_signal(&usdt_st.cv);
+    pthread_mutex_unlock(&usdt_st.mu);
     Py_BEGIN_ALLOW_THREADS /* the poller may be waiting for the GIL */
-    pthread_join(U.thread, NULL);
+    pthread_join(usdt_st.thread, NULL);
     Py_END_ALLOW_THREADS
-    U.running = 0;
+    usdt_st.running = 0;
 }
 
 static int setup_once(void) {
-    if (U.callbacks)
+    if (usdt_st.callbacks)
         return 0;
     if (PyType_Ready(&UsdtCallbackType) < 0)
         return -1;
-    if (!U.have_codes) {
-        if (oc_codemap_init(&U.codes, free_code_info) < 0)
+    if (!usdt_st.have_codes) {
+        if (oc_codemap_init(&usdt_st.codes, free_code_info) < 0)
             return -1;
-        U.have_codes = 1;
+        usdt_st.have_codes = 1;
     }
     PyObject *sys = PyImport_ImportModule("sys");
     PyObject *mon = sys ? PyObject_GetAttrString(sys, "monitoring") : NULL;
@@ -662,13 +598,13 @@ static int setup_once(void) {
     PyObject *events = mon ? PyObject_GetAttrString(mon, "events") : NULL;
     for (int i = 0; events && i < N_PROBES; i++)
         for (int j = 0; j < 2; j++) {
-            U.ev_bit[i][j] = 0;
+            usdt_st.ev_bit[i][j] = 0;
             if (!probe_events[i][j])
                 continue;
             PyObject *v = PyObject_GetAttrString(events, probe_events[i][j]);
-            U.ev_bit[i][j] = v ? PyLong_AsLong(v) : -1;
+            usdt_st.ev_bit[i][j] = v ? PyLong_AsLong(v) : -1;
             Py_XDECREF(v);
-            if (U.ev_bit[i][j] == -1 && PyErr_Occurred()) {
+            if (usdt_st.ev_bit[i][j] == -1 && PyErr_Occurred()) {
                 Py_CLEAR(events);
                 break;
             }
@@ -679,8 +615,15 @@ static int setup_once(void) {
         Py_XDECREF(mon);
         return -1;
     }
-    U.monitoring = mon;
-    U.callbacks = cbs;
+    PyObject *toolid = PyImport_ImportModule("ocular._toolid");
+    if (!toolid) {
+        Py_DECREF(cbs);
+        Py_XDECREF(mon);
+        return -1;
+    }
+    usdt_st.monitoring = mon;
+    usdt_st.toolid = toolid;
+    usdt_st.callbacks = cbs;
     pthread_atfork(NULL, NULL, fork_child_tid);
     return 0;
 }
@@ -702,14 +645,14 @@ static PyObject *usdt_enable(PyObject *mod, PyObject *arg) {
 #ifdef OC_USDT
     if (setup_once() < 0)
         return NULL;
-    U.poll_ms = (unsigned)ms;
-    if (U.enabled)
+    usdt_st.poll_ms = (unsigned)ms;
+    if (usdt_st.enabled)
         Py_RETURN_NONE;
-    U.error[0] = 0;
-    U.failed = 0;
-    U.enabled = 1;
+    usdt_st.error[0] = 0;
+    usdt_st.failed = 0;
+    usdt_st.enabled = 1;
     if (start_poller() < 0) {
-        U.enabled = 0;
+        usdt_st.enabled = 0;
         return NULL;
     }
     Py_RETURN_NONE;
@@ -722,13 +665,13 @@ static PyObject *usdt_enable(PyObject *mod, PyObject *arg) {
 static PyObject *usdt_disable(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
 #ifdef OC_USDT
-    if (!U.enabled)
+    if (!usdt_st.enabled)
         Py_RETURN_NONE;
-    U.enabled = 0; /* before the join: a poller waiting for the GIL then does nothing */
+    usdt_st.enabled = 0; /* before the join: a poller waiting for the GIL then does nothing */
     stop_poller();
     release_tool();
-    atomic_store(&U.applied, 0);
-    U.failed = 0;
+    atomic_store(&usdt_st.applied, 0);
+    usdt_st.failed = 0;
 #endif
     Py_RETURN_NONE;
 }
@@ -741,10 +684,10 @@ static PyObject *usdt_after_fork_child(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
 #ifdef OC_USDT
     init_sync(); /* the parent's copies may have been held by its poller across fork() */
-    U.running = 0;
-    U.in_fork_child = 1;
-    if (U.enabled && start_poller() < 0) {
-        U.enabled = 0;
+    usdt_st.running = 0;
+    usdt_st.in_fork_child = 1;
+    if (usdt_st.enabled && start_poller() < 0) {
+        usdt_st.enabled = 0;
         return NULL;
     }
 #endif
@@ -784,7 +727,7 @@ static PyObject *usdt_info(PyObject *mod, PyObject *unused) {
     }
 #ifdef OC_USDT
     int available = 1;
-    unsigned applied = atomic_load(&U.applied);
+    unsigned applied = atomic_load(&usdt_st.applied);
 #else
     int available = 0;
     unsigned applied = 0;
@@ -797,15 +740,15 @@ static PyObject *usdt_info(PyObject *mod, PyObject *unused) {
                          "available", available ? Py_True : Py_False,
                          "reason", unavailable_reason,
                          "probes_from", probes_from,
-                         "enabled", U.enabled ? Py_True : Py_False,
-                         "poll_ms", U.poll_ms,
+                         "enabled", usdt_st.enabled ? Py_True : Py_False,
+                         "poll_ms", usdt_st.poll_ms,
                          "semaphores", sem,
                          "attached", attached,
                          "applied", applied_list,
-                         "tool_id", U.tool_id >= 0 ? PyLong_FromLong(U.tool_id) : Py_NewRef(Py_None),
-                         "events", U.events,
-                         "changes", U.changes,
-                         "error", U.error);
+                         "tool_id", usdt_st.tool_id >= 0 ? PyLong_FromLong(usdt_st.tool_id) : Py_NewRef(Py_None),
+                         "events", usdt_st.events,
+                         "changes", usdt_st.changes,
+                         "error", usdt_st.error);
 }
 
 static PyMethodDef usdt_methods[] = {
