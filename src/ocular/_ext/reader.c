@@ -443,8 +443,10 @@ int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_render_re
             BAD("not an Ocular recording (no header block)");
         switch (type) {
         case OC_BLK_HEADER: {
-            if (len < OC_HEADER_FIXED || memcmp(p, OC_REC_MAGIC, 8) != 0)
+            if (len < 8 || memcmp(p, OC_REC_MAGIC, 8) != 0)
                 BAD("not an Ocular recording (bad magic)");
+            if (len < OC_HEADER_FIXED)
+                BAD("damaged recording (its header block is too short)");
             if (rd32(p + 8) != OC_REC_VERSION) {
                 snprintf(res->error, sizeof res->error,
                          "recording format version %u is not supported (this Ocular reads version %u)",

@@ -13,8 +13,8 @@
  *
  * Stack reconstruction is keyed by frame depth (carried in every enter/leave record): an end that
  * matches no open begin at its depth is ignored (code that was running before tracing started, or a
- * function already de-instrumented), and an event at depth d closes any deeper frame whose end was
- * never seen.  Slices still open at the end are closed at the stop time (or, for a recording cut short,
+ * function already de-instrumented); an enter at depth d closes the frames at depth d or deeper, and a leave
+ * at depth d the deeper ones, whose ends were never seen -- at the thread's previous record (pop_stale).  Slices still open at the end are closed at the stop time (or, for a recording cut short,
  * at the thread's last record), so the timeline is always balanced.  In a flight-recorder window the
  * frames that were already open when the window begins are known from their ends: they are opened at
  * the thread's first kept record and marked as cut.
@@ -785,9 +785,13 @@ static void open_cut_frames(rthread *t) {
         free(depths);
         return;
     }
-    uint64_t first_ts = x->spans[0].n ? x->spans[0].recs[0].ts : 0;
-    if (x->spans[0].n > 1 && x->spans[0].recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
-        first_ts = x->spans[0].recs[1].ts;
+    uint32_t s0 = 0; /* the first chunk with a record (an empty one may come first in a damaged recording) */
+    while (s0 + 1 < x->nspans && !x->spans[s0].n)
+        s0++;
+    const span *first = &x->spans[s0];
+    uint64_t first_ts = first->n ? first->recs[0].ts : 0;
+    if (first->n > 1 && first->recs[1].ts < first_ts) /* (a damaged first time: clamp_rec's) */
+        first_ts = first->recs[1].ts;
     first_ts = first_ts < t->prev_ts ? t->prev_ts : first_ts > rstate.ts_hi ? rstate.ts_hi : first_ts;
     t->prev_ts = first_ts;
     for (uint32_t s = 0; s < x->nspans; s++)
@@ -988,9 +992,13 @@ static int add_pause_code(void) {
     return rstate.pause_code != UINT32_MAX && rstate.life_code != UINT32_MAX && rstate.stall_code != UINT32_MAX ? 0 : -1;
 }
 
-static inline void set_tid(uint32_t i) {
-    set_otid(rstate.threads[i], i < rmeta.nthreads && rmeta.threads[i].tid ? rmeta.threads[i].tid : (long)rstate.ix[i].idx);
+long oc_render_thread_tid(uint32_t slot) {
+    if (slot < rmeta.nthreads && rmeta.threads[slot].tid)
+        return rmeta.threads[slot].tid;
+    return rstate.ix && slot < rstate.nthreads ? (long)rstate.ix[slot].idx : 0;
 }
+
+static inline void set_tid(uint32_t i) { set_otid(rstate.threads[i], oc_render_thread_tid(i)); }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
  * them (top down, as pops would) and links its own (bottom up, as pushes did).  Rendering in the

@@ -196,6 +196,9 @@ static inline uint64_t oc_stats_net(uint64_t delta, uint32_t kind) {
     return delta > o ? delta - o : 0;
 }
 uint32_t oc_render_partial(void);   /* functions with only part of their calls recorded (de-instrumented) */
+/* the tid of the thread in slot `slot` (of rmeta.threads) that its slices carry: its kernel thread id, or, for a
+ * thread whose THREAD block is missing (a killed process's recording), its thread index in the recording */
+long oc_render_thread_tid(uint32_t slot);
 oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
 
 /* out.c */

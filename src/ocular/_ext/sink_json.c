@@ -254,7 +254,7 @@ static void json_footer(oc_out *o, const char *clock, int precise) {
     LIT(o, "\"}}");
     for (uint32_t i = 0; i < rmeta.nthreads; i++) {
         LIT(o, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",");
-        put_pid_tid(o, rmeta.threads[i].tid);
+        put_pid_tid(o, oc_render_thread_tid(i));
         LIT(o, ",\"args\":{\"name\":\"");
         put_str(o, rmeta.threads[i].name ? rmeta.threads[i].name : "thread");
         LIT(o, "\"}}");

@@ -1222,13 +1222,14 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                 max_ns = pf_st.th[k].last_ns;
         for (uint32_t i = 0; i < rmeta.nthreads; i++) {
             oc_thread *th = &rmeta.threads[i];
+            long tid = oc_render_thread_tid(i);
             char *unescaped = NULL;
             const char *name = th->name_raw;
             if (!name && th->name)
                 name = unescaped = json_unescape(th->name);
             pf_thread *t = NULL;
             for (uint32_t k = 0; k < pf_st.nth; k++)
-                if (pf_st.th[k].tid == th->tid)
+                if (pf_st.th[k].tid == tid)
                     t = &pf_st.th[k];
             pbw *w = pkt_start();
             if (t) { /* on its own sequence, at its last event */
@@ -1236,7 +1237,7 @@ static void pf_footer(oc_out *o, const char *clock, int precise) {
                 put_thread_descriptor(w, t, name ? name : "thread");
                 put_ts(w, t, t->last_ns);
             } else { /* a thread without events: on the renderer's own sequence */
-                pf_thread tmp = {.tid = th->tid, .uuid = thread_uuid(th->tid)};
+                pf_thread tmp = {.tid = tid, .uuid = thread_uuid(tid)};
                 pb_uint(w, TP_TIMESTAMP, max_ns);
                 pb_uint(w, TP_TIMESTAMP_CLOCK_ID, CLOCK_MONOTONIC_ID);
                 pb_uint(w, TP_SEQUENCE_ID, pf_st.own_seq);

@@ -60,7 +60,7 @@ static void close_profile(oc_out *o) {
 
 static const char *thread_name(long tid) {
     for (uint32_t i = 0; i < rmeta.nthreads; i++)
-        if (rmeta.threads[i].tid == tid && rmeta.threads[i].name)
+        if (oc_render_thread_tid(i) == tid && rmeta.threads[i].name)
             return rmeta.threads[i].name;
     return NULL;
 }

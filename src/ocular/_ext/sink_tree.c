@@ -208,7 +208,7 @@ void oc_tree_release(void) { tree_reset(); }
 
 const char *oc_tree_thread_name(long tid) {
     for (uint32_t i = 0; i < rmeta.nthreads; i++)
-        if (rmeta.threads[i].tid == tid && rmeta.threads[i].name_raw)
+        if (oc_render_thread_tid(i) == tid && rmeta.threads[i].name_raw)
             return rmeta.threads[i].name_raw;
     return "";
 }
