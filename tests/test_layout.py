@@ -98,3 +98,17 @@ def test_the_tool_id_life_is_written_once():
     assert found.pop("_toolid.py") >= 3  # (the rule is not checked against nothing)
     assert not found, found
     assert '"ocular._toolid"' in open(os.path.join(EXT, "usdt.c"), encoding="utf-8").read()
+
+
+def test_no_module_writes_another_modules_globals():
+    """The command line and --follow's boot set what they need through ocular._configure() (its settings
+    object), never by assigning to or mutating ocular's module globals."""
+    pkg = os.path.dirname(EXT)
+    write = re.compile(r"\bocular\._\w+(\.\w+)*\s*(=(?!=)|\+=|-=)|\bocular\._\w+\.(add|update|append|extend|clear)\(")
+    found = {}
+    for f in sorted(os.listdir(pkg)):
+        if f.endswith(".py") and f != "__init__.py":
+            hits = [ln.strip() for ln in open(os.path.join(pkg, f), encoding="utf-8") if write.search(ln)]
+            if hits:
+                found[f] = hits
+    assert not found, found

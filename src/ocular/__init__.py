@@ -59,6 +59,44 @@ _TOOL_NAME = "ocular"
 _mon = sys.monitoring
 
 _session = None  # the running session's settings, or None
+
+
+class _RunSettings:
+    """What a runner sets for the sessions of its process -- the command line (`python -m ocular`) and
+    --follow's boot in a followed process -- through _configure(), never by writing module globals; read by
+    the stop, the report and the signal save.  The API alone leaves every one at its default."""
+
+    def __init__(self):
+        self.report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
+        self.user_files = set()  # file names the report counts as the user's own code ("<string>": -c)
+        self.report_file = None  # where the CLI's --report FILE puts it instead of stderr
+        self.report_tree = False  # the CLI's --tree: the call tree after the report
+        self.recording = False  # the command line's several -o: the session's output is its own recording
+        self.outputs = None  # ...and what that recording is rendered into
+        self.signals_verbose = False  # the command line (not --quiet): a signal's save says where the trace went
+        self.title = None  # --follow's boot: the name of a followed process
+        self.follow_log = None  # --follow's boot: the session's log, where a followed process says it failed
+
+
+_run = _RunSettings()
+
+
+def _configure(**settings):
+    """Set the runner's settings (_RunSettings' attributes; report_format and user_files are added to)."""
+    for name, value in settings.items():
+        if not hasattr(_run, name):
+            raise TypeError(f"ocular._configure: no setting {name!r}")
+        if name in ("report_format", "user_files"):
+            getattr(_run, name).update(value)
+        else:
+            setattr(_run, name, value)
+
+
+def _final_stop():
+    """The runner's last stop: the process ends after it (SIGUSR2 is left ignored, not restored)."""
+    global _exiting
+    _exiting = True
+    return stop_tracing()
 # One render at a time in the process (the C renderer's state, and the statistics the report reads from
 # it, are global): start, stop, convert, snapshot and merge's renders take it; re-made in a forked child.
 _render_lock = threading.Lock()
@@ -376,12 +414,11 @@ def _register(tool_id, mode, callbacks):
     _mon.set_events(tool_id, mask)
 
 
-_title = None  # set by --follow's boot: the name of a followed process
 
 
 def _process_name():
-    if _title:
-        return _title.encode("utf-8", "backslashreplace").decode("utf-8")
+    if _run.title:
+        return _run.title.encode("utf-8", "backslashreplace").decode("utf-8")
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "python"
     name = f"{os.path.basename(sys.executable or 'python')} {argv0}".strip()
     return name.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 script name stays valid text
@@ -523,8 +560,6 @@ def _parse_signals(value):
     return tuple(out)
 
 
-_signals_verbose = False  # the command line (not --quiet): a signal's save says where the trace went
-_cli_outputs = None  # the command line's several -o: what the session's recording is rendered into
 _chained = {}  # signal -> the program's Python handler that Ocular's (_on_chained_signal) runs after the save
 _chain_busy = []  # signals that arrived while _on_chained_signal saved (each calls the program's handler after)
 
@@ -544,11 +579,11 @@ def _arm_signals(sigs, s):
     else:
         render = _formats.BY_NAME[fmt].render  # a C sink: rendered by the recorder thread, no Python needed
     convert_args = None  # the convert command's -o, for a signal that keeps the recording (shlex only then)
-    if _cli_outputs or (out and render == -1):
+    if _run.outputs or (out and render == -1):
         import shlex
 
-        convert_args = " ".join(f"-o {shlex.quote(o)}" for o in (_cli_outputs or [out]))
-    bits = _ocular._signals_arm(sigs, render, convert_args, _signals_verbose)
+        convert_args = " ".join(f"-o {shlex.quote(o)}" for o in (_run.outputs or [out]))
+    bits = _ocular._signals_arm(sigs, render, convert_args, _run.signals_verbose)
     s["signals"] = sigs
     for i, name in enumerate(SAVE_SIGNALS):
         sig = int(getattr(signal, name))
@@ -1002,7 +1037,7 @@ def _stop_locked():
                 _note_partial(fmt, out, rendered)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
-            if _report_tree and s["report"] in (True, "text"):
+            if _run.report_tree and s["report"] in (True, "text"):
                 try:
                     from ._formats._tree import tree_text
 
@@ -1051,10 +1086,6 @@ def _release_render(used_held=False):
     _ocular._release(_codes_held_for is not None)
 
 
-_report_format = {}  # format() options for the printed report (the CLI's --top, --sort, --all, --loops)
-_user_files = set()  # file names the report counts as the user's own code whatever they look like ("<string>": -c)
-_report_file = None  # where the CLI's --report FILE puts it instead of stderr
-_report_tree = False  # the CLI's --tree: the call tree after the report
 
 
 def _make_report(s, clock, with_code):
@@ -1081,8 +1112,8 @@ def _build_report(s, clock, with_code):
         return None
     if s["report"] in (True, "text", "json"):
         try:
-            fmt = dict(_report_format)
-            if "width" not in fmt and not _report_file:  # a terminal's width; a file or pipe gets whole lines
+            fmt = dict(_run.report_format)
+            if "width" not in fmt and not _run.report_file:  # a terminal's width; a file or pipe gets whole lines
                 try:
                     fmt["width"] = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
                 except (AttributeError, ValueError, OSError):
@@ -1097,21 +1128,20 @@ def _build_report(s, clock, with_code):
 def _report_out(text, append=False):
     """The printed report (and the call tree after it, append=True): to the CLI's --report FILE, else
     to stderr."""
-    if not _report_file:
+    if not _run.report_file:
         _print_err(text)
         return
     try:  # (a FIFO nobody reads fails at once, ENXIO, instead of blocking the exit)
-        fd = os.open(_report_file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC),
+        fd = os.open(_run.report_file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if append else os.O_TRUNC),
                      0o666)
         os.set_blocking(fd, True)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     except OSError as exc:
         why = "a FIFO that nobody reads" if exc.errno == errno.ENXIO else exc.strerror or exc
-        _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_report_file!r}: {why}")
+        _print_err(f"ocular: cannot write the {'call tree' if append else 'report'} to {_run.report_file!r}: {why}")
 
 
-_cli_recording = False  # the command line's several -o: the session's output is its own recording, not a name
                         # the user gave (messages do not show it)
 
 
@@ -1120,7 +1150,7 @@ def _recording_failed(err):
     fails: the program learns it now, not only at stop.  Never raises."""
     try:
         s = _session
-        where = f" for {s['output']!r}" if s and s.get("output") and not _cli_recording else ""
+        where = f" for {s['output']!r}" if s and s.get("output") and not _run.recording else ""
         _print_err(f"ocular: writing the recording{where} failed ({_why_write_failed(err)}): the program goes "
                    f"on, but what it does from now on is not recorded; what was recorded before is kept at stop")
     except Exception:
@@ -1367,7 +1397,6 @@ class _Holder:
     result = None
 
 
-_follow_log = None  # set by --follow's boot: the session's log, where a followed process says it failed
 
 
 def _save_failed(exc):
@@ -1376,10 +1405,10 @@ def _save_failed(exc):
     text = str(exc.strerror if isinstance(exc, OSError) and isinstance(exc.strerror, str) else exc)
     text = text[len("ocular: "):] if text.startswith("ocular: ") else text
     _print_err(f"ocular: {text}")
-    if _follow_log and isinstance(exc, OSError):  # (a RuntimeError after the save, say, is no lost trace)
+    if _run.follow_log and isinstance(exc, OSError):  # (a RuntimeError after the save, say, is no lost trace)
         with contextlib.suppress(Exception):
-            with open(_follow_log, "ab") as f:
-                f.write(f"{os.getpid()} {_title or ''}: not saved: {text}\n".encode("utf-8", "backslashreplace"))
+            with open(_run.follow_log, "ab") as f:
+                f.write(f"{os.getpid()} {_run.title or ''}: not saved: {text}\n".encode("utf-8", "backslashreplace"))
 
 
 def _at_exit():
@@ -1501,7 +1530,7 @@ def _child_recording(s, child_out):
     """A forked child's recording: in the session's private directory (see above); beside the output as
     before in a --follow session (its parts directory is Ocular's own) or when there is no private
     directory to be had."""
-    if child_out and _follow_log is None and s.get("child_dir"):
+    if child_out and _run.follow_log is None and s.get("child_dir"):
         run = s["child_dir"]
         try:
             _make_private_dir(os.path.dirname(run))

@@ -256,16 +256,17 @@ def _apply_report_shape(parser, ns, file_option):
         parser.error("argument --width: must be 0 (whole lines) or from 40 to 100000")
     if not 0 <= ns.loops <= 1000:
         parser.error("argument --loops: must be from 0 to 1000")
-    ocular._report_format.update(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops)
+    ocular._configure(report_format=dict(top=ns.top, sort=ns.sort, all_code=ns.all_code, loops=ns.loops),
+                      report_tree=ns.tree)
     if ns.width is not None:
-        ocular._report_format["width"] = ns.width or None
-    ocular._report_tree = ns.tree
+        ocular._configure(report_format={"width": ns.width or None})
     if ns.report_file:
-        ocular._report_file = os.path.abspath(ns.report_file)
-        where = os.path.dirname(ocular._report_file)
-        if os.path.isdir(ocular._report_file):
+        report_file = os.path.abspath(ns.report_file)
+        ocular._configure(report_file=report_file)
+        where = os.path.dirname(report_file)
+        if os.path.isdir(report_file):
             parser.error(f"{file_option} {ns.report_file!r} is a directory; give a file name")
-        if not os.path.exists(ocular._report_file) and (not os.path.isdir(where) or
+        if not os.path.exists(report_file) and (not os.path.isdir(where) or
                                                         not os.access(where, os.W_OK | os.X_OK)):
             parser.error(f"{file_option} {ns.report_file!r}: the directory {where!r} "
                          f"{'is not writable' if os.path.isdir(where) else 'does not exist'}")
@@ -525,7 +526,7 @@ def _run(argv=None):
             except (ValueError, TypeError, OSError) as exc:
                 parser.error(_message(exc))
         ns.output = f"{os.path.abspath(outputs[0])}.{os.getpid()}.ocular"
-        ocular._cli_recording = True
+        ocular._configure(recording=True)
     if not 0 <= ns.threshold <= 0xFFFFFFF0:
         parser.error("argument --threshold: must be from 0 to 4294967280")
     if ns.module == "":
@@ -548,7 +549,7 @@ def _run(argv=None):
     elif ns.code is not None:
         prog_argv = ["-c"] + rest
         command = ["-c", ns.code] + rest
-        ocular._user_files.add("<string>")  # (the report: the program's own code, not generated code)
+        ocular._configure(user_files={"<string>"})  # (the report: the program's own code, not generated code)
     else:
         if ns.script != "-" and not os.path.exists(ns.script):  # as Python says it: the error line, no usage
             parser.exit(2, f"python -m ocular: error: can't open file {ns.script!r}: no such file\n")
@@ -594,8 +595,8 @@ def _run(argv=None):
         _refuse_overwriting(parser, written, program.source, f"the source of module {ns.module!r}")
         sys.argv = prog_argv
 
-    ocular._signals_verbose = not ns.quiet  # (SIGTERM, SIGHUP: the trace is saved, then the process dies of it)
-    ocular._cli_outputs = [os.path.abspath(o) for o in outputs] if many else None
+    # (SIGTERM, SIGHUP: the trace is saved, then the process dies of it)
+    ocular._configure(signals_verbose=not ns.quiet, outputs=[os.path.abspath(o) for o in outputs] if many else None)
 
     def start():
         if ns.usdt:  # the USDT probes (docs/usdt.md), live before the program starts
@@ -639,9 +640,8 @@ def _run(argv=None):
         else:
             rec_path = ns.output
         if ocular.is_tracing():
-            ocular._exiting = True  # (the process ends after this, the runner's last stop)
             try:
-                res = ocular.stop_tracing()
+                res = ocular._final_stop()  # (the process ends after this, the runner's last stop)
                 if not many and not ns.quiet and res.output:
                     size = os.path.getsize(res.output)
                     what = "recording" if ocular._format_for(res.output, ns.format) == "recording" else "trace"

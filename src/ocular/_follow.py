@@ -58,12 +58,10 @@ def boot():
     cfg = json.loads(os.environ[ENV])
     root = os.environ.pop(ROOT_ENV, None) == "1"  # only the program itself, not what it starts
     out = os.path.join(cfg["dir"], f"{os.getpid()}{cfg['suffix']}")
-    ocular._title = _process_title()
-    ocular._follow_log = os.path.join(cfg["dir"], LOG)
+    ocular._configure(title=_process_title(), follow_log=os.path.join(cfg["dir"], LOG))
     if root:  # the report's shape (--top, --sort, --all, --loops, --tree, --report FILE)
-        ocular._report_format.update(cfg.get("report_format") or {})
-        ocular._report_tree = cfg.get("report_tree", False)
-        ocular._report_file = cfg.get("report_file")
+        ocular._configure(report_format=cfg.get("report_format") or {}, report_tree=cfg.get("report_tree", False),
+                          report_file=cfg.get("report_file"))
     ocular.start_tracing(mode=cfg["mode"], deinstrument_threshold=cfg["threshold"], exclude=cfg["exclude"],
                          include_only=cfg["include"], output=out, tool_id=cfg["tool_id"], format=cfg["format"],
                          report=cfg["report"] if root else False, loops=cfg.get("loops"),
@@ -166,8 +164,8 @@ def run(ns, command, say, warn=None):
     cfg = dict(dir=directory, suffix=suffix, format=fmt, mode=ns.mode, threshold=ns.threshold,
                include=ns.include, exclude=ns.exclude, tool_id=ns.tool_id, report=report, usdt=bool(ns.usdt),
                loops=ns.loop_events, c_functions=ns.c_functions, sampling=ns.sampling, near_zero=ns.near_zero,
-               report_format=dict(ocular._report_format), report_tree=bool(ocular._report_tree),
-               report_file=ocular._report_file)
+               report_format=dict(ocular._run.report_format), report_tree=bool(ocular._run.report_tree),
+               report_file=ocular._run.report_file)
     env = dict(os.environ)
     env[ENV] = json.dumps(cfg)
     env[ROOT_ENV] = "1"

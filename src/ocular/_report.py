@@ -456,7 +456,8 @@ class Report:
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
         self._rowless = sum(1 for f in data["functions"] if not f["segments"] and f.get("truncated"))
-        self._user_files = frozenset(getattr(sys.modules.get("ocular"), "_user_files", ()))
+        run = getattr(sys.modules.get("ocular"), "_run", None)
+        self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
         self.functions = []
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
