@@ -35,7 +35,7 @@ def test_version_branches_are_in_compat_h_only():
 
 # the render side (render.h): the recording's reader and renderer, its statistics and estimates, the sinks and
 # their output, and what both sides share (thread.c); results.c, the binding, turns its results into Python
-RENDER_SIDE = ("render.c", "reader.c", "tasks.c", "live.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
+RENDER_SIDE = ("render.c", "reader.c", "tasks.c", "live.c", "rtables.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
                "sink_tree.c", "pipe.c", "out.c", "deflate.c", "thread.c",
                "render.h", "render_int.h", "stats.h", "recording.h", "deflate.h", "thread.h")
 RECORD_SIDE_HEADERS = ("ocular.h", "compat.h", "codemap.h", "usdt_sdt.h", "Python.h")
@@ -47,7 +47,7 @@ def test_the_render_side_includes_no_record_side_header():
         included = re.findall(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', src, re.M)
         assert not set(included) & set(RECORD_SIDE_HEADERS), (name, included)
     # (and every C file is on one side or the other: a new one is placed on purpose)
-    record = {"asyncio.c", "buffer.c", "clock.c", "codeinfo.c", "codemap.c", "module.c", "monitor.c",
+    record = {"session.c", "asyncio.c", "buffer.c", "clock.c", "codeinfo.c", "codemap.c", "module.c", "monitor.c",
               "owncost.c", "recorder.c", "sampling.c", "sigsave.c", "usdt.c", "results.c", "ocular.h",
               "compat.h", "codemap.h", "usdt_sdt.h"}
     assert set(_sources()) == set(RENDER_SIDE) | record, set(_sources()) ^ (set(RENDER_SIDE) | record)
@@ -112,3 +112,85 @@ def test_no_module_writes_another_modules_globals():
             if hits:
                 found[f] = hits
     assert not found, found
+
+
+UTILITIES = ("out.c", "thread.c", "deflate.c")  # (shared by both sides: the output file, own threads, deflate)
+
+
+def _symbol_graph(tmp_path):
+    """{file: {file it uses a symbol of: [symbols]}} from each C file's object (nm: what it defines and what it
+    leaves undefined); symbols that no file of ours defines (libc, libpython) are left out."""
+    import sysconfig
+    from concurrent.futures import ThreadPoolExecutor
+
+    def compile_one(name):
+        obj = tmp_path / (name[:-2] + ".o")
+        p = subprocess.run(["gcc", "-std=c11", "-O2", "-D_GNU_SOURCE", "-fvisibility=hidden", "-c", "-I" + EXT,
+                            "-I" + sysconfig.get_paths()["include"], os.path.join(EXT, name), "-o", str(obj)],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, (name, p.stderr[:2000])
+        out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+        defined, used = set(), set()
+        for ln in out.splitlines():
+            parts = ln.split()
+            if len(parts) >= 2 and parts[-2] == "U":
+                used.add(parts[-1])
+            elif len(parts) == 3 and parts[1] in "TDBRCVW":
+                defined.add(parts[2])
+        return name, defined, used
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
+        objs = list(ex.map(compile_one, [f for f in _sources() if f.endswith(".c")]))
+    owner = {sym: name for name, defined, _ in objs for sym in defined}
+    graph = {}
+    for name, _, used in objs:
+        edges = graph.setdefault(name, {})
+        for sym in sorted(used):
+            if sym in owner and owner[sym] != name:
+                edges.setdefault(owner[sym], []).append(sym)
+    return graph
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm")), reason="gcc and nm (Debian: build-essential)")
+def test_the_c_files_depend_on_each_other_without_a_cycle(tmp_path):
+    """By the symbols each C file's object uses from the others: no cycle (the driver calls the live render
+    through what it registers, the recorder asks the renderer through the session's hooks, and the shared
+    state -- sess, rmeta, rstate -- lives in leaf files); no render-side file uses a record-side one; and the
+    record side reaches the render side only from the binding (module.c, results.c) and through utilities."""
+    graph = _symbol_graph(tmp_path)
+    assert len(graph) > 25 and sum(map(len, graph.values())) > 60, graph  # (the rule is not checked against nothing)
+    # Tarjan's strongly connected components: any of more than one file is a cycle
+    index, low, stack, on, sccs = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            sccs.append(scc)
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    cycles = [sorted(s) for s in sccs if len(s) > 1]
+    assert not cycles, {tuple(c): {a: {b: s[:4] for b, s in graph[a].items() if b in c} for a in c} for c in cycles}
+    render = {f for f in RENDER_SIDE if f.endswith(".c")}
+    upward = {a: {b: s[:4] for b, s in graph[a].items() if b not in render}
+              for a in render if any(b not in render for b in graph[a])}
+    assert not upward, upward
+    into_render = {a: sorted(b for b in graph[a] if b in render and b not in UTILITIES)
+                   for a in graph if a not in render}
+    assert {a: b for a, b in into_render.items() if b} .keys() <= {"module.c", "results.c"}, into_render

@@ -164,7 +164,7 @@ static void live_join(void) {
     }
 }
 
-void live_free(void) {
+static void live_free(void) {
     if (live_st.map)
         munmap(live_st.map, live_st.reserve);
     struct stat st;
@@ -179,7 +179,7 @@ void live_free(void) {
 }
 
 /* Stop a live render and forget it (its partial output is removed). */
-void live_discard(void) {
+static void live_discard(void) {
     if (!live_st.on)
         return;
     live_join();
@@ -194,19 +194,18 @@ void live_discard(void) {
     reset_render();
 }
 
-int cpus_available(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
+static int live_takeover(const char *rec_path, int format, const char *out_path, int loops);
+static int live_resume(const uint8_t **base, size_t *size, size_t *off, uint32_t *done);
+
+/* what the driver asks of a live render (render_int.h): registered when one starts */
+static const oc_live_ops live_ops = {live_takeover, live_resume, live_free, live_discard};
 
 void oc_render_live_start(const char *rec_path, int format, const char *out_path, int loops) {
+    oc_live = &live_ops;
     live_discard();
     const char *env = getenv("OCULAR_LIVE_RENDER"); /* 0: never; 1: even on one CPU */
     int want = env && *env ? strcmp(env, "0") != 0 : 1;
-    if (!want || !out_path || (cpus_available() < 2 && !(env && strcmp(env, "1") == 0)))
+    if (!want || !out_path || (oc_cpus_available() < 2 && !(env && strcmp(env, "1") == 0)))
         return;
     live_st.fd = oc_fd_above_std(open(rec_path, O_RDONLY | O_CLOEXEC));
     struct stat st;
@@ -267,7 +266,7 @@ void oc_render_live_fork_child(void) {
 }
 
 /* 1: the live render of this very output is taken over (joined; rstate and rmeta hold its state). */
-int live_takeover(const char *rec_path, int format, const char *out_path, int loops) {
+static int live_takeover(const char *rec_path, int format, const char *out_path, int loops) {
     if (!live_st.on)
         return 0;
     live_join();
@@ -282,7 +281,7 @@ int live_takeover(const char *rec_path, int format, const char *out_path, int lo
 /* The render taken over (live_takeover) goes on from where the thread left it: its mapping of the recording,
  * the recording's size now, the offset indexed up to and the spans of thread 0 rendered; -1 (the live render
  * discarded) if the recording or the output is no longer the program's (closed by the program). */
-int live_resume(const uint8_t **base, size_t *size, size_t *off, uint32_t *done) {
+static int live_resume(const uint8_t **base, size_t *size, size_t *off, uint32_t *done) {
     int64_t lsize = live_size();
     if (lsize < 0 || rstate.out.fd < 0 || !oc_out_is_ours(&rstate.out)) {
         live_discard();

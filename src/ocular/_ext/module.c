@@ -15,7 +15,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-oc_session sess;
+static void hooks_set(void); /* (below) */
 
 static void free_strv(char **v) {
     if (!v)
@@ -208,6 +208,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
         return NULL;
     oc_clock_init();
     oc_clock_sample(&sess.tsc0, &sess.mono0_ns);
+    hooks_set();
     if (oc_recorder_start() < 0) {
         Py_DECREF(cbs);
         return NULL;
@@ -232,9 +233,22 @@ static int recording_failed_call(void *arg) {
     return 0;
 }
 
-void oc_notify_recording_failed(int err) {
+static void notify_recording_failed(int err) {
     if (Py_IsInitialized())
         (void)Py_AddPendingCall(recording_failed_call, (void *)(intptr_t)err);
+}
+
+/* a render while recording, for the trace formats (what it can render early) */
+static void live_start(const char *rec_path, int format, const char *out_path, int loops) {
+    if (oc_format_caps(format) & OC_CAP_TRACE)
+        oc_render_live_start(rec_path, format, out_path, loops);
+}
+
+/* the record side's hooks (ocular.h, oc_session.hooks): set before the recorder starts */
+static void hooks_set(void) {
+    sess.hooks.recording_failed = notify_recording_failed;
+    sess.hooks.render = oc_render_file;
+    sess.hooks.live_start = live_start;
 }
 
 static PyObject *py_stop(PyObject *mod, PyObject *unused) {
@@ -636,6 +650,7 @@ static PyObject *py_after_fork_child(PyObject *mod, PyObject *args) {
     if (set_paths(out, tmp, rec) < 0)
         return NULL;
     sess.write_json = out != Py_None && sess.format != OC_FORMAT_STATS;
+    hooks_set();
     if (oc_recorder_start() < 0)
         return NULL;
     sess.active = 1;

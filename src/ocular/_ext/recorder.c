@@ -16,7 +16,7 @@
  * waits 20 ms at most), stops the session without the GIL, writes every thread's partial chunk, ends the
  * recording and hands it to oc_signals_finish(), which renders it and ends the process by the signal.
  *
- * A write that fails (a full disk) is told to the program at once (oc_notify_recording_failed: a pending
+ * A write that fails (a full disk) is told to the program at once (sess.hooks.recording_failed: a pending
  * call, which needs no GIL); the later chunks are dropped, and what was written stays a valid recording
  * cut short, which stop_tracing() renders or keeps.
  *
@@ -53,7 +53,7 @@ static struct {
 static inline void tell_failure(void) {
     if (UNLIKELY(rec_st.out.err) && !rec_st.told) {
         rec_st.told = 1;
-        oc_notify_recording_failed(rec_st.out.err);
+        sess.hooks.recording_failed(rec_st.out.err);
     }
 }
 
@@ -444,7 +444,7 @@ static void finish_orphan(void) {
         size_t n = strlen(sess.out_path);
         int gz = n >= 3 && strcasecmp(sess.out_path + n - 3, ".gz") == 0; /* (gzip is Python's: kept, below) */
         if (sess.write_json && !gz) {
-            if (oc_render_file(sess.rec_path, sess.format, sess.tmp_path, 0, sess.loops, 1, &res) == 0 && !res.write_errno &&
+            if (sess.hooks.render(sess.rec_path, sess.format, sess.tmp_path, 0, sess.loops, 1, &res) == 0 && !res.write_errno &&
                 rename(sess.tmp_path, sess.out_path) == 0)
                 unlink(sess.rec_path);
             else
@@ -632,8 +632,8 @@ int oc_recorder_start(void) {
         return -1;
     }
     sess.writer_started = 1;
-    if (!sess.ring_bytes && sess.write_json && sess.tmp_path && (oc_format_caps(sess.format) & OC_CAP_TRACE))
-        oc_render_live_start(sess.rec_path, sess.format, sess.tmp_path, sess.loops);
+    if (!sess.ring_bytes && sess.write_json && sess.tmp_path)
+        sess.hooks.live_start(sess.rec_path, sess.format, sess.tmp_path, sess.loops);
     return 0;
 }
 

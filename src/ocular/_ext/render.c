@@ -42,28 +42,6 @@
 #include <time.h>
 #include <unistd.h>
 
-oc_rmeta rmeta;
-oc_rstate rstate;
-
-
-static oc_codeent unknown_code = {.qualname = "<unknown code>", .filename = "?", .qualname_raw = "<unknown code>",
-                                  .filename_raw = "?"};
-
-oc_codeent *oc_rcode(uint32_t id) {
-    if (id < rmeta.ncodes && rmeta.codes[id].qualname)
-        return &rmeta.codes[id];
-    return &unknown_code;
-}
-
-/* Functions whose recorded calls are a part of their calls: their start (near-zero mode) or one of
- * their C call sites was de-instrumented (CF_START_DISABLED in the recording's code states). */
-uint32_t oc_render_partial(void) {
-    uint32_t n = 0;
-    for (uint32_t id = 0; id < rmeta.ncodes; id++)
-        n += rmeta.codes[id].qualname && (rmeta.codes[id].flags & CF_START_DISABLED);
-    return n;
-}
-
 static uint64_t mono_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -992,12 +970,6 @@ static int add_pause_code(void) {
     return rstate.pause_code != UINT32_MAX && rstate.life_code != UINT32_MAX && rstate.stall_code != UINT32_MAX ? 0 : -1;
 }
 
-long oc_render_thread_tid(uint32_t slot) {
-    if (slot < rmeta.nthreads && rmeta.threads[slot].tid)
-        return rmeta.threads[slot].tid;
-    return rstate.ix && slot < rstate.nthreads ? (long)rstate.ix[slot].idx : 0;
-}
-
 static inline void set_tid(uint32_t i) { set_otid(rstate.threads[i], oc_render_thread_tid(i)); }
 
 /* same_top links the frames of one thread, the one being rendered: another thread's chunk unlinks
@@ -1125,14 +1097,14 @@ static int pipe_wanted(int format, const char *out_path, int two_cpus) {
 int oc_render_file(const char *rec_path, int format, const char *out_path, int progress, int loops, int stats,
                    oc_render_result *res) {
     memset(res, 0, sizeof *res);
-    int cont = live_takeover(rec_path, format, out_path, loops);
+    int cont = oc_live && oc_live->takeover(rec_path, format, out_path, loops);
     int rc = -1;
     size_t off = 0, size = 0;
     const uint8_t *base = NULL;
     void *map = MAP_FAILED;
     uint32_t first0 = 0;
     if (cont) {
-        if (live_resume(&base, &size, &off, &first0) < 0)
+        if (oc_live->resume(&base, &size, &off, &first0) < 0)
             cont = 0;
         else
             rstate.live_events = rstate.events;
@@ -1181,7 +1153,7 @@ int oc_render_file(const char *rec_path, int format, const char *out_path, int p
     /* After the program a CPU is free.  With enough left to render, the sink runs there (pipe.c), and
      * writes too; else JSON's system calls (~45 bytes an event) go to a writer thread, measured 5% faster
      * in `convert` (.pftrace's ~1.5 bytes: 1% slower) */
-    int two_cpus = cpus_available() >= 2;
+    int two_cpus = oc_cpus_available() >= 2;
     int piped = pipe_wanted(format, out_path, two_cpus) && oc_pipe_start(&rstate.sink, &rstate.out) == 0;
     if (!piped && out_path && (oc_format_caps(format) & OC_CAP_MANY_WRITES) && two_cpus)
         oc_out_async_start(&rstate.out);
@@ -1252,7 +1224,7 @@ out:
     free(rstate.out.buf);
     rstate.out.buf = NULL;
     if (cont)
-        live_free();
+        oc_live->free();
     else
         munmap(map, size);
     for (uint32_t i = 0; i < rmeta.nthreads; i++) { /* the spans pointed into the mapping */
@@ -1265,7 +1237,8 @@ out:
 
 /* The renderer's figures stay until the next render (the report reads rmeta and the statistics) or this. */
 void oc_render_release(void) {
-    live_discard();
+    if (oc_live)
+        oc_live->discard();
     free_render_state();
     free_meta();
     oc_stats_reset();

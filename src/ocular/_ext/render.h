@@ -199,7 +199,11 @@ uint32_t oc_render_partial(void);   /* functions with only part of their calls r
 /* the tid of the thread in slot `slot` (of rmeta.threads) that its slices carry: its kernel thread id, or, for a
  * thread whose THREAD block is missing (a killed process's recording), its thread index in the recording */
 long oc_render_thread_tid(uint32_t slot);
-oc_codeent *oc_rcode(uint32_t id);   /* never NULL: an unknown id gives a placeholder entry */
+extern oc_codeent oc_unknown_code; /* (rtables.c) */
+/* code id `id`'s entry; never NULL: an unknown id gives a placeholder entry */
+static inline oc_codeent *oc_rcode(uint32_t id) {
+    return id < rmeta.ncodes && rmeta.codes[id].qualname ? &rmeta.codes[id] : &oc_unknown_code;
+}
 
 /* out.c */
 struct oc_writer;

@@ -202,7 +202,7 @@ typedef struct {
     uint32_t *tt_hash;       /* (thread tid, task) -> 1 + index, open addressing (0: free) */
     uint32_t tt_cap;
 } oc_rstate;
-extern oc_rstate rstate; /* the render in progress (render.c) */
+extern oc_rstate rstate; /* the render in progress (rtables.c) */
 
 
 /* (through int64_t: the same value for any product below 2^63 ns, and one instruction where a
@@ -260,11 +260,14 @@ __attribute__((cold)) void cb_begin(rthread *t, uint64_t ts);
 __attribute__((cold)) void cb_end(rthread *t, const frame *f, uint64_t ts, int nostats);
 void life_end(uint32_t k, uint64_t ts);
 
-/* live.c: rendering while recording */
-int cpus_available(void);
-int live_takeover(const char *rec_path, int format, const char *out_path, int loops);
-int live_resume(const uint8_t **base, size_t *size, size_t *off, uint32_t *done);
-void live_discard(void);
-void live_free(void);
+/* live.c: rendering while recording.  The driver calls none of live.c: a live render, when it starts,
+ * registers what the driver asks of it at stop (oc_live: NULL until one started; rtables.c) */
+typedef struct {
+    int (*takeover)(const char *rec_path, int format, const char *out_path, int loops); /* 1: this output's */
+    int (*resume)(const uint8_t **base, size_t *size, size_t *off, uint32_t *done);   /* where it got to */
+    void (*free)(void);
+    void (*discard)(void);
+} oc_live_ops;
+extern const oc_live_ops *oc_live;
 
 #endif

@@ -111,7 +111,7 @@ void oc_signals_finish(void) {
         }
     } else if (sig_st.render >= 0) {
         oc_render_result res;
-        int rc = oc_render_file(sess.rec_path, sig_st.render, sess.tmp_path, 0, sess.loops, 0, &res);
+        int rc = sess.hooks.render(sess.rec_path, sig_st.render, sess.tmp_path, 0, sess.loops, 0, &res);
         if (rc == 0 && !res.write_errno && rename(sess.tmp_path, out) == 0) {
             unlink(sess.rec_path);
             if (sig_st.verbose)

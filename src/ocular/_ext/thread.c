@@ -1,9 +1,11 @@
 /* thread.c -- Ocular's own threads (the recorder, the renderers and their writers, timers, pollers): started
  * with every signal blocked (oc_thread_create, thread.h), and known as Ocular's by their kernel thread id, so
  * that the sampling windows' run-delay measure (sampling.c) leaves them out of the program's running
- * threads.  Shared by the record side and the render side; no Python API.
+ * threads; and how many CPUs the process may run on (whether a second thread can render or encode beside it).
+ * Shared by the record side and the render side; no Python API.
  */
 #include "thread.h"
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -55,4 +57,12 @@ int oc_is_own_thread(long tid) {
 void oc_own_threads_fork_child(void) {
     for (int i = 0; i < OWN_MAX; i++) /* (the parent's threads; the child's own mark themselves) */
         atomic_store(&own_tids[i], 0);
+}
+
+int oc_cpus_available(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
 }

@@ -36,6 +36,7 @@ static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, vo
     return rc;
 }
 int oc_is_own_thread(long tid);          /* tid is one of Ocular's threads, running */
+int oc_cpus_available(void);             /* the CPUs this process may run on (its affinity mask) */
 void oc_own_threads_fork_child(void);    /* a fork child: the parent's threads are not its own */
 #ifndef OC_UNRESOLVED_OK
 #pragma GCC visibility pop
