@@ -194,20 +194,3 @@ def test_the_c_files_depend_on_each_other_without_a_cycle(tmp_path):
     into_render = {a: sorted(b for b in graph[a] if b in render and b not in UTILITIES)
                    for a in graph if a not in render}
     assert {a: b for a, b in into_render.items() if b} .keys() <= {"module.c", "results.c"}, into_render
-
-
-def test_the_extensions_stub_is_true_to_it():
-    """ocular/_ocular.pyi (the C extension's types) names every function the extension has and no other, and
-    _start's keywords are the binding's (module.c's kw list), in its order."""
-    import ast
-
-    from ocular import _ocular
-
-    stub = ast.parse(open(os.path.join(os.path.dirname(EXT), "_ocular.pyi"), encoding="utf-8").read())
-    funcs = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
-    have = {k for k in dir(_ocular) if not k.startswith("__") and callable(getattr(_ocular, k))
-            and not isinstance(getattr(_ocular, k), type)}
-    assert set(funcs) == have, set(funcs) ^ have
-    src = open(os.path.join(EXT, "module.c"), encoding="utf-8").read()
-    kw = re.search(r"py_start\(.*?static char \*kw\[\] = \{(.*?)NULL\}", src, re.S).group(1)
-    assert [a.arg for a in funcs["_start"].args.kwonlyargs] == re.findall(r'"(\w+)"', kw)

@@ -47,3 +47,12 @@ def test_the_stub_names_what_the_extension_has():
         assert (names(pos), names(kw)) == stub[name], (name, doc.splitlines()[0], stub[name])
         checked += 1
     assert checked >= 15, checked
+
+
+def test_start_takes_the_keywords_the_binding_parses():
+    """_start's keywords in the stub are the binding's own list (module.c, py_start's kw[]), in its order:
+    the docstring could fall behind the parser (stall_ms did), the list cannot."""
+    with open(os.path.join(SRC, "ocular", "_ext", "module.c"), encoding="utf-8") as f:
+        src = f.read()
+    kw = re.search(r"py_start\(.*?static char \*kw\[\] = \{(.*?)NULL\}", src, re.S).group(1)
+    assert _stub()["_start"] == ([], re.findall(r'"(\w+)"', kw))

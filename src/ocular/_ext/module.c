@@ -108,13 +108,14 @@ static void reset_counters(void) {
 PyDoc_STRVAR(start_doc,
              "_start(*, precise, threshold, output, tmp_output, include_only, exclude, own_dir,\n"
              "       cache_entries, process_name, disable, main_ident, format, recording, ring_bytes,\n"
-             "       loops=0, c_functions=False, near_zero=False) -> dict of callbacks\n\n"
+             "       loops=0, c_functions=False, near_zero=False, stall_ms=0) -> dict of callbacks\n\n"
              "Keyword arguments only (_ocular.pyi has their types).  "
              "Start a session recording into `recording` (ring_bytes > 0: kept in memory, the newest\n"
              "ring_bytes only, written there at stop).  output/tmp_output/format (0 JSON, 1 Perfetto,\n"
              "2 none) are what a fork child orphaned by its thread renders by itself.  near_zero: function\n"
              "starts are de-instrumented after `threshold` too (else only jump, instruction and C call\n"
-             "sites are).  Internal: use\n"
+             "sites are).  stall_ms: an asyncio task step this long is a loop stall (0: the renderer's\n"
+             "default, 100), written in the recording.  Internal: use\n"
              "ocular.start_tracing(), which validates arguments and registers the callbacks.");
 
 static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
