@@ -648,7 +648,7 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
         raise MergeError(f"cannot merge into {format} ({output!r}): {', '.join(map(repr, wrong))} "
                          f"{'is' if len(wrong) == 1 else 'are'} in the other format; inputs and output "
                          "must share one format")
-    from . import _check_name_length, _regular_output, _same_file, _writing
+    from ._paths import _check_name_length, _regular_output, _same_file, _writing
 
     if not output:
         raise MergeError("the output must not be empty")

@@ -1,7 +1,6 @@
 """`python -m ocular attach PID`: the command's arguments; the work is _attach.py's."""
 
 import argparse
-import sys
 
 from .. import _formats
 from .common import _Formatter, _add_recording_args
