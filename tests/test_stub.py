@@ -7,7 +7,7 @@ import ast
 import os
 import re
 
-from conftest import SRC, run_py
+from conftest import ROOT, SRC, run_py
 
 
 def _stub():
@@ -51,8 +51,9 @@ def test_the_stub_names_what_the_extension_has():
 
 def test_start_takes_the_keywords_the_binding_parses():
     """_start's keywords in the stub are the binding's own list (module.c, py_start's kw[]), in its order:
-    the docstring could fall behind the parser (stall_ms did), the list cannot."""
-    with open(os.path.join(SRC, "ocular", "_ext", "module.c"), encoding="utf-8") as f:
+    the docstring could fall behind the parser (stall_ms did), the list cannot.  (The C sources are the
+    tree's: an installed wheel holds none.)"""
+    with open(os.path.join(ROOT, "src", "ocular", "_ext", "module.c"), encoding="utf-8") as f:
         src = f.read()
     kw = re.search(r"py_start\(.*?static char \*kw\[\] = \{(.*?)NULL\}", src, re.S).group(1)
     assert _stub()["_start"] == ([], re.findall(r'"(\w+)"', kw))
