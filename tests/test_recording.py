@@ -560,18 +560,8 @@ import struct  # noqa: E402
 
 from conftest import small_tmpfs  # noqa: E402
 
-BLK_HEADER, BLK_THREAD, BLK_CHUNK, BLK_CALIB, BLK_END = 1, 3, 4, 5, 7
-
-
-def rec_blocks(data):
-    """(type, offset, length) of every complete block of a recording (docs/recording.md)."""
-    off = 0
-    while off + 8 <= len(data):
-        t, n = struct.unpack_from("<II", data, off)
-        if n > len(data) - off - 8:
-            break
-        yield t, off, n
-        off = (off + 8 + n + 7) & ~7
+from recbuild import BLK_CALIB, BLK_CHUNK, BLK_END, BLK_THREAD  # noqa: E402
+from recbuild import blocks as rec_blocks  # noqa: E402 ((type, offset, length) of every complete block)
 
 
 def cli_convert(rec, out, *more):
