@@ -201,7 +201,9 @@ typedef struct {
     /* What the record side asks of the renderer and of the binding, set by the binding (module.c, oc_hooks_set)
      * before the recorder starts: the recorder and the signal save call these, never the renderer itself. */
     struct {
-        void (*recording_failed)(int err); /* a write failed: told to the program (a pending call) */
+        void (*recording_failed)(int err); /* from the recorder thread, once a session: a write failed (errno
+                                            * err); the main thread says so at its next bytecode (a pending
+                                            * call to ocular._recording_failed) */
         int (*render)(const char *rec_path, int format, const char *out_path, int progress, int loops, int stats,
                       oc_render_result *res); /* the recording into an output (oc_render_file) */
         void (*live_start)(const char *rec_path, int format, const char *out_path, int loops); /* if one can */
@@ -295,8 +297,6 @@ void oc_recorder_fork_child(void);       /* forget the parent's recorder state *
 uint64_t oc_recorder_events(void);
 uint64_t oc_recorder_bytes(void);
 int oc_recorder_errno(void);
-/* module.c: from the recorder thread (no GIL needed), once a session: its recording could not be written
- * (errno err); the program's main thread prints it at its next bytecode (ocular._recording_failed) */
 int oc_recorder_dump(const char *path);  /* ring mode: write the kept window as a recording; errno */
 /* sigsave.c: saving the trace on SIGTERM/SIGHUP (the recorder renders, then the process dies of it) */
 #define OC_SIG_KEEP (-1)    /* keep the recording for `convert` (a format written by Python code) */
