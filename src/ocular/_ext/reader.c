@@ -410,6 +410,20 @@ static int is_handle_run(const char *q, uint32_t ql, const char *f) {
            memcmp(f + n - (sizeof tail - 1), tail, sizeof tail - 1) == 0;
 }
 
+/* a chunk, or a thread's end, appended to the recording's order (rstate.order); -1 without memory */
+static int order_push(span_ref r) {
+    if (rstate.norder == rstate.caporder) {
+        uint32_t cap = rstate.caporder ? rstate.caporder * 2 : 256;
+        span_ref *o = realloc(rstate.order, cap * sizeof *o);
+        if (!o)
+            return -1;
+        rstate.order = o;
+        rstate.caporder = cap;
+    }
+    rstate.order[rstate.norder++] = r;
+    return 0;
+}
+
 int grow_codes(uint32_t id) {
     if (id < rmeta.ncodes)
         return 0;
@@ -559,15 +573,8 @@ int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_render_re
             }
             if ((rd32(p + 4) & OC_THREAD_ENDED) && !rstate.ix[idx].ended) {
                 /* the thread ended: when rendering reaches this point its state is freed (end_thread) */
-                if (rstate.norder == rstate.caporder) {
-                    uint32_t cap = rstate.caporder ? rstate.caporder * 2 : 256;
-                    span_ref *o = realloc(rstate.order, cap * sizeof *o);
-                    if (!o)
-                        BAD("out of memory indexing the recording");
-                    rstate.order = o;
-                    rstate.caporder = cap;
-                }
-                rstate.order[rstate.norder++] = (span_ref){(uint32_t)idx, UINT32_MAX};
+                if (order_push((span_ref){(uint32_t)idx, UINT32_MAX}) < 0)
+                    BAD("out of memory indexing the recording");
                 rstate.ix[idx].ended = 1;
             }
             break;
@@ -593,15 +600,8 @@ int index_recording(const uint8_t *base, size_t size, size_t *offp, oc_render_re
                 t->spans = s;
                 t->capspans = cap;
             }
-            if (rstate.norder == rstate.caporder) {
-                uint32_t cap = rstate.caporder ? rstate.caporder * 2 : 256;
-                span_ref *o = realloc(rstate.order, cap * sizeof *o);
-                if (!o)
-                    BAD("out of memory indexing the recording");
-                rstate.order = o;
-                rstate.caporder = cap;
-            }
-            rstate.order[rstate.norder++] = (span_ref){idx, t->nspans};
+            if (order_push((span_ref){idx, t->nspans}) < 0)
+                BAD("out of memory indexing the recording");
             t->spans[t->nspans++] = (span){(const oc_rec *)(const void *)(p + 8), n};
             rstate.total += n;
             break;

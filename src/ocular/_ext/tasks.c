@@ -9,17 +9,21 @@
  * trace 10,000 of them; past this many, a task's steps stay on its thread's track (still named by it). */
 #define OC_TASK_TRACKS_MAX 256
 
+/* a task track's home slot in rstate.tt_hash (cap: a power of two) */
+static uint32_t tt_slot(long tid, uint32_t task, uint32_t cap) {
+    uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
+    return (uint32_t)(h >> 32) & (cap - 1);
+}
+
 /* the track of task `task`'s steps on thread `tid`: its tid (made on first use); tid itself if none can be */
 static long task_track(long tid, uint32_t task) {
-    uint64_t h = ((uint64_t)tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)task * 0xC2B2AE3D27D4EB4Full);
     if (rstate.ntt * 2 >= rstate.tt_cap) { /* (grow: at most half full) */
         uint32_t cap = rstate.tt_cap ? rstate.tt_cap * 2 : 64;
         uint32_t *nh = calloc(cap, sizeof *nh);
         if (!nh)
             return tid;
         for (uint32_t k = 0; k < rstate.ntt; k++) {
-            uint64_t g = ((uint64_t)rstate.tt[k].tid * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)rstate.tt[k].task * 0xC2B2AE3D27D4EB4Full);
-            uint32_t j = (uint32_t)(g >> 32) & (cap - 1);
+            uint32_t j = tt_slot(rstate.tt[k].tid, rstate.tt[k].task, cap);
             while (nh[j])
                 j = (j + 1) & (cap - 1);
             nh[j] = k + 1;
@@ -28,7 +32,7 @@ static long task_track(long tid, uint32_t task) {
         rstate.tt_hash = nh;
         rstate.tt_cap = cap;
     }
-    uint32_t j = (uint32_t)(h >> 32) & (rstate.tt_cap - 1);
+    uint32_t j = tt_slot(tid, task, rstate.tt_cap);
     for (; rstate.tt_hash[j]; j = (j + 1) & (rstate.tt_cap - 1)) {
         uint32_t k = rstate.tt_hash[j] - 1;
         if (rstate.tt[k].tid == tid && rstate.tt[k].task == task)
