@@ -14,7 +14,7 @@ PREFERENCE = (3, 4, 5)
 
 def holders():
     """'3='other', 5='ocular'': the ids in use and their holders' names, for error messages."""
-    return ", ".join(f"{i}={mon.get_tool(i)!r}" for i in range(6) if mon.get_tool(i) is not None)
+    return ", ".join(f"{i}={name!r}" for i, name in enumerate(map(mon.get_tool, range(6))) if name is not None)
 
 
 def acquire(name, tool_id=None, hint=""):
@@ -92,12 +92,10 @@ def release(tool_id, name, callbacks, local_codes=None):
 @contextlib.contextmanager
 def borrowed(name):
     """A free id of PREFERENCE under `name` for the time of a with block (None if all are taken), freed after."""
-    tool = next((i for i in PREFERENCE if mon.get_tool(i) is None), None)
-    if tool is not None:
-        try:
-            mon.use_tool_id(tool, name)
-        except ValueError:
-            tool = None
+    try:
+        tool = acquire(name)
+    except RuntimeError:  # (3, 4 and 5 all taken)
+        tool = None
     try:
         yield tool
     finally:
