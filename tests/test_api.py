@@ -300,6 +300,28 @@ def test_start_while_running_keeps_the_session(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["first.json"]
 
 
+def test_the_running_session_holds_its_checked_options(tmp_path):
+    """ocular._current: the running Session (_session.py), its options in the engine's form; None around it."""
+    from ocular._session import Session
+
+    assert ocular._current is None
+    ocular.start_tracing(output=str(tmp_path / "t.json"), mode="precise", deinstrument_threshold=7, ring="2M",
+                         exclude=["zzz"], loops="off", stall_ms=5, report=False)
+    try:
+        s = ocular._current
+        assert isinstance(s, Session)
+        o = s.options
+        assert (o.mode, o.threshold, o.ring, o.exclude, o.loops, o.stall_ms, o.format) == \
+            ("precise", 7, 2 << 20, ("zzz",), 2, 5, "json")
+        assert s.output == o.output == str(tmp_path / "t.json") and s.pid == os.getpid() and not s.forked
+        assert s.tool_id in (3, 4, 5) and sys.monitoring.get_tool(s.tool_id) == "ocular"
+        assert s.recording.startswith(str(tmp_path))  # (a ring keeps it in memory: no file)
+        assert {"ccall", "leave"} <= set(s.own_cost)  # (what one event costs, measured at this start)
+    finally:
+        ocular.stop_tracing()
+    assert ocular._current is None
+
+
 def test_stop_when_not_running():
     with pytest.raises(RuntimeError, match="not running"):
         ocular.stop_tracing()

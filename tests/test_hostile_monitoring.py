@@ -52,7 +52,7 @@ import sys, ocular
 m = sys.monitoring
 def f(): pass
 ocular.start_tracing(output=sys.argv[1], report=False)
-tid = ocular._session["tool_id"]
+tid = ocular._current.tool_id
 m.free_tool_id(tid)            # another tool frees our id (3.12/3.13 leave its events and callbacks set)
 f()
 ocular.stop_tracing()
@@ -68,7 +68,7 @@ import sys, ocular
 m = sys.monitoring
 def theirs(*a): pass
 ocular.start_tracing(output=sys.argv[1], report=False)
-tid = ocular._session["tool_id"]
+tid = ocular._current.tool_id
 m.free_tool_id(tid)
 m.use_tool_id(tid, "other")    # ... and takes it for itself, with one callback of its own
 m.register_callback(tid, m.events.PY_RETURN, theirs)

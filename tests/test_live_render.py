@@ -196,7 +196,7 @@ def test_threads_are_rendered_interleaved_as_recorded(tmp_path):
                 if i % 500 == 0:
                     time.sleep(0.001)
         ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False)
-        os.link(ocular._session["recording"], sys.argv[2])
+        os.link(ocular._current.recording, sys.argv[2])
         ts = [threading.Thread(target=work, args=(20000,), name=f"w{k}") for k in range(3)]
         for t in ts:
             t.start()

@@ -583,7 +583,7 @@ if pid == 0:
     os.close(r)
     for i in range(6000):
         warm(i)
-    tmp = ocular._session["recording"]
+    tmp = ocular._current.recording
     while b"warm" not in open(tmp, "rb").read():  # until the writer has written what it was handed
         time.sleep(0.01)
     os.write(w, b"1" if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL else b"0")

@@ -364,7 +364,7 @@ def test_registers_this_versions_events(trace_path, mode):
     # and C_RAISE come with it), here on this function, which was running at start
     ocular.start_tracing(output=trace_path, mode=mode)
     try:
-        tid = ocular._session["tool_id"]
+        tid = ocular._current.tool_id
         got = mon.get_events(tid)
         local = mon.get_local_events(tid, sys._getframe().f_code)
         names = ("BRANCH_LEFT", "BRANCH_RIGHT") if hasattr(E, "BRANCH_LEFT") else ("BRANCH",)

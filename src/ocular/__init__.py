@@ -43,6 +43,7 @@ from . import _env, _ocular, _pyversions, _toolid
 from ._paths import (_check_output, _child_output, _install, _recording_name, _render_tmp_name, _replace_file,
                      _same_file, _tmp_name, _writing)
 from ._say import _print_err
+from ._session import MODES, SAVE_SIGNALS, Options, Session, _check_report, _format_for, _loops_code, _start_code
 from . import _formats
 
 __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py checks)
@@ -50,7 +51,6 @@ __version__ = "0.1.0"  # the same as pyproject.toml's (tests/test_cli_report.py 
 __all__ = ["start_tracing", "stop_tracing", "tracing", "is_tracing", "last_report", "convert", "snapshot",
            "TraceResult", "MODES"]
 
-MODES = ("adaptive", "precise")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Ids 0, 1 and 2 are claimed by CPython's own tools (DEBUGGER_ID: pdb/bdb on 3.14+, COVERAGE_ID: coverage.py,
 # PROFILER_ID: cProfile/profile); by default Ocular takes the first free of the others (_toolid.PREFERENCE), and
@@ -61,7 +61,7 @@ _TOOL_NAME = "ocular"
 # something``) or delete it, and Ocular must still be able to stop, save and start again.
 _mon = sys.monitoring
 
-_session = None  # the running session's settings, or None
+_current = None  # the running Session (_session.py), or None
 
 
 class _RunSettings:
@@ -153,8 +153,9 @@ def _rendering(blocking=True):
 
 class _NotRunning(RuntimeError):
     """stop_tracing() without a session (or another thread stopped it first)."""
+
+
 _last_report = None
-REPORTS = (True, False, "text", "json")
 
 
 class TraceResult(dict):
@@ -216,26 +217,6 @@ def _cache_entries():
     return bytes(table)
 
 
-def _check_patterns(name, value):
-    if value is None:
-        return ()
-    if isinstance(value, (str, bytes)):
-        raise TypeError(
-            f"{name} must be a list or tuple of strings, not a bare {type(value).__name__} "
-            f"(did you mean {name}=[{value!r}]?)"
-        )
-    if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{name} must be a list or tuple of strings, not {type(value).__name__}")
-    for item in value:
-        if not isinstance(item, str):
-            raise TypeError(f"{name} must contain only strings, found {type(item).__name__}: {item!r}")
-        if not item:
-            raise ValueError(f"{name} contains an empty pattern, which would match every file")
-        if "\0" in item:
-            raise ValueError(f"{name} contains a pattern with a NUL character: {item!r}")
-    return tuple(value)
-
-
 def _acquire_tool(tool_id):
     return _toolid.acquire(_TOOL_NAME, tool_id, "pass another tool_id or omit it to pick a free one" if tool_id
                            is not None else "free one of 3-5, or pass tool_id= (--tool-id on the command line) to take one of 0-2")
@@ -268,138 +249,6 @@ def _process_name():
 
 PERFETTO_SUFFIXES = _formats.BY_NAME["perfetto"].suffixes
 RECORDING_SUFFIX = _formats.BY_NAME["recording"].suffixes[0]
-FORMATS = _formats.NAMES
-
-
-def _start_code(fmt):
-    """what _start is told: the C timeline sink to render into while recording (0 JSON, 1 Perfetto), else 2
-    (nothing while recording: the recording is kept, or rendered at stop)"""
-    f = _formats.BY_NAME.get(fmt)
-    return f.render if f is not None and f.live else _formats.RENDER_STATS
-
-
-def _format_for(output, fmt):
-    if fmt is None:
-        low = str(output).lower()
-        if low.endswith(".gz") and not _formats.suffix_format(low):  # (.pb.gz: pprof, gzip by nature)
-            inner = _format_for(low[:-3], None) if low[:-3] else "json"
-            if inner != "json":  # only JSON is written gzip-compressed: the rest would be JSON under its name
-                raise ValueError(f"ocular: {str(output)!r}: only Chrome JSON is written gzip-compressed (.json.gz); "
-                                 f"write {str(output)[:-3]!r} and compress it")
-        f = _formats.suffix_format(low)
-        return f.name if f is not None else "json"
-    if not isinstance(fmt, str):
-        raise TypeError(f"format must be None or one of {', '.join(map(repr, FORMATS))}")
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}: choose one of {', '.join(map(repr, FORMATS))}")
-    return fmt
-
-
-_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-LOOP_MODES = ("iterations", "runs", "off")
-
-
-def _loops_code(loops, fmt):
-    if loops is None:
-        return 1 if fmt == "json" else 0
-    if not isinstance(loops, str) or loops not in LOOP_MODES:
-        raise ValueError(f"loops must be None or one of {', '.join(map(repr, LOOP_MODES))}, got {loops!r}")
-    if loops == "runs" and fmt == "perfetto":
-        raise ValueError("loops='runs' (a slice per loop run) is drawn in JSON traces only; a .pftrace shows "
-                         "loops as 'iterations' or 'off'")
-    return LOOP_MODES.index(loops)
-
-
-SAMPLING_DEFAULT = (100.0, 1.0)  # ms: a window of 1 ms every 100 ms
-
-
-def _parse_sampling(sampling):
-    """sampling=True/False or (period_ms, window_ms) -> (period_us, window_us), or None (off)."""
-    if sampling is True:
-        env = _env_sampling()
-        sampling = SAMPLING_DEFAULT if env is None else env
-    if sampling is False or sampling is None:
-        return None
-    if (not isinstance(sampling, tuple) or len(sampling) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in sampling)):
-        raise TypeError("sampling must be True, False or a (period_ms, window_ms) tuple")
-    period, window = sampling
-    if not 0 < window < period <= 3_600_000:
-        raise ValueError(f"sampling needs 0 < window_ms < period_ms, got {sampling!r}")
-    return int(period * 1000), max(1, int(window * 1000))
-
-
-def _env_sampling():
-    """OCULAR_SAMPLING=period_ms,window_ms (or 0: off) for runs started by the CLI or attach."""
-    v = os.environ.get("OCULAR_SAMPLING", "").strip()
-    if not v:
-        return None
-    if v in ("0", "off"):
-        return False
-    try:
-        period, window = (float(x) for x in v.split(","))
-        if not 0 < window < period <= 3_600_000:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"OCULAR_SAMPLING must be PERIOD_MS,WINDOW_MS (0 < window < period) or 0, got {v!r}") from None
-    return period, window
-
-
-def _parse_ring(ring):
-    """ring=None/0 (off), an int (bytes) or a str such as "64M" (K, M, G: powers of 1024)."""
-    if ring is None:
-        return 0
-    if isinstance(ring, bool) or not isinstance(ring, (int, str)):
-        raise TypeError(f"ring must be a size such as 64M or a number of bytes, not {type(ring).__name__}")
-    if isinstance(ring, str):
-        text = ring.strip().upper().removesuffix("B").removesuffix("I")
-        unit = text[-1:] if text[-1:] in "KMG" else ""
-        number = text[: len(text) - len(unit)]
-        if not number.isdigit():
-            raise ValueError(f"ring must be a size such as 64M, 512K or 1G, got {ring!r}")
-        ring = int(number) * _SIZE_UNITS[unit]
-    if ring < 0:
-        raise ValueError(f"ring must not be negative, got {ring}")
-    if ring and ring < (1 << 20):
-        raise ValueError(f"ring must be at least 1M (the newest events of every thread), got {ring} bytes")
-    if ring > (1 << 40):
-        raise ValueError(f"ring is too large: {ring} bytes")
-    return ring
-
-
-SAVE_SIGNALS = ("SIGTERM", "SIGHUP")  # the signals save_on_signals= takes (SIGINT saves already: KeyboardInterrupt)
-
-
-def _parse_signals(value):
-    """save_on_signals= as a tuple of signal numbers (empty: off)."""
-    if value is None or value is False:
-        return ()
-    import _signal as signal  # (the C module: signal.py's enums cost ~5 M instructions at start-up)
-
-    if value is True:
-        return tuple(int(getattr(signal, name)) for name in SAVE_SIGNALS)
-    if not isinstance(value, (tuple, list, set, frozenset)):
-        raise TypeError(f"save_on_signals must be True, False, None or a tuple of signals "
-                        f"({', '.join('signal.' + n for n in SAVE_SIGNALS)}), not {type(value).__name__}")
-    allowed = {int(getattr(signal, name)): name for name in SAVE_SIGNALS}
-    out = []
-    for sig in value:
-        if isinstance(sig, bool) or not isinstance(sig, int):
-            raise TypeError(f"save_on_signals: {sig!r} is not a signal number (signal.SIGTERM, signal.SIGHUP)")
-        if int(sig) not in allowed:
-            import signal
-
-            try:
-                name = signal.Signals(sig).name
-            except ValueError:
-                name = f"signal {int(sig)}"
-            why = " (^C already saves: KeyboardInterrupt ends the program, and the trace is saved at exit)" \
-                if sig == signal.SIGINT else ""
-            raise ValueError(f"save_on_signals: {name} cannot be saved on; only "
-                             f"{' and '.join(SAVE_SIGNALS)} can{why}")
-        if int(sig) not in out:
-            out.append(int(sig))
-    return tuple(out)
 
 
 _chained = {}  # signal -> the program's Python handler that Ocular's (_on_chained_signal) runs after the save
@@ -409,9 +258,9 @@ _chain_busy = []  # signals that arrived while _on_chained_signal saved (each ca
 def _arm_signals(sigs, s):
     """save_on_signals: the C handler where the signal does its default, the Python wrapper where the
     program has a Python handler (main thread only: elsewhere it is left as it is)."""
-    import _signal as signal  # (as _parse_signals)
+    import _signal as signal  # (the C module, as _session._parse_signals)
 
-    out, fmt = s["output"], s["format"]
+    out, fmt = s.output, s.format
     if not out:
         render = -1
     elif fmt == "recording":
@@ -426,7 +275,7 @@ def _arm_signals(sigs, s):
 
         convert_args = " ".join(f"-o {shlex.quote(o)}" for o in (_run.outputs or [out]))
     bits = _ocular._signals_arm(sigs, render, convert_args, _run.signals_verbose)
-    s["signals"] = sigs
+    s.signals = sigs
     for i, name in enumerate(SAVE_SIGNALS):
         sig = int(getattr(signal, name))
         if sig not in sigs or bits & (1 << i):
@@ -449,7 +298,7 @@ def _on_chained_signal(signum, frame):
         return None
     _chain_busy.append(signum)
     try:
-        if _session is not None and _session["pid"] == os.getpid():
+        if _current is not None and _current.pid == os.getpid():
             try:
                 stop_tracing()
             except _NotRunning:
@@ -565,104 +414,64 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
     Raises ValueError/TypeError for bad arguments and RuntimeError if tracing is already running or
     the tool id is taken; nothing is started in those cases.
     """
-    global _session, _codes_held_for, _exiting
-    if _session is not None:
+    global _current, _codes_held_for, _exiting
+    if _current is not None:
         raise RuntimeError("ocular: tracing is already running; call ocular.stop_tracing() first")
-    if not isinstance(mode, str):
-        raise TypeError(f"mode must be a str, one of {', '.join(map(repr, MODES))}")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(map(repr, MODES))}")
-    if not isinstance(perfetto, bool):
-        raise TypeError(f"perfetto must be True or False, not {type(perfetto).__name__}")
-    if not isinstance(near_zero, bool):
-        raise TypeError(f"near_zero must be True or False, not {type(near_zero).__name__}")
-    if not isinstance(thread_roots, bool):
-        raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
-    if isinstance(deinstrument_threshold, bool) or not isinstance(deinstrument_threshold, int):
-        raise TypeError(f"deinstrument_threshold must be an int, not {type(deinstrument_threshold).__name__}")
-    if deinstrument_threshold < 0:
-        raise ValueError(f"deinstrument_threshold must be >= 0 (0 = trace everything), got {deinstrument_threshold}")
-    if deinstrument_threshold > 0xFFFFFFF0:
-        raise ValueError(f"deinstrument_threshold is too large: {deinstrument_threshold}")
-    if isinstance(stall_ms, bool) or not isinstance(stall_ms, int):
-        raise TypeError(f"stall_ms must be an int (milliseconds), not {type(stall_ms).__name__}")
-    if not 1 <= stall_ms <= 3_600_000:
-        raise ValueError(f"stall_ms must be from 1 to 3600000 (milliseconds), got {stall_ms}")
-    excl = _check_patterns("exclude", exclude)
-    incl = _check_patterns("include_only", include_only)
-    if tool_id is not None:
-        if isinstance(tool_id, bool) or not isinstance(tool_id, int):
-            raise TypeError(f"tool_id must be an int from 0 to 5 or None, not {type(tool_id).__name__}")
-        if not 0 <= tool_id <= 5:
-            raise ValueError(f"tool_id must be from 0 to 5, got {tool_id}")
-    if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
-        raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
-    ring_bytes = _parse_ring(ring)
-    sampling_us = _parse_sampling(sampling)
-    save_sigs = _parse_signals(save_on_signals)
-    path = _check_output(output) if perfetto else None
-    fmt = _format_for(output, format)
-    loops_code = _loops_code(loops, fmt)
-    if c_functions is None:
-        c_functions = _env.c_functions()
-    if not isinstance(c_functions, bool):
-        raise TypeError(f"c_functions must be True, False or None, not {type(c_functions).__name__}")
-    _env.check(perfetto_file=path is not None and fmt == "perfetto")
+    o = Options(mode, perfetto, deinstrument_threshold, exclude, include_only, output, tool_id, format, report, ring,
+                loops, thread_roots, c_functions, sampling, near_zero, save_on_signals, stall_ms)
     if _ocular._is_active():
         raise RuntimeError("ocular: tracing is already running in this process")
 
     _quiet_fork_warning()  # before tracing starts: it must not import anything while traced
     _save_before_exec()
-    if ring_bytes:
+    if o.ring:
         import signal  # noqa: F401  (likewise: SIGUSR2's handler, once tracing runs; save_on_signals uses _signal)
-    tid = _acquire_tool(tool_id)
+    tid = _acquire_tool(o.tool_id)
     try:
-        rec = _recording_name(path)
+        rec = _recording_name(o.output)
         # (starting may start the render while recording: not during another render)
-        with _rendering(), _writing(output, path or "\0"):
+        with _rendering(), _writing(output, o.output or "\0"):
             _codes_held_for = None  # (the session's code table replaces a held one)
             _exiting = False
             owncost = _owncost_funcs()
             _ocular._owncost_baseline(*owncost)  # (untraced: before the callbacks are registered)
             callbacks = _ocular._start(
-                precise=mode == "precise", threshold=deinstrument_threshold, output=path,
-                tmp_output=_render_tmp_name(path) if path else None, include_only=incl, exclude=excl,
+                precise=o.mode == "precise", threshold=o.threshold, output=o.output,
+                tmp_output=_render_tmp_name(o.output) if o.output else None, include_only=o.include_only, exclude=o.exclude,
                 own_dir=_PACKAGE_DIR, cache_entries=_cache_entries(), process_name=_process_name(),
                 disable=_mon.DISABLE, main_ident=threading.main_thread().ident,
-                format=_start_code(fmt if path else None), recording=rec, ring_bytes=ring_bytes, loops=loops_code,
-                c_functions=c_functions, near_zero=near_zero, stall_ms=stall_ms,
+                format=_start_code(o.format if o.output else None), recording=rec, ring_bytes=o.ring, loops=o.loops,
+                c_functions=o.c_functions, near_zero=o.near_zero, stall_ms=o.stall_ms,
             )
     except BaseException:
         _release_tool(tid, ())
         raise
-    settings = dict(mode=mode, output=path, format=fmt, report=report, tool_id=tid, callbacks=callbacks,
-                    threshold=deinstrument_threshold, pid=os.getpid(), recording=rec, ring=ring_bytes,
-                    loops=loops_code, thread_roots=bool(thread_roots), near_zero=near_zero)
+    session = Session(o, tid, callbacks, rec)
     try:
         if "CALL" in callbacks:
             _ocular._calls(tid, _mon.set_local_events, _mon.events.CALL)
-        _register(tid, mode, callbacks)
+        _register(tid, o.mode, callbacks)
         if "CALL" in callbacks:
             _arm_running()
         # what one event costs, by kind, for the renderer to take off (before probes and windows exist)
-        settings["own_cost"] = _ocular._owncost_measure(*owncost)
-        if mode == "adaptive":
+        session.own_cost = _ocular._owncost_measure(*owncost)
+        if o.mode == "adaptive":
             _ocular._probes(tid, _mon.set_local_events, _mon.events.INSTRUCTION)
-        if sampling_us:
-            _ocular._sampling_start(tid, _mon.get_tool, _mon.restart_events, *sampling_us)
+        if o.sampling:
+            _ocular._sampling_start(tid, _mon.get_tool, _mon.restart_events, *o.sampling)
     except BaseException:
         _release_tool(tid, callbacks)
         _ocular._stop()
         _discard(rec)
         raise
-    _session = settings
-    if ring_bytes or save_sigs:
+    _current = session
+    if o.ring or o.signals:
         muted = _ocular._mute_thread(True)  # (its signal module calls are Ocular's, not the program's)
         try:
-            if ring_bytes:
+            if o.ring:
                 _snapshot_on_sigusr2()
-            if save_sigs:
-                _arm_signals(save_sigs, settings)
+            if o.signals:
+                _arm_signals(o.signals, session)
         except BaseException:
             with contextlib.suppress(Exception):
                 stop_tracing()
@@ -723,8 +532,8 @@ def _save_cut_recording(rec, out, fmt, s):
     else:
         tmp = _render_tmp_name(out)
         try:
-            rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True,
-                                                                 loops=s["loops"], gzip=out.lower().endswith(".gz")))
+            rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.thread_roots, with_code=True,
+                                                                 loops=s.loops, gzip=out.lower().endswith(".gz")))
             if not rendered["write_errno"]:
                 _install(tmp, out)
                 return f"the trace {out!r} holds the {rendered['events']} events recorded before it", rec
@@ -769,7 +578,7 @@ def _discard(path):
 
 def is_tracing():
     """True while a tracing session is running in this process."""
-    return _session is not None
+    return _current is not None
 
 
 def stop_tracing():
@@ -781,7 +590,7 @@ def stop_tracing():
     complete recording is kept next to the output and the message names it).  Internal failures of the
     engine (for instance running out of memory) are reported as RuntimeError after the trace is saved.
     """
-    if _session is None:
+    if _current is None:
         raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
     return _stop()
 
@@ -799,17 +608,17 @@ def _stop():
 
 
 def _stop_locked():
-    global _session, _last_report, _codes_held_for
-    s = _session
+    global _current, _last_report, _codes_held_for
+    s = _current
     if s is None:  # (another thread stopped it while this one waited for the render lock)
         raise _NotRunning("ocular: tracing is not running; call ocular.start_tracing() first")
-    _session = None
+    _current = None
     try:
-        _release_tool(s["tool_id"], s["callbacks"])
+        _release_tool(s.tool_id, s.callbacks)
     except Exception as exc:  # stop the engine and save the trace whatever happened to sys.monitoring
-        _print_err(f"ocular: could not release sys.monitoring tool id {s['tool_id']}: {exc!r}")
+        _print_err(f"ocular: could not release sys.monitoring tool id {s.tool_id}: {exc!r}")
     figures = _ocular._stop()
-    if s.get("ring"):
+    if s.ring:
         _release_sigusr2()
     try:
         from ._report import _settle
@@ -821,12 +630,12 @@ def _stop_locked():
         _print_err(f"ocular: could not re-arm disabled code: {exc!r}")
     rec = figures.pop("recording")
     out = figures["output"] or None
-    fmt = s["format"] if out else None
+    fmt = s.format if out else None
     try:
         result = TraceResult(figures)
         del result["tmp_output"]
-        result["mode"] = s["mode"]
-        result["tool_id"] = s["tool_id"]
+        result["mode"] = s.mode
+        result["tool_id"] = s.tool_id
         result["report"] = None
         result["output"] = out
         if figures["write_errno"]:  # the recording could not be written whole (a full disk): what was
@@ -849,8 +658,8 @@ def _stop_locked():
         else:
             tmp = _render_tmp_name(out) if out else None
             try:
-                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.get("thread_roots"), with_code=True,
-                                                                     loops=s["loops"], gzip=out.lower().endswith(".gz")
+                rendered = _formats.render(rec, fmt, tmp, True, dict(thread_roots=s.thread_roots, with_code=True,
+                                                                     loops=s.loops, gzip=out.lower().endswith(".gz")
                                                                      if out else False))
             except BaseException:
                 _discard(tmp)
@@ -879,7 +688,7 @@ def _stop_locked():
                 _note_partial(fmt, out, rendered)
             _last_report = _make_report(s, figures["clock"], with_code=True)
             result["report"] = _last_report
-            if _run.report_tree and s["report"] in (True, "text"):
+            if _run.report_tree and s.report in (True, "text"):
                 try:
                     from ._formats._tree import tree_text
 
@@ -895,12 +704,12 @@ def _stop_locked():
         ident = _file_identity(out) if fmt == "recording" and out else None
         _codes_held_for = (out, ident) if ident else None
         _ocular._release(_codes_held_for is not None)
-        if s.get("child_dir"):
+        if s.child_dir:
             try:
                 _clean_child_dirs(s)
             except Exception as exc:  # (the trace is saved: a leftover directory is no reason to fail)
                 _print_err(f"ocular: could not clean up the forked children's directory: {exc!r}")
-        if s.get("signals"):
+        if s.signals:
             _release_signals()  # (last: a SIGTERM that came during the stop ends the process here)
 
 
@@ -948,11 +757,11 @@ def _build_report(s, clock, with_code):
     try:
         from ._report import KEEP_FUNCTIONS, Report
 
-        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s["mode"], s["threshold"], clock)
+        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s.mode, s.threshold, clock)
     except Exception as exc:  # the trace matters more than the report: it is saved; say so
         _print_err(f"ocular: could not build the report: {exc!r}")
         return None
-    if s["report"] in (True, "text", "json"):
+    if s.report in (True, "text", "json"):
         try:
             fmt = dict(_run.report_format)
             if "width" not in fmt and not _run.report_file:  # a terminal's width; a file or pipe gets whole lines
@@ -960,7 +769,7 @@ def _build_report(s, clock, with_code):
                     fmt["width"] = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
                 except (AttributeError, ValueError, OSError):
                     fmt["width"] = None
-            text = report.format(**fmt) if s["report"] != "json" else report.to_json()
+            text = report.format(**fmt) if s.report != "json" else report.to_json()
         except Exception as exc:
             text = f"ocular: could not format the report: {exc!r}"
         _report_out(text)
@@ -991,8 +800,8 @@ def _recording_failed(err):
     """Called by the recorder (a pending call in the main thread) when a write of the session's recording
     fails: the program learns it now, not only at stop.  Never raises."""
     try:
-        s = _session
-        where = f" for {s['output']!r}" if s and s.get("output") and not _run.recording else ""
+        s = _current
+        where = f" for {s.output!r}" if s and s.output and not _run.recording else ""
         _print_err(f"ocular: writing the recording{where} failed ({_why_write_failed(err)}): the program goes "
                    f"on, but what it does from now on is not recorded; what was recorded before is kept at stop")
     except Exception:
@@ -1042,8 +851,7 @@ def convert(recording, output, format=None, report=False, loops=None, thread_roo
         raise TypeError(f"thread_roots must be True or False, not {type(thread_roots).__name__}")
     if not isinstance(statistics, bool):
         raise TypeError(f"statistics must be True or False, not {type(statistics).__name__}")
-    if report not in REPORTS or (report is not True and report is not False and not isinstance(report, str)):
-        raise ValueError(f"report must be True, False, 'text' or 'json', got {report!r}")
+    _check_report(report)
     if report and not statistics:
         raise ValueError("ocular: a report needs the statistics (statistics=False renders the trace alone)")
     if not os.path.isfile(recording):
@@ -1172,14 +980,14 @@ def snapshot(output=None):
 
 def _snapshot(output):
     global _snapshots
-    s = _session
-    if s is None or not s.get("ring"):
+    s = _current
+    if s is None or not s.ring:
         raise RuntimeError("ocular: snapshot() needs a running flight-recorder session (start_tracing(ring=...))")
     if output is None:
-        base = s["output"] or os.path.abspath("ocular_trace.pftrace")
+        base = s.output or os.path.abspath("ocular_trace.pftrace")
         root, ext = _formats.split_suffix(base)
         _snapshots += 1
-        output = f"{root}.snapshot{_snapshots}{ext if s['format'] != 'recording' else '.json'}"
+        output = f"{root}.snapshot{_snapshots}{ext if s.format != 'recording' else '.json'}"
     path = _check_output(output)
     fmt = _format_for(path, None)
     rec = f"{path}.{os.getpid()}.window.tmp"
@@ -1189,7 +997,7 @@ def _snapshot(output):
         if fmt == "recording":
             _replace_file(rec, path)
         else:
-            rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.get("thread_roots"), loops=s["loops"]))
+            rendered = _formats.render(rec, fmt, tmp, False, dict(thread_roots=s.thread_roots, loops=s.loops))
             if rendered["write_errno"]:
                 raise OSError(rendered["write_errno"], f"ocular: writing the snapshot failed "
                               f"({_why_write_failed(rendered['write_errno'])})", path)
@@ -1242,7 +1050,7 @@ def _save_failed(exc):
 
 def _at_exit():
     global _exiting
-    if _session is not None and _session["pid"] == os.getpid():
+    if _current is not None and _current.pid == os.getpid():
         _exiting = True
         try:
             stop_tracing()
@@ -1256,10 +1064,10 @@ def _before_fork():
     """In the process that forks while tracing: name, once per session, the private directory where its
     forked children keep their recordings while they run (_child_recording).  Before the fork, so that
     every child, and its own children, use the same one."""
-    s = _session
-    if s is not None and s.get("child_dir") is None and s["pid"] == os.getpid():
+    s = _current
+    if s is not None and s.child_dir is None and s.pid == os.getpid():
         with contextlib.suppress(Exception):
-            s["child_dir"] = _child_dir_for()
+            s.child_dir = _child_dir_for()
 
 
 def _forked_to_exec():
@@ -1276,32 +1084,32 @@ def _forked_to_exec():
 
 
 def _after_fork_child():
-    global _session, _render_lock, _render_owner
+    global _current, _render_lock, _render_owner
     _render_lock = threading.Lock()  # (another thread may have held it at the fork)
     _render_owner = None
-    if _session is None:
+    if _current is None:
         return
     pid = os.getpid()
     if _forked_to_exec():  # tracing is off here, and nothing is written (a recording left behind was all it did)
         with contextlib.suppress(Exception):
             _ocular._after_fork_child(None, None, None, threading.current_thread().ident)
         with contextlib.suppress(Exception):
-            _release_tool(_session["tool_id"], _session["callbacks"])
-        _session = None
+            _release_tool(_current.tool_id, _current.callbacks)
+        _current = None
         return
-    out = _session["output"]
+    out = _current.output
     child_out = _child_output(out, pid) if out else None
     try:
-        rec = _child_recording(_session, child_out)
+        rec = _child_recording(_current, child_out)
         ok = _ocular._after_fork_child(child_out, _render_tmp_name(child_out) if child_out else None,
                                        rec, threading.current_thread().ident)
     except Exception as exc:
         _print_err(f"ocular: tracing is off in forked child {pid}: {exc}")
-        _release_tool(_session["tool_id"], _session["callbacks"])
-        _session = None
+        _release_tool(_current.tool_id, _current.callbacks)
+        _current = None
         return
     if ok:
-        _session = dict(_session, output=child_out, pid=pid, report=False, recording=rec, forked=True)
+        _current = _current.forked_child(child_out, rec)
         _wrap_os_exit()  # (the dispositions are the parent's: save_on_signals' handler goes on saving here)
 
 
@@ -1359,8 +1167,8 @@ def _child_recording(s, child_out):
     """A forked child's recording: in the session's private directory (see above); beside the output as
     before in a --follow session (its parts directory is Ocular's own) or when there is no private
     directory to be had."""
-    if child_out and _run.follow_log is None and s.get("child_dir"):
-        run = s["child_dir"]
+    if child_out and _run.follow_log is None and s.child_dir:
+        run = s.child_dir
         try:
             _make_private_dir(os.path.dirname(run))
             _make_private_dir(run)
@@ -1392,8 +1200,8 @@ def _clean_child_dirs(s):
     """At the end of the session that forked (not in its children): remove its run's directory if it is
     empty, else say what is in it (recordings of children that were killed, or still run); remove the
     runs of earlier sessions that are over (no process of theirs alive) and more than a day old."""
-    run = s.get("child_dir")
-    if not run or s.get("forked"):
+    run = s.child_dir
+    if not run or s.forked:
         return
     left = []
     with contextlib.suppress(OSError):
@@ -1401,7 +1209,7 @@ def _clean_child_dirs(s):
     if not left:
         with contextlib.suppress(OSError):
             os.rmdir(run)
-    elif s["report"] and any(_tmp_pid(n) and not _pid_alive(_tmp_pid(n)) for n in left):
+    elif s.report and any(_tmp_pid(n) and not _pid_alive(_tmp_pid(n)) for n in left):
         dead = [n for n in left if _tmp_pid(n) and not _pid_alive(_tmp_pid(n))]
         _print_err(f"ocular: {len(dead)} forked child process{'es' if len(dead) > 1 else ''} ended without saving "
                    f"{'their' if len(dead) > 1 else 'its'} trace (killed?); what was recorded is kept (a day at least) "
@@ -1459,7 +1267,7 @@ class _ExecWrapper:
         self.__wrapped__ = real
 
     def __call__(self, path, *args, **kwargs):
-        if _session is not None and _executable(path):
+        if _current is not None and _executable(path):
             try:
                 stop_tracing()
             except BaseException as exc:  # (the exec must go on: say it and let it)
@@ -1539,7 +1347,7 @@ def _quiet_fork_warning():
         return
 
     def fork():
-        if _session is None:
+        if _current is None:
             return _real_os_fork()
         own_threads = threading.active_count() > 1
         catcher = _ForkWarning()
@@ -1567,7 +1375,7 @@ def _wrap_os_exit():
     """In a forked child, save the trace before os._exit (multiprocessing's fork workers end that way)."""
 
     def _exit(status):
-        if _session is not None and _session["pid"] == os.getpid():
+        if _current is not None and _current.pid == os.getpid():
             try:
                 stop_tracing()
             except _NotRunning:
