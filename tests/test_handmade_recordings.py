@@ -225,6 +225,34 @@ def test_an_unknown_block_type_is_skipped(tmp_path):
     assert slices(tmp_path / "mixed.json") == EXPECTED
 
 
+def test_an_unknown_mark_is_passed_over(tmp_path):
+    """The room for new record kinds (render.h: a new OC_MARK_*): marks this renderer does not know (7, 1000,
+    the payload's largest) before an enter, a return and a C call, each at the next record's time, leave the
+    JSON trace, the pstats output and the report's rows as they are without them."""
+    def marked(records):
+        out = []
+        for i, r in enumerate(records):
+            if i in (1, 3, 4):
+                out.append((r[0], 0xFFFFFFFF, rb.K_MARK, (7, 1000, (1 << 28) - 1)[(1, 3, 4).index(i)]))
+            out.append(r)
+        return out
+
+    base = sound_blocks()
+    assert [t for t, _, _ in rb.blocks(b"".join(base))][7:11] == [4, 4, 4, 4]  # (the main thread's: 7 and 9)
+    odd = [*base[:7], rb.chunk(0, marked(T0[:6])), base[8], rb.chunk(0, marked(T0[6:])), *base[10:]]
+    assert len(b"".join(odd)) == len(b"".join(base)) + 5 * 16  # (three marks in the first chunk, two in the second)
+    write(tmp_path / "plain.ocular", *base)
+    write(tmp_path / "odd.ocular", *odd)
+    rows = {}
+    for name in ("plain", "odd"):
+        convert(tmp_path / f"{name}.ocular", tmp_path / f"{name}.pstats")
+        res = convert(tmp_path / f"{name}.ocular", tmp_path / f"{name}.json")
+        rows[name] = sorted((f["name"], f["calls"], f["self_ns"], f["total_ns"]) for f in res.report.functions)
+    for suffix in ("json", "pstats"):
+        assert (tmp_path / f"odd.{suffix}").read_bytes() == (tmp_path / f"plain.{suffix}").read_bytes(), suffix
+    assert rows["odd"] == rows["plain"] and slices(tmp_path / "odd.json") == EXPECTED
+
+
 # ---------------------------------------------------------------------------------------------
 # a version this Ocular does not read
 

@@ -38,7 +38,12 @@ def test_version_branches_are_in_compat_h_only():
 RENDER_SIDE = ("render.c", "reader.c", "tasks.c", "live.c", "rtables.c", "stats.c", "attrib.c", "sink_json.c", "sink_perfetto.c", "sink_speedscope.c",
                "sink_tree.c", "pipe.c", "out.c", "deflate.c", "thread.c",
                "render.h", "render_int.h", "stats.h", "recording.h", "deflate.h", "thread.h")
-RECORD_SIDE_HEADERS = ("ocular.h", "compat.h", "codemap.h", "usdt_sdt.h", "Python.h")
+# the record side's headers: ocular.h (the base) and one per unit, each declaring what its owner defines
+UNIT_HEADERS = {"clock.h": ("clock.c",), "session.h": ("session.c",), "buffer.h": ("buffer.c",),
+                "codeinfo.h": ("codeinfo.c",), "asyncio.h": ("asyncio.c",), "recorder.h": ("recorder.c",),
+                "sigsave.h": ("sigsave.c",), "sampling.h": ("sampling.c",), "codemap.h": ("codemap.c",),
+                "binding.h": ("monitor.c", "owncost.c", "results.c", "usdt.c")}
+RECORD_SIDE_HEADERS = ("ocular.h", "compat.h", "usdt_sdt.h", "Python.h", *UNIT_HEADERS)
 
 
 def test_the_render_side_includes_no_record_side_header():
@@ -49,7 +54,7 @@ def test_the_render_side_includes_no_record_side_header():
     # (and every C file is on one side or the other: a new one is placed on purpose)
     record = {"session.c", "asyncio.c", "buffer.c", "clock.c", "codeinfo.c", "codemap.c", "module.c", "monitor.c",
               "owncost.c", "recorder.c", "sampling.c", "sigsave.c", "usdt.c", "results.c", "ocular.h",
-              "compat.h", "codemap.h", "usdt_sdt.h"}
+              "compat.h", "usdt_sdt.h", *UNIT_HEADERS}
     assert set(_sources()) == set(RENDER_SIDE) | record, set(_sources()) ^ (set(RENDER_SIDE) | record)
 
 
@@ -117,9 +122,8 @@ def test_no_module_writes_another_modules_globals():
 UTILITIES = ("out.c", "thread.c", "deflate.c")  # (shared by both sides: the output file, own threads, deflate)
 
 
-def _symbol_graph(tmp_path):
-    """{file: {file it uses a symbol of: [symbols]}} from each C file's object (nm: what it defines and what it
-    leaves undefined); symbols that no file of ours defines (libc, libpython) are left out."""
+def _objects(tmp_path):
+    """[(C file, symbols its object defines, symbols it leaves undefined)] (nm)."""
     import sysconfig
     from concurrent.futures import ThreadPoolExecutor
 
@@ -140,7 +144,13 @@ def _symbol_graph(tmp_path):
         return name, defined, used
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
-        objs = list(ex.map(compile_one, [f for f in _sources() if f.endswith(".c")]))
+        return list(ex.map(compile_one, [f for f in _sources() if f.endswith(".c")]))
+
+
+def _symbol_graph(tmp_path):
+    """{file: {file it uses a symbol of: [symbols]}} from each C file's object; symbols that no file of ours
+    defines (libc, libpython) are left out."""
+    objs = _objects(tmp_path)
     owner = {sym: name for name, defined, _ in objs for sym in defined}
     graph = {}
     for name, _, used in objs:
@@ -194,3 +204,24 @@ def test_the_c_files_depend_on_each_other_without_a_cycle(tmp_path):
     into_render = {a: sorted(b for b in graph[a] if b in render and b not in UTILITIES)
                    for a in graph if a not in render}
     assert {a: b for a, b in into_render.items() if b} .keys() <= {"module.c", "results.c"}, into_render
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm")), reason="gcc and nm (Debian: build-essential)")
+def test_each_record_side_header_declares_what_its_unit_defines(tmp_path):
+    """Headers by owner: every function and variable a unit header declares (not the static inline ones) is
+    defined by the C file of its name (binding.h: module.c's units), and each is included through ocular.h."""
+    defined = {name: d for name, d, _ in _objects(tmp_path)}
+    decl = re.compile(r"^(?!static|typedef|#|\s|/\*|\})[^;(]*?\b(oc_\w+|sess)\s*(\(|;|\[)", re.M)
+    wrong, counted = {}, 0
+    for header, owners in UNIT_HEADERS.items():
+        src = open(os.path.join(EXT, header), encoding="utf-8").read()
+        if header != "codemap.h":
+            assert '#error "' + header + ' is included through ocular.h"' in src, header
+        names = set(decl.findall(src) and [m[0] for m in decl.findall(src)])
+        counted += len(names)
+        home = set().union(*(defined[o] for o in owners))
+        stray = sorted(n for n in names if n not in home)
+        if stray:
+            wrong[header] = {n: [f for f, d in defined.items() if n in d] for n in stray}
+    assert counted > 60, counted  # (the rule is not checked against nothing)
+    assert not wrong, wrong

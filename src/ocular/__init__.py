@@ -686,7 +686,7 @@ def _stop_locked():
                                   out)
                 _install(tmp, out)
                 _note_partial(fmt, out, rendered)
-            _last_report = _make_report(s, figures["clock"], with_code=True)
+            _last_report = _make_report(s.mode, s.threshold, s.report, figures["clock"], with_code=True)
             result["report"] = _last_report
             if _run.report_tree and s.report in (True, "text"):
                 try:
@@ -739,7 +739,7 @@ def _release_render(used_held=False):
 
 
 
-def _make_report(s, clock, with_code):
+def _make_report(mode, threshold, report, clock, with_code):
     """The report of the last render (printed as the session asked); None if it cannot be built.  The
     cyclic collector is paused while it is built and formatted (thousands of small dicts and tuples,
     none cyclic: the collections they set off walked the program's whole heap, ~30 M instructions of a
@@ -747,21 +747,21 @@ def _make_report(s, clock, with_code):
     was = gc.isenabled()
     gc.disable()
     try:
-        return _build_report(s, clock, with_code)
+        return _build_report(mode, threshold, report, clock, with_code)
     finally:
         if was:
             gc.enable()
 
 
-def _build_report(s, clock, with_code):
+def _build_report(mode, threshold, printed, clock, with_code):
     try:
         from ._report import KEEP_FUNCTIONS, Report
 
-        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), s.mode, s.threshold, clock)
+        report = Report(_ocular._report_data(with_code, KEEP_FUNCTIONS), mode, threshold, clock)
     except Exception as exc:  # the trace matters more than the report: it is saved; say so
         _print_err(f"ocular: could not build the report: {exc!r}")
         return None
-    if s.report in (True, "text", "json"):
+    if printed in (True, "text", "json"):
         try:
             fmt = dict(_run.report_format)
             if "width" not in fmt and not _run.report_file:  # a terminal's width; a file or pipe gets whole lines
@@ -769,7 +769,7 @@ def _build_report(s, clock, with_code):
                     fmt["width"] = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
                 except (AttributeError, ValueError, OSError):
                     fmt["width"] = None
-            text = report.format(**fmt) if s.report != "json" else report.to_json()
+            text = report.format(**fmt) if printed != "json" else report.to_json()
         except Exception as exc:
             text = f"ocular: could not format the report: {exc!r}"
         _report_out(text)
@@ -893,7 +893,6 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
     if rendered.get("damaged"):  # (also in a JSON trace's otherData: damaged, clamped_records, damage)
         _print_err(f"ocular: {recording}: {rendered['damaged']}")
     mode = "precise" if rendered["precise"] else "adaptive"
-    s = dict(mode=mode, threshold=None, report=report)
     result = TraceResult(rendered)
     result.update(output=path, format=fmt, mode=mode)
     if _render_nested:  # a signal handler stopped tracing meanwhile: these statistics are that session's
@@ -906,7 +905,7 @@ def _convert_locked(recording, path, output, fmt, report, loops, thread_roots, s
     held = _codes_held_for  # (see its definition)
     live = held is not None and held[0] == path_of_recording and held[1] == _file_identity(path_of_recording)
     try:
-        _last_report = result["report"] = _make_report(s, rendered["clock"], with_code=live)
+        _last_report = result["report"] = _make_report(mode, None, report, rendered["clock"], with_code=live)
     finally:
         _release_render(live)  # the renderer's tables (a running session's are left alone)
     return result

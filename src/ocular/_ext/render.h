@@ -56,8 +56,12 @@ enum oc_kind {
  * truncated to 32 bits: the same for a task all its life).  OC_MARK_WAKE: the running code (asyncio's
  * call_soon, just entered) scheduled a step of the task whose key is code_id: its creation (its first
  * step) or its wake-up (a future it awaited is done).  The ts of either is its own (not timed). */
+/* Room for more kinds: the 4-bit kind field is full, so a new kind of record is a new OC_MARK_* (the payload
+ * has room for 2^28 of them), its data in code_id (32 bits) and, if it needs more, in K_EXT records after
+ * it.  A renderer passes over a mark it does not know (process_rec), so a new one needs no version change
+ * (tests/test_handmade_recordings.py: unknown marks leave the outputs byte for byte as they were). */
 enum { OC_MARK_SAMPLED = 1, OC_MARK_CUT = 2, OC_MARK_TASK = 3, OC_MARK_CANCELLED = 4, OC_MARK_KEY = 5,
-       OC_MARK_WAKE = 6 };
+       OC_MARK_WAKE = 6, OC_MARK_LAST = OC_MARK_WAKE };
 #define OC_NO_CODE UINT32_MAX
 /* K_INSN payload bit: the instruction at this offset is not recorded (its site answered DISABLE, and so
  * will every instruction of the code object): the gap before it is the previous instruction's, and no
@@ -86,6 +90,7 @@ typedef struct {
 _Static_assert(sizeof(oc_rec) == 16 && offsetof(oc_rec, code_id) == 8 && offsetof(oc_rec, info) == 12,
                "a record is 16 bytes: u64 ts, u32 code_id, u32 info");
 _Static_assert(K_MARK < 16, "record kinds fit the 4-bit kind field");
+_Static_assert(OC_MARK_LAST < (1u << OC_PAYLOAD_BITS), "mark kinds fit a record's payload");
 _Static_assert(2 * OC_NEAR_BITS <= OC_PAYLOAD_BITS, "a near jump's two offsets fit the payload");
 
 /* per-thread metadata, indexed by thread_idx; read by the writer at the end */
