@@ -27,6 +27,12 @@ import os
 import sys
 import time
 
+from ._formats import BY_NAME
+from ._paths import _replace_file
+from ._session import _format_for, _loops_code
+
+PERFETTO_SUFFIXES = BY_NAME["perfetto"].suffixes
+
 JSON_HEADER = b'{"traceEvents":[\n'
 _META_PREFIX = b'{"ph":"M"'
 _BLOCK = 1 << 20
@@ -519,8 +525,6 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
     Raises MergeError (a ValueError) for an input that is not a trace or is corrupt, and OSError if
     the output cannot be written; the output is then left untouched.
     """
-    from . import PERFETTO_SUFFIXES
-
     items = []
     rendered = []  # temporary renders of recordings, removed at the end
     for item in inputs:
@@ -534,8 +538,6 @@ def merge(inputs, output, format=None, trusted=False, skip_bad=False, progress_s
     if not items:
         raise MergeError("nothing to merge: give at least one trace file")
     if format is None and isinstance(output, (str, os.PathLike)):
-        from . import _format_for
-
         low = os.fspath(output).lower()
         kind = "gzip-compressed JSON" if low.endswith(".gz") and not low.endswith(".pb.gz") else _format_for(low, None)
         if kind not in ("json", "perfetto"):
@@ -561,7 +563,7 @@ def _render_part(p, f, output, format, rendered):
     the same way: a slice per run in JSON, and the trace alone, with no statistics), and merge that.
     The render closes the slices a recording cut short left open: its trace is a finished Ocular trace,
     copied in blocks like any other (not event by event)."""
-    from . import PERFETTO_SUFFIXES, _loops_code, _ocular, _rendering
+    from . import _ocular, _rendering  # (the process's one render at a time: ocular's lock)
 
     fmt = format or ("perfetto" if output.lower().endswith(PERFETTO_SUFFIXES) else "json")
     tmp = f"{os.path.abspath(output)}.{os.getpid()}.part{len(rendered)}.tmp"
@@ -611,8 +613,6 @@ def _open_part(p):
 
 
 def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream, rendered):
-    from . import PERFETTO_SUFFIXES
-
     skipped = []
     for p in list(items):
         try:
@@ -673,8 +673,6 @@ def _merge_open(items, files, output, format, trusted, skip_bad, progress_stream
             else:
                 for p in items:
                     _merge_perfetto_input(files[id(p)], p["path"], p, f, progress)
-        from . import _replace_file
-
         _replace_file(tmp, out_abs)  # (cheaper than os.replace over a large previous merge)
     except BaseException:
         try:

@@ -245,7 +245,7 @@ static void live_start(const char *rec_path, int format, const char *out_path, i
         oc_render_live_start(rec_path, format, out_path, loops);
 }
 
-/* the record side's hooks (ocular.h, oc_session.hooks): set before the recorder starts */
+/* the record side's hooks (session.h, oc_session.hooks): set before the recorder starts */
 static void hooks_set(void) {
     sess.hooks.recording_failed = notify_recording_failed;
     sess.hooks.render = oc_render_file;

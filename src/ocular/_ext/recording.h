@@ -29,7 +29,7 @@ enum oc_block {
     /* u32 thread_idx, u32 flags (OC_THREAD_ENDED), i64 tid, u64 ident, u32 name_len, name (raw UTF-8) */
     OC_BLK_THREAD = 3,
     /* u32 thread_idx, u32 n, then n records of 16 bytes: {u64 ts (clock ticks), u32 code_id, u32 info
-     * (kind in the low 4 bits, payload above: see enum oc_kind in ocular.h)} */
+     * (kind in the low 4 bits, payload above: see enum oc_kind in render.h)} */
     OC_BLK_CHUNK = 4,
     /* u64 tsc0, u64 mono0_ns, f64 ns_per_tick (the final rate), then f64 early_ns_per_tick, u64 knee_tsc (40 bytes;
      * 24 in older recordings: one rate): the clock calibration (the last one wins) */

@@ -858,7 +858,7 @@ int grow_code_arrays(void) {
     return 0;
 }
 
-/* ---- the formats (OC_FORMAT_*, ocular.h): each one's sink and capabilities ---- */
+/* ---- the formats (OC_FORMAT_*, render.h): each one's sink and capabilities ---- */
 static const struct {
     int code;
     const oc_sink *sink;
