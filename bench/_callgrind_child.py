@@ -181,13 +181,14 @@ def compare(cfg, spec, outdir, result):
     elif kind == "ocular":
         import ocular
 
-        # the defaults but the keywords: JSON trace file, text report on stderr; the sampling windows'
-        # timing from OCULAR_BENCH_SAMPLING ("P,W" ms, or "0": off; unset: the default, 100 ms / 1 ms)
+        # the defaults but the keywords: the default trace file (ocular_trace.pftrace: compressed Perfetto
+        # protobuf), text report on stderr; the sampling windows' timing from OCULAR_BENCH_SAMPLING ("P,W" ms,
+        # or "0": off; unset: the default, 100 ms / 1 ms)
         kw = dict(params)
         sampling = os.environ.get("OCULAR_BENCH_SAMPLING")
         if sampling:
             kw["sampling"] = False if sampling == "0" else tuple(int(x) for x in sampling.split(","))
-        ocular.start_tracing(output=os.path.join(outdir, "ocular_trace.json"), **kw)
+        ocular.start_tracing(output=os.path.join(outdir, "ocular_trace.pftrace"), **kw)
         _ocular_floor.measured_call(func, arg)
         res = ocular.stop_tracing()
         out = {"events": res.get("events"), "pauses": res.get("pauses"), "dropped": res.get("dropped")}

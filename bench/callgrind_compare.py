@@ -15,7 +15,7 @@ untraced run's instructions (Ir), side by side:
   de-instrumented after 500 calls too); ``ocular-default`` (``deinstrument_threshold=500``: every
   function event recorded; jump sites, instruction probes and cheap C call sites de-instrumented);
   ``ocular-t0`` (threshold 0: everything, for reference).  Every Ocular configuration writes its
-  default output (Chrome JSON, ``ocular_trace.json``) and prints its text report at stop, as
+  default output (``ocular_trace.pftrace``, compressed Perfetto protobuf) and prints its text report at stop, as
   ``python -m ocular SCRIPT`` does;
 - workloads: ``fib:22`` (recursive fib), ``loop_ccalls:1000000`` (bench/workloads.py: a loop with
   two C calls per iteration), and pyperformance's richards, deltablue, raytrace and go
