@@ -285,9 +285,10 @@ def test_unmatched_ends_are_ignored_and_enters_close_deeper_frames(tmp_path):
     at depth 3 with nothing open there are ignored (no slice, no count); an enter at depth 2 while frames
     at depths 2 and 3 are open (b, c: their returns never recorded) closes them, and a return at depth 1
     while frames at depths 2 and 3 are open (e, f) closes those: the closed frames end at the thread's
-    record before (c's C call returned at 4700; g at 6950), their children whole.  The report has rows
-    for the functions whose end was seen, and counts the four others as calls without an end; pstats
-    counts every call once."""
+    record before (c's C call returned at 4700; g at 6950), their children whole.  The report counts the
+    four whose end was inferred as calls without an end, not in their rows' calls, but keeps their time
+    in their rows (no time in no row: the self times add up to the root's total); pstats counts every call
+    once."""
     a, b, c, d, e, f, old, x, g, h = range(10)
     names = "a b c d e f old x".split() + ["<built-in method g>", "<built-in method h>"]
     codes = [rb.code(i, n, FILE, 100 + i) for i, n in enumerate(names[:8])]
@@ -307,10 +308,12 @@ def test_unmatched_ends_are_ignored_and_enters_close_deeper_frames(tmp_path):
     assert slices(tmp_path / "u.json") == {7: expect(
         ("a", 2000, 7000), ("b", 3000, 4700), ("c", 4000, 4700), (names[h], 4500, 4700), ("d", 5000, 6000),
         ("e", 6600, 6950), ("f", 6800, 6950), (names[g], 6900, 6950))}
-    # the report: a row per function with a seen end; the four whose only end was inferred are counted
-    # apart, as calls without an end (and no row: no figure to show)
-    rows = {fn["name"]: (fn["calls"], fn["total_ns"]) for fn in res.report.functions}
-    assert rows == {"a": (1, 5000), "d": (1, 1000), names[g]: (1, 50), names[h]: (1, 200)}
+    # the report: the four whose only end was inferred have 0 calls (counted apart, as calls without an
+    # end) and their measured time, up to the end the trace gives them
+    rows = {fn["name"]: (fn["calls"], fn["total_ns"], fn["self_ns"]) for fn in res.report.functions}
+    assert rows == {"a": (1, 5000, 1950), "d": (1, 1000, 1000), names[g]: (1, 50, 50), names[h]: (1, 200, 200),
+                    "b": (0, 1700, 1000), "c": (0, 700, 500), "e": (0, 350, 200), "f": (0, 150, 100)}
+    assert sum(s for _, _, s in rows.values()) == rows["a"][1]
     assert sorted((u["name"], u["calls"]) for u in res.report.unended) == [("b", 1), ("c", 1), ("e", 1), ("f", 1)]
     convert(rec, tmp_path / "u.pstats")
     st = pstats.Stats(str(tmp_path / "u.pstats")).stats

@@ -449,13 +449,14 @@ class Report:
         self.sampling = dict(data.get("sampling") or {"status": "off", "windows": 0, "window_ticks": 0,
                                                        "skipped": 0, "other_tool": ""})
         self.sampling["window_ns"] = self.sampling.get("window_ticks", 0) * self.ns_per_tick
-        # functions whose every call lacked a seen end have no row (no figure to show): they are still
-        # counted, in the header (de-instrumented) and in the line about calls without an end
+        # calls without a seen end: their time up to the thread's last record before the frames under them
+        # went on (or the stop) is in their function's row, their count only in the line about calls without an
+        # end (a function whose every call lacked one has a row of 0 calls)
         self.unended = sorted(({"name": f["name"], "file": f["file"], "line": f["firstlineno"],
                                 "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
-        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and f.get("truncated"))
+        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and not f.get("truncated"))
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
@@ -538,7 +539,7 @@ class Report:
     def _add_function(self, f):
         code = f["code"]
         ns = self.ns_per_tick
-        if f["segments"]:
+        if f["segments"] or f["truncated"]:  # (calls without an end seen have a row: their time is measured)
             sample = f["deinstrumented"]
             est = f.get("estimate")
             calls, incl, self_c = f["calls"], f["incl"], f["self"]
@@ -994,8 +995,9 @@ class Report:
         if trunc:
             most = ", ".join(f"{u['name']} {u['calls']:,}" for u in self.unended[:3])
             prose(f"{trunc:,} call{'s' if trunc != 1 else ''} had no end seen (tracing stopped inside, or the return "
-                  f"was no longer reported): not in the rows' calls; the trace ends them at the caller's next event "
-                  f"or at the stop ({most}{', ...' if len(self.unended) > 3 else ''})")
+                  f"was no longer reported): not in the rows' calls, but in their times, up to the thread's last "
+                  f"event before the caller went on (or the stop), where the trace ends them too "
+                  f"({most}{', ...' if len(self.unended) > 3 else ''})")
         if self.functions_total - self._rowless > len(self.functions):
             prose(f"({self.functions_total:,} functions ran; the report keeps the {len(self.functions):,} with the "
                   "most self time)")

@@ -121,15 +121,15 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     rstate.same_top[f->code_id] = f->prev_same;
     if (f->loops_on)
         oc_stats_looped(f->code_id, f->self);
-    /* total time counts each recursion tree once: a counted activation adds what its counted
-     * same-code descendants did not already add; an uncounted one passes theirs down */
+    /* total time counts each recursion tree once: an activation adds what its same-code descendants did
+     * not already add (one whose end was inferred too: its time is the code's, stats.h) */
     oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
                    UNLIKELY(t->step_at == t->n + 1) ? t->step_task : t->n > 0 ? f[-1].code_id : UINT32_MAX);
     if (UNLIKELY(f->hidden))
         oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->prev_same != 0, f->win_mark, incl);
     if (f->prev_same) { /* recursion: the nearest activation of the same code below */
         frame *same = &t->stack[f->prev_same - 1];
-        same->same += counted ? incl : f->same;
+        same->same += incl;
     }
     if (t->n > 0)
         f[-1].child += incl;

@@ -161,8 +161,11 @@ void oc_stats_slice_slow(uint32_t id, int is_call, uint64_t incl, uint64_t self,
         return;
     if (is_call)
         oc_stats_caller(c, caller);
-    if (truncated) {
+    if (truncated) { /* a call, but not a whole one: its time up to its last record is the code's (no row
+                      * loses it), its count and duration are not (calls, mean, min, max: whole calls only) */
         c->truncated++;
+        c->self += self;
+        c->incl += total_add;
         return;
     }
     oc_stats_add(c, is_call, incl, self, total_add);

@@ -101,7 +101,8 @@ static inline void oc_stats_add(oc_code_stat *c, int is_call, uint64_t incl, uin
 }
 
 /* One closed slice (a segment) of code `id`: its inclusive and self ticks, and what it adds to the
- * code's total (recursion counted once); a truncated one (its end inferred) is only counted.  caller:
+ * code's total (recursion counted once); a truncated one (its end inferred) adds its times, and counts
+ * apart (truncated), not among the calls and segments.  caller:
  * the calling frame's code id (UINT32_MAX: none), kept among the code's first OC_CALLERS callers. */
 static inline void oc_stats_slice(uint32_t id, int is_call, uint64_t incl, uint64_t self, uint64_t total_add,
                                   int truncated, uint32_t caller) {
