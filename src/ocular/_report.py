@@ -1013,7 +1013,6 @@ class Report:
             kinds.setdefault(f["category"], []).append(f)
         for cat, fs in sorted(kinds.items(), key=lambda kv: -sum(f["self_ns"] for f in kv[1])):
             t = sum(f["self_ns"] for f in fs)
-            detail = ""
             if cat in ("site-packages", "standard library", GENERATED, C_FUNCTIONS):
                 by = {}
                 for f in fs:
@@ -1183,7 +1182,6 @@ class Report:
                 out.append(f"{'':>10} ... {k - 5:,} more (--report-json lists them)")
 
     def _loop_text(self, out, lp, width):
-        ns = self.ns_per_tick
         cyc_label = "cyc/exec" if self.mode == "precise" else "cyc/exec(blk)"
         out.append("")
         it = (f"first {lp['iterations']:,} iterations (then de-instrumented)" if lp["sample"]
