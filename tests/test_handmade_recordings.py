@@ -315,6 +315,12 @@ def test_unmatched_ends_are_ignored_and_enters_close_deeper_frames(tmp_path):
                     "b": (0, 1700, 1000), "c": (0, 700, 500), "e": (0, 350, 200), "f": (0, 150, 100)}
     assert sum(s for _, _, s in rows.values()) == rows["a"][1]
     assert sorted((u["name"], u["calls"]) for u in res.report.unended) == [("b", 1), ("c", 1), ("e", 1), ("f", 1)]
+    # the text: b's row has 0 calls and no mean (no whole call to take one of), and the line says where the
+    # four calls' time is
+    text = res.report.format(width=None)
+    (b_row,) = [ln.split() for ln in text.splitlines() if ln.split()[-2:-1] == ["b"]]
+    assert b_row[:5] == ["0", "1.0us", "20.0%", "1.7us", "-"], text
+    assert "4 calls had no end seen" in text and "not in the rows' calls, but in their times" in text, text
     convert(rec, tmp_path / "u.pstats")
     st = pstats.Stats(str(tmp_path / "u.pstats")).stats
     assert sorted(k[2] for k in st) == sorted([*"abcdef", names[g], names[h]])

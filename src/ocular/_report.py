@@ -909,7 +909,8 @@ class Report:
         cells = []
         for f in rows:
             calls, self_s, total = self._cells(f)
-            cells.append((calls, self_s, _pct(f["self_ns"], total_self), total, _fmt_ns(f["mean_ns"]), *where(f)))
+            mean = _fmt_ns(f["mean_ns"]) if f["segments"] else "-"  # (only calls without an end seen: no mean)
+            cells.append((calls, self_s, _pct(f["self_ns"], total_self), total, mean, *where(f)))
         with_mean = width is None or all(len(c[5]) + 57 <= width for c in cells)
 
         def head(c):
