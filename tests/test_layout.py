@@ -147,10 +147,15 @@ def _objects(tmp_path):
         return list(ex.map(compile_one, [f for f in _sources() if f.endswith(".c")]))
 
 
-def _symbol_graph(tmp_path):
-    """{file: {file it uses a symbol of: [symbols]}} from each C file's object; symbols that no file of ours
-    defines (libc, libpython) are left out."""
-    objs = _objects(tmp_path)
+@pytest.fixture(scope="module")
+def c_objects(tmp_path_factory):
+    """_objects, built once for the tests of this module that read the objects' symbols."""
+    return _objects(tmp_path_factory.mktemp("objects"))
+
+
+def _symbol_graph(objs):
+    """{file: {file it uses a symbol of: [symbols]}} from each C file's object (_objects); symbols that no
+    file of ours defines (libc, libpython) are left out."""
     owner = {sym: name for name, defined, _ in objs for sym in defined}
     graph = {}
     for name, _, used in objs:
@@ -162,12 +167,12 @@ def _symbol_graph(tmp_path):
 
 
 @pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm")), reason="gcc and nm (Debian: build-essential)")
-def test_the_c_files_depend_on_each_other_without_a_cycle(tmp_path):
+def test_the_c_files_depend_on_each_other_without_a_cycle(c_objects):
     """By the symbols each C file's object uses from the others: no cycle (the driver calls the live render
     through what it registers, the recorder asks the renderer through the session's hooks, and the shared
     state -- sess, rmeta, rstate -- lives in leaf files); no render-side file uses a record-side one; and the
     record side reaches the render side only from the binding (module.c, results.c) and through utilities."""
-    graph = _symbol_graph(tmp_path)
+    graph = _symbol_graph(c_objects)
     assert len(graph) > 25 and sum(map(len, graph.values())) > 60, graph  # (the rule is not checked against nothing)
     # Tarjan's strongly connected components: any of more than one file is a cycle
     index, low, stack, on, sccs = {}, {}, [], set(), []
@@ -207,17 +212,17 @@ def test_the_c_files_depend_on_each_other_without_a_cycle(tmp_path):
 
 
 @pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("nm")), reason="gcc and nm (Debian: build-essential)")
-def test_each_record_side_header_declares_what_its_unit_defines(tmp_path):
+def test_each_record_side_header_declares_what_its_unit_defines(c_objects):
     """Headers by owner: every function and variable a unit header declares (not the static inline ones) is
     defined by the C file of its name (binding.h: module.c's units), and each is included through ocular.h."""
-    defined = {name: d for name, d, _ in _objects(tmp_path)}
+    defined = {name: d for name, d, _ in c_objects}
     decl = re.compile(r"^(?!static|typedef|#|\s|/\*|\})[^;(]*?\b(oc_\w+|sess)\s*(\(|;|\[)", re.M)
     wrong, counted = {}, 0
     for header, owners in UNIT_HEADERS.items():
         src = open(os.path.join(EXT, header), encoding="utf-8").read()
         if header != "codemap.h":
             assert '#error "' + header + ' is included through ocular.h"' in src, header
-        names = set(decl.findall(src) and [m[0] for m in decl.findall(src)])
+        names = {m[0] for m in decl.findall(src)}
         counted += len(names)
         home = set().union(*(defined[o] for o in owners))
         stray = sorted(n for n in names if n not in home)
