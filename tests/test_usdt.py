@@ -574,6 +574,39 @@ def test_fork_restarts_poller():
 
 
 @needs_probes
+def test_probe_attached_after_a_thread_forked_child_lost_its_last_python_thread():
+    """A child forked from a non-main thread whose Python threads have all ended, while the poller still
+    runs (it ends at its next orphan check, up to 200 ms later): a probe attached in that gap (simulated:
+    the last thread bumps a semaphore as it ends) makes the poller apply it.  It must not crash the child.
+    (CI: CPython 3.12.1 aborted with "init_threadstate: thread state already initialized" -- a thread state
+    made while the interpreter has none reuses the main thread's built-in one, which fork had left marked
+    in use.  The poller now makes its thread state while the forking thread still lives.)"""
+    if not shutil.which("readelf"):
+        _say_skip("readelf (binutils) is not installed")
+    p = run_sim("""
+    import threading, warnings
+    warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+    u.enable(poll_ms=60000)   # in a fork child the poller still wakes every 200 ms (its orphan check)
+    out, s = {}, sema("py_return")
+    def last():
+        time.sleep(0.05)
+        s.value += 1   # the "attach", as this thread ends
+        print("attached", file=sys.stderr)
+    def forker():
+        out["pid"] = pid = os.fork()
+        if pid == 0:
+            threading.Thread(target=last).start()
+    t = threading.Thread(target=forker)
+    t.start()
+    t.join()
+    _, status = os.waitpid(out["pid"], 0)
+    print("child exit", os.waitstatus_to_exitcode(status))
+    """)
+    assert "child exit 0" in p.stdout and "attached" in p.stderr, p.stdout + p.stderr
+    assert "Fatal Python error" not in p.stderr, p.stderr
+
+
+@needs_probes
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "60001"])
 def test_poll_env_validation(value):
     p = run_py("""
