@@ -11,11 +11,14 @@ VERSION = 2
 
 # block types
 BLK_HEADER, BLK_CODE, BLK_THREAD, BLK_CHUNK, BLK_CALIB = 1, 2, 3, 4, 5
-BLK_CODESTATE, BLK_END, BLK_WINDOW = 6, 7, 8
+BLK_CODESTATE, BLK_END, BLK_WINDOW, BLK_SAMPLING = 6, 7, 8, 9
 
 # HEADER flags, THREAD flags
 F_PRECISE, F_RING, F_NEAR_ZERO = 1, 2, 4
 THREAD_ENDED = 1
+# CODESTATE flags; K_MARK payloads
+CF_START_DISABLED = 2
+MARK_SAMPLED = 1
 
 # record kinds (the low 4 bits of a record's info; the payload is above them)
 K_START, K_RESUME, K_THROW, K_RETURN, K_YIELD, K_UNWIND = 1, 2, 3, 4, 5, 6
@@ -89,6 +92,17 @@ def end(stop_ticks, events, dropped=0, pauses=0):
 def window(ticks):
     """The WINDOW block of a flight-recorder recording: the kept window begins at these ticks."""
     return block(BLK_WINDOW, struct.pack("<Q", ticks))
+
+
+def codestate(entries):
+    """The CODESTATE block: (code id, flags, enters) per code, its state at stop."""
+    return block(BLK_CODESTATE, b"".join(struct.pack("<III", *e) for e in entries))
+
+
+def sampling(windows, status=1, skipped=0):
+    """A SAMPLING block: status (1: on), the windows (begin, end ticks) opened, skipped, no other tool."""
+    return block(BLK_SAMPLING, struct.pack("<IIII", status, len(windows), skipped, 0) + bytes(32)
+                 + b"".join(struct.pack("<QQ", b, e) for b, e in windows))
 
 
 def blocks(data):

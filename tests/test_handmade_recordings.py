@@ -434,3 +434,73 @@ def test_a_thread_without_a_thread_block_is_named_on_its_own_track(tmp_path):
     named = {p.track_descriptor.thread.tid: p.track_descriptor.thread.thread_name for p in packets
              if p.HasField("track_descriptor") and p.track_descriptor.HasField("thread")}
     assert named == {5: "thread", 606: "six"}, named
+
+
+# ---------------------------------------------------------------------------------------------
+# near-zero: a sampling window opens inside a recursion whose frames were not recorded
+
+def test_a_window_inside_an_unrecorded_recursion_gives_its_time_to_the_callees(tmp_path):
+    """Near-zero mode: main (depth 1) recurses into fib, de-instrumented, from about 10 to 1010 ticks,
+    then works on its own to 2000.  Window W1 [400, 600) opens at fib's depth 6: fib frames begun before
+    it return unmatched (at 420 and 500: their callers, fib frames at depths 5 and 4, were not recorded)
+    and two new calls are recorded (hidden).  Window W2 [1500, 1600) sees main's own work (a C call of
+    its marks that main runs).  All of W1 is fib's, none of it main's own, even the gaps after a return
+    whose caller was not recorded (before: main's, which left main 1,521 ticks of self against ~1,000).
+    The expected figures follow attrib.c's arithmetic: main's self outside windows from the first on,
+    A = 900 + 400 = 1,300, split as its window ticks are: own B = 99 (W2 after the C call), hidden
+    callees 201 (fib's recorded self 40 and the tails 160, len's 1): 1,300 x 201/300 = 871 of main's
+    measured self 1,959 is its callees'.  (The gap that straddles W1's begin counts outside windows only
+    from the begin on: none of [0, 400), where no window stands for anything.)"""
+    main, fib, ln = 0, 1, 2
+    codes = [rb.code(main, "main", FILE, 1), rb.code(fib, "fib", FILE, 10), rb.c_function(ln, LEN_NAME)]
+    mark = (0, 0xFFFFFFFF, rb.K_MARK, rb.MARK_SAMPLED)
+    records = [(0, main, K_START, 1),
+               (420, fib, K_RETURN, 6),                          # begun before W1: unmatched
+               (440, *mark[1:]), (440, fib, K_START, 6), (460, fib, K_RETURN, 6),  # a call inside W1
+               (500, fib, K_RETURN, 5),                          # unmatched
+               (540, *mark[1:]), (540, fib, K_START, 5), (560, fib, K_RETURN, 5),
+               (1500, *mark[1:]), (1500, ln, K_CCALL, 1), (1501, ln, K_CRETURN, 1),  # main's own, in W2
+               (2000, main, K_RETURN, 1)]
+    rec = write(tmp_path / "r.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
+                                                 threshold=500), *codes,
+                rb.thread(0, 7, 70, "MainThread"), rb.sampling([(400, 600), (1500, 1600)]),
+                rb.chunk(0, records), rb.codestate([(fib, rb.CF_START_DISABLED, 500)]),
+                rb.end(2100, len(records)))
+    res = convert(rec, tmp_path / "r.json")
+    rows = {f["name"]: f for f in res.report.functions}
+    m, f, c = rows["main"], rows["fib"], rows[LEN_NAME]
+    assert m["measured"]["self_ns"] == 1959 and m["total_ns"] == 2000
+    assert res.report.sampling["windows"] == 2
+    removed = 1300 * 201 / 300
+    assert m["self_ns"] == pytest.approx(1959 - removed, abs=1), (m, f)
+    # (the tails, whose own code is not known, are spread over the hidden callees' self times in proportion)
+    assert f["self_ns"] == pytest.approx(40 + removed * 40 / 41, abs=1), (m, f)
+    assert c["self_ns"] == pytest.approx(1 + removed / 41, abs=1), (m, c)
+    assert "self" in m["estimated_fields"] and "self" in f["estimated_fields"]
+    # no time in no row: the estimates move time between rows, they make none
+    assert m["self_ns"] + f["self_ns"] + c["self_ns"] == pytest.approx(2000, abs=1)
+
+
+def test_a_window_that_sees_only_ends_of_unrecorded_calls_keeps_their_time(tmp_path):
+    """As above, but W1 sees no new call of fib, only two ends of calls begun before it (at 420 and 500),
+    and main's C call in W2 is a recorded one (visible: its own row).  W1's ticks are all tails of main's
+    callee fib -- none is main's own -- and with no hidden frame's self time to spread them over, they are
+    fib's: 1,300 x 200/299 of main's measured self goes to fib's row (fib has no measured call: a row of
+    estimates only), nothing to no row."""
+    main, fib, ln = 0, 1, 2
+    codes = [rb.code(main, "main", FILE, 1), rb.code(fib, "fib", FILE, 10), rb.c_function(ln, LEN_NAME)]
+    records = [(0, main, K_START, 1), (420, fib, K_RETURN, 6), (500, fib, K_RETURN, 5),
+               (1500, ln, K_CCALL, 1), (1501, ln, K_CRETURN, 1), (2000, main, K_RETURN, 1)]
+    rec = write(tmp_path / "t.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
+                                                 threshold=500), *codes,
+                rb.thread(0, 7, 70, "MainThread"), rb.sampling([(400, 600), (1500, 1600)]),
+                rb.chunk(0, records), rb.codestate([(fib, rb.CF_START_DISABLED, 500)]),
+                rb.end(2100, len(records)))
+    res = convert(rec, tmp_path / "t.json")
+    rows = {f["name"]: f for f in res.report.functions}
+    m, f, c = rows["main"], rows["fib"], rows[LEN_NAME]
+    moved = 1300 * 200 / 299
+    assert m["self_ns"] == pytest.approx(1999 - moved, abs=1), (m, f)
+    assert f["self_ns"] == pytest.approx(moved, abs=1) and f["measured"]["calls"] == 0, f
+    assert c["self_ns"] == 1
+    assert m["self_ns"] + f["self_ns"] + c["self_ns"] == pytest.approx(2000, abs=1)

@@ -456,7 +456,8 @@ class Report:
                                 "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
-        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and not f.get("truncated"))
+        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and not f.get("truncated")
+                            and not f.get("estimate"))
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
@@ -539,7 +540,8 @@ class Report:
     def _add_function(self, f):
         code = f["code"]
         ns = self.ns_per_tick
-        if f["segments"] or f["truncated"]:  # (calls without an end seen have a row: their time is measured)
+        if f["segments"] or f["truncated"] or f.get("estimate"):  # (calls without an end seen have a row: their
+            # time is measured; so does a function with estimated time only: windows saw only ends of its calls)
             sample = f["deinstrumented"]
             est = f.get("estimate")
             calls, incl, self_c = f["calls"], f["incl"], f["self"]

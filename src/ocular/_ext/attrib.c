@@ -26,7 +26,13 @@
  * window is open (the callbacks keep unbegun returns inside windows), a C function's return whenever it
  * comes (its call site was re-armed; C_RETURN cannot be disabled) -- and the window part of the gap
  * before it is moved from B[C] to the pair (C, callee) as a tail (oc_attr_unmatched_leave): the call
- * was running all through it (one begun inside the window would have been recorded).  On 3.12 that is
+ * was running all through it (one begun inside the window would have been recorded).  A leave whose
+ * caller is deeper than the top recorded frame C (the window opened inside a chain of unrecorded calls:
+ * a recursion, de-instrumented helpers) shows unrecorded frames running after it, until the next enter
+ * or a jump of C's own: the window part of those gaps is a tail too (oc_attr_thread.unk_code1), not C's
+ * own time -- a recursion's frames between their recorded calls had counted as the caller's own.
+ * Tails are spread over the anchor's hidden callees' self time in proportion; an anchor whose windows
+ * saw only tails gives each callee its own.  On 3.12 that is
  * most windows of a program that sleeps: the timer thread opens them while the program is in the C
  * call that released the GIL, and the program may get it back only after the window closed.  The tail
  * makes an edge C -> callee only if C made the call (its depth says so), not when the callee was called
@@ -254,10 +260,23 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
     if (!hidden) {
         anchor_stat *s = stat_of(top);
         if (s && outside_grow(top)) {
-            uint64_t out = net - in_net, pre = oc_attr_from > t0 ? (oc_attr_from < t1 ? oc_attr_from : t1) - t0 : 0;
-            if (pre) /* (the part before the first window: no window stands for it) */
-                out = pre >= span ? 0 : out - (uint64_t)((double)out * (double)pre / (double)span);
+            uint64_t out = net - in_net;
+            if (oc_attr_from > t0) { /* (the part before the first window: no window stands for it) */
+                uint64_t after = oc_attr_from < t1 ? t1 - oc_attr_from : 0;
+                out = after > in ? (uint64_t)((double)net * (double)(after - in) / (double)span) : 0;
+            }
             oc_attr_outside[top] += out;
+            if (a->unk_code1 && in_netw) {
+                /* unrecorded frames ran above the top frame (a leave showed their depth): the window part
+                 * is theirs, de-instrumented calls of top's, a tail (whose own code is not known; the
+                 * recursion's between its recorded calls) -- not top's own time */
+                pair *q = pair_of(top, a->unk_code1 - 1);
+                if (q) {
+                    q->tail += in_netw;
+                    q->incl += in_netw;
+                }
+                return;
+            }
             s->b += in_netw;
             a->last_code = top;
             a->last_in = in_netw;
@@ -319,8 +338,13 @@ static uint64_t outside_of(const anchor_stat *s) {
 }
 
 /* a pair's inclusive window ticks, tails spread like self time (a tail is in some frames' inclusive
- * time, not known which) */
-static double est_incl(const pair *q, double fself) { return (double)(q->incl - q->tail) * fself; }
+ * time, not known which); fself 0: the anchor's hidden callees have tails only, each pair keeps its own */
+static double est_incl(const pair *q, double fself) {
+    return fself ? (double)(q->incl - q->tail) * fself : (double)q->incl;
+}
+
+/* a pair's self window ticks, tails spread as est_incl says */
+static double est_self(const pair *q, double fself) { return fself ? (double)q->self * fself : (double)q->tail; }
 
 /* calls in a pair's window time: the calls begun inside the measured part of windows.  That part
  * starts at a random offset after the window opened (sampling.c), not where the program let the window
@@ -334,7 +358,9 @@ static double est_calls(const pair *q, double fself) {
 
 /* An anchor's hidden window ticks (tails included); *scale: outside-window ticks per window tick of its
  * recorded-self state; *fself: tails are spread over the hidden frames' self times in proportion (a
- * tail's own top frame is unknown) */
+ * tail's own top frame is unknown); 0 when no hidden frame has any (windows that opened inside
+ * unrecorded calls and saw only their ends): each pair keeps its own tail, the time of the code whose
+ * leave it preceded or followed, so that no row loses it */
 static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself) {
     uint64_t h = 0, tails = 0;
     for (uint32_t i = 0; i < s->npairs; i++) {
@@ -342,7 +368,7 @@ static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself)
         tails += s->pairs[i].tail;
     }
     *scale = h + tails ? (double)outside_of(s) / (double)(s->b + h + tails) : 0.0;
-    *fself = h ? (double)(h + tails) / (double)h : 1.0;
+    *fself = h ? (double)(h + tails) / (double)h : 0.0;
     return h + tails;
 }
 
@@ -390,7 +416,7 @@ static int compute(void) {
             if (q->code >= attr_st.nest)
                 continue;
             attr_st.est[q->code].calls += cf * scale * est_calls(q, fself);
-            attr_st.est[q->code].self += scale * fself * (double)q->self;
+            attr_st.est[q->code].self += scale * est_self(q, fself);
             attr_st.est[q->code].incl += scale * est_incl(q, fself);
         }
     }
@@ -422,7 +448,7 @@ uint32_t oc_attr_callees(uint32_t id, oc_attr_callee_est *out, uint32_t max) {
         pair *q = &s->pairs[i];
         if (q->direct)
             out[k++] = (oc_attr_callee_est){.code = q->code, .incl = scale * est_incl(q, fself),
-                                            .self = scale * fself * (double)q->self,
+                                            .self = scale * est_self(q, fself),
                                             .calls = scale * est_calls(q, fself), .window_calls = q->begun,
                                             .window_incl = q->incl};
     }

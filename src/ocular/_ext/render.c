@@ -416,6 +416,7 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
         f->head = f->hidden && up && up->hidden ? up->head
                   : up && depth > up->depth + 2 ? OC_NO_CODE : code_id;
         f->win_mark = t->attr.win_total;
+        t->attr.unk_code1 = 0; /* (the frame that runs now is this one) */
         if (f->hidden && is_call) /* (calls are activations: a generator's resumes are not calls) */
             oc_attr_call(&t->attr, f->anchor, code_id, ts);
     }
@@ -531,6 +532,9 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         else if (!lean && UNLIKELY(oc_attr_on)) /* (direct: its caller is the top frame) */
             oc_attr_unmatched_leave(&t->attr, r->code_id, kind == K_CRETURN,
                                     t->n > 0 && t->stack[t->n - 1].depth + (kind == K_CRETURN ? 1 : 2) == p);
+        if (!lean && UNLIKELY(oc_attr_on)) /* (its caller runs now: deeper than the top frame, an unrecorded one) */
+            t->attr.unk_code1 = t->n > 0 && p >= 2 && p - (kind == K_CRETURN ? 1 : 2) > t->stack[t->n - 1].depth
+                                    ? r->code_id + 1 : 0;
         break;
     }
     case K_JUMP:
@@ -555,6 +559,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         }
         if (t->n == 0 || t->stack[t->n - 1].code_id != r->code_id)
             break;
+        t->attr.unk_code1 = 0; /* (the top frame's own jump: it runs) */
         frame *f = &t->stack[t->n - 1];
         if (!nostats && (lean || !rmeta.precise)) { /* (a block an instruction probe ran in is not timed: the probe slowed it) */
             if (f->blk_start != UINT32_MAX && f->blk_insns == f->insns && one_block(f->code_id, f->blk_start, src))

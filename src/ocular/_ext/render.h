@@ -366,6 +366,10 @@ typedef struct {
     uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
     uint64_t next_begin;    /* the begin of window wcur (UINT64_MAX: none), as of windows generation wgen */
     uint32_t wgen;
+    /* 1 + the code of a leave that showed unrecorded frames running above the top frame (its caller is
+     * deeper than the top: a window opened inside a de-instrumented chain, a recursion), until a record
+     * of the top frame's own; 0: none.  The window part of a gap then is theirs (oc_attr_gap). */
+    uint32_t unk_code1;
 } oc_attr_thread;
 void oc_attr_reset(void);
 void oc_attr_abandon(void);                         /* fork child: forget without freeing */

@@ -271,6 +271,7 @@ static int export_task(PyObject *d, const oc_code_stat *c, uint32_t id) {
  * session, whose code table (same ids) still holds the code objects. */
 PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
     uint32_t n = oc_ncs < rmeta.ncodes ? oc_ncs : rmeta.ncodes, total = 0;
+    oc_attr_est est;
     uint8_t *keep = NULL;
     for (uint32_t id = 0; id < n; id++)
         if (oc_cs[id].segments || oc_cs[id].truncated)
@@ -293,8 +294,8 @@ PyObject *oc_stats_export(int with_code_objects, uint32_t limit) {
     for (uint32_t id = 0; id < n; id++) {
         oc_code_stat *c = &oc_cs[id];
         oc_codeent *e = oc_rcode(id);
-        if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles)
-            continue;
+        if (!c->segments && !c->truncated && !c->nloops && !c->unit_cycles && !oc_attr_estimate(id, &est))
+            continue; /* (estimates only: windows saw only ends of its calls, their time is its) */
         if (!rmeta.codes[id].qualname_raw || (keep && !keep[id]))
             continue;
         double mean = c->segments ? (double)c->incl_all / (double)c->segments : 0.0;
