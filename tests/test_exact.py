@@ -560,24 +560,11 @@ NEAR_ZERO_UNMARKED_BUG = {
 # with the measured numbers}: the assertion stays, an xfail when it fails (estimates from a few sampling
 # windows vary from run to run: not strict)
 NEAR_ZERO_LONG_OFF = {
-    "c_heavy": "near-zero: the generator expression str.join consumes is resumed from C; once its events are off "
-               "its time is join's self time (marked), and a 1 ms window rarely falls in it: genexpr 2 % against "
-               "cProfile's 18 %, join 17 % against 9 % (3.12, CI, 15.5 points off)",
-    "fib_then_loop": "near-zero: fib's calls after its 500th are main's self time (named under main, marked) and "
-                     "estimated only when a sampling window falls in the recursion, which lasts a few windows' "
-                     "periods: main 99.8 % against cProfile's 84 %, fib 0.1 % against 16 % (3.14, 3.15)",
-    "gen_pipeline": "near-zero estimates one of the generators at 32-68 % of the self time where cProfile gives it "
-                    "15-38 % (numbers 32-50 % against 15-21 %, squares 51-68 % against 36 %), or main at 47 % "
-                    "against 17 %: 15-32 points off, in 8 of 20 test runs on 3.12 and 3.13",
-    "oo_props": "near-zero estimates the properties Vec.x and Vec.y at 18-28 % each where cProfile gives them 7-8 % "
-                "(and main 22 % against 5 %): 10-22 points off in single runs",
-    "deep_chain": "near-zero estimates main or one of the 24 chain functions at 18-39 % where cProfile gives it "
-                  "1-6 % (main 18-22 % against 1-2 %): over 15 points off in 4 of 20 test runs",
-    "async_tasks": "near-zero estimates an event-loop function at 14-87 % where cProfile gives it 0.3-7 % "
-                   "(Handle._run 18 % against 2 %; run_forever 87 % against 0.3 %, crunch then 3 % of main's time "
-                   "against 84 % untraced, with few sampling windows)",
-    "threads": "near-zero estimates work at 46-81 % of the program's self time where cProfile, on the same calls "
-               "made one after the other, gives it 20-25 % (unit 19-54 % against 75-80 %), in 7 of 20 test runs",
+    "gen_pipeline": "near-zero estimates one of the generators or main 15-35 points off cProfile's share (main 50 % "
+                    "against 15 %, numbers 27-34 % against 15 %, evens 15 % against 34 %) in 5 of 16 attempts on "
+                    "3.12-3.15 (2026-11-29): where a few windows fall in a pipeline of resumes decides the split",
+    "oo_props": "near-zero estimates a property (Vec.x, Vec.y) or Body.step at 19-34 % where cProfile gives 8-16 %: "
+                "18-20 points off in 3 of 15 attempts on 3.12-3.15 (2026-11-29)",
 }
 
 
