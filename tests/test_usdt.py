@@ -580,7 +580,7 @@ def test_probe_attached_after_a_thread_forked_child_lost_its_last_python_thread(
     the last thread bumps a semaphore as it ends) makes the poller apply it.  It must not crash the child.
     (CI: CPython 3.12.1 aborted with "init_threadstate: thread state already initialized" -- a thread state
     made while the interpreter has none reuses the main thread's built-in one, which fork had left marked
-    in use.  The poller now makes its thread state while the forking thread still lives.)"""
+    in use.  The poller now ends there instead, as its orphan check would have.)"""
     if not shutil.which("readelf"):
         _say_skip("readelf (binutils) is not installed")
     p = run_sim("""

@@ -115,9 +115,6 @@ static struct {
     pthread_cond_t cv;
     int stop;
     int in_fork_child;         /* set before the poller starts: a fork child, where the poller watches for orphanhood */
-    PyThreadState *child_ts;   /* in a fork child: the poller's own thread state, held from its start (child_thread_state) */
-    PyGILState_STATE child_g;
-    int child_ts_ready;        /* (mu) the poller has made child_ts: the forking thread may go on */
     atomic_uint applied;       /* probe bitmask the sys.monitoring state corresponds to */
     unsigned failed;           /* (GIL) bitmask whose application failed; retried after a while */
     int tool_id;               /* (GIL) -1: no tool id held */
@@ -496,44 +493,18 @@ static int finalizing(void) { return oc_is_finalizing(); }
  * ends with status 0, as it would have without Ocular; if the writer is still there, it then finds
  * itself alone, saves the trace and ends the process. */
 #define ORPHAN_CHECK_MS 200
-
-/* In a fork child the poller makes its thread state at its start, while the forking thread still lives
- * (usdt_after_fork_child waits for it), and keeps it, detached, to take the GIL with.  Making one later,
- * when the child's Python threads may all have ended, is fatal on 3.12.1: a thread state made while the
- * interpreter has none reuses the main thread's built-in one, which fork left marked in use ("Fatal Python
- * error: init_threadstate: thread state already initialized").  A probe attached in the gap before the
- * orphan check did that. */
-static void child_thread_state(void) {
-    usdt_st.child_g = PyGILState_Ensure();
-    usdt_st.child_ts = PyEval_SaveThread();
-    pthread_mutex_lock(&usdt_st.mu);
-    usdt_st.child_ts_ready = 1;
-    pthread_cond_broadcast(&usdt_st.cv);
-    pthread_mutex_unlock(&usdt_st.mu);
-}
-
-/* the GIL, with the child's thread state if there is one */
-static PyGILState_STATE take_gil(void) {
-    if (!usdt_st.child_ts)
-        return PyGILState_Ensure();
-    PyEval_RestoreThread(usdt_st.child_ts);
-    return usdt_st.child_g;
-}
-
-static void drop_gil(PyGILState_STATE g) {
-    if (usdt_st.child_ts)
-        usdt_st.child_ts = PyEval_SaveThread();
-    else
-        PyGILState_Release(g);
-}
+/* The same ending, found when a probe is attached before the next orphan check (bpftrace
+ * attaching elsewhere bumps this library's semaphores in every process that maps it): the last Python thread
+ * is gone, so the poller ends instead of making a thread state -- one made while the interpreter has none
+ * reuses the main thread's built-in one, which on 3.12 fork left marked in use: "Fatal Python error:
+ * init_threadstate: thread state already initialized" (CI).  (The thread list is read without its lock:
+ * a thread that ends between the read and PyGILState_Ensure is a window of a few instructions.) */
 
 static void *poller_main(void *arg) {
     (void)arg; /* (every signal blocked since its creation: oc_thread_create) */
     pthread_setname_np(pthread_self(), OC_USDT_THREAD_NAME);
     unsigned retry = 0;
     uint64_t next_orphan_check = 0;
-    if (usdt_st.in_fork_child)
-        child_thread_state();
     pthread_mutex_lock(&usdt_st.mu);
     while (!usdt_st.stop) {
         unsigned want = attached_mask();
@@ -541,7 +512,9 @@ static void *poller_main(void *arg) {
             pthread_mutex_unlock(&usdt_st.mu);
             if (finalizing())
                 return NULL;
-            PyGILState_STATE g = take_gil();
+            if (usdt_st.in_fork_child && !PyInterpreterState_ThreadHead(PyInterpreterState_Main()))
+                return NULL; /* no Python thread left (see ORPHAN_CHECK_MS) */
+            PyGILState_STATE g = PyGILState_Ensure();
             if (usdt_st.enabled) {
                 if (apply(want) == 0) {
                     atomic_store(&usdt_st.applied, want);
@@ -551,7 +524,7 @@ static void *poller_main(void *arg) {
                     retry = 100; /* polls before trying the same set again */
                 }
             }
-            drop_gil(g);
+            PyGILState_Release(g);
             pthread_mutex_lock(&usdt_st.mu);
             continue; /* re-check at once: probes are often attached one after the other */
         }
@@ -579,13 +552,7 @@ static void *poller_main(void *arg) {
         while (!usdt_st.stop && pthread_cond_timedwait(&usdt_st.cv, &usdt_st.mu, &t) != ETIMEDOUT) {
         }
     }
-    int stopped = usdt_st.stop; /* (else orphaned: no Python code runs again, the thread state stays) */
     pthread_mutex_unlock(&usdt_st.mu);
-    if (stopped && usdt_st.child_ts && !finalizing()) { /* disable() releases the GIL while it joins us */
-        PyEval_RestoreThread(usdt_st.child_ts);
-        usdt_st.child_ts = NULL;
-        PyGILState_Release(usdt_st.child_g);
-    }
     return NULL;
 }
 
@@ -600,8 +567,6 @@ static void init_sync(void) {
 
 static int start_poller(void) {
     usdt_st.stop = 0;
-    usdt_st.child_ts = NULL; /* (the parent's poller's is gone with the threads fork left behind) */
-    usdt_st.child_ts_ready = 0;
     int err = oc_thread_create(&usdt_st.thread, NULL, poller_main, NULL);
     if (err) {
         errno = err;
@@ -617,7 +582,7 @@ static void stop_poller(void) {
         return;
     pthread_mutex_lock(&usdt_st.mu);
     usdt_st.stop = 1;
-    pthread_cond_broadcast(&usdt_st.cv);
+    pthread_cond_signal(&usdt_st.cv);
     pthread_mutex_unlock(&usdt_st.mu);
     Py_BEGIN_ALLOW_THREADS /* the poller may be waiting for the GIL */
     pthread_join(usdt_st.thread, NULL);
@@ -732,14 +697,6 @@ static PyObject *usdt_after_fork_child(PyObject *mod, PyObject *unused) {
     if (usdt_st.enabled && start_poller() < 0) {
         usdt_st.enabled = 0;
         return NULL;
-    }
-    if (usdt_st.enabled) { /* until the poller has its thread state (child_thread_state) */
-        Py_BEGIN_ALLOW_THREADS
-        pthread_mutex_lock(&usdt_st.mu);
-        while (!usdt_st.child_ts_ready)
-            pthread_cond_wait(&usdt_st.cv, &usdt_st.mu);
-        pthread_mutex_unlock(&usdt_st.mu);
-        Py_END_ALLOW_THREADS
     }
 #endif
     Py_RETURN_NONE;
