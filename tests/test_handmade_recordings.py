@@ -439,6 +439,23 @@ def test_a_thread_without_a_thread_block_is_named_on_its_own_track(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # near-zero: a sampling window opens inside a recursion whose frames were not recorded
 
+FIB_CODES = (0, 1, 2)  # main, fib (de-instrumented at stop), len
+
+
+def fib_window_rows(tmp_path, records):
+    """A near-zero recording of main, fib and len with `records` on one thread and windows W1 [400, 600)
+    and W2 [1500, 1600), converted: the report's rows of main, fib and len, and the result."""
+    main, fib, ln = FIB_CODES
+    codes = [rb.code(main, "main", FILE, 1), rb.code(fib, "fib", FILE, 10), rb.c_function(ln, LEN_NAME)]
+    rec = write(tmp_path / "w.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
+                                                 threshold=500), *codes,
+                rb.thread(0, 7, 70, "MainThread"), rb.sampling([(400, 600), (1500, 1600)]),
+                rb.chunk(0, records), rb.codestate([(fib, rb.CF_START_DISABLED, 500)]),
+                rb.end(2100, len(records)))
+    res = convert(rec, tmp_path / "w.json")
+    rows = {f["name"]: f for f in res.report.functions}
+    return rows["main"], rows["fib"], rows[LEN_NAME], res
+
 def test_a_window_inside_an_unrecorded_recursion_gives_its_time_to_the_callees(tmp_path):
     """Near-zero mode: main (depth 1) recurses into fib, de-instrumented, from about 10 to 1010 ticks,
     then works on its own to 2000.  Window W1 [400, 600) opens at fib's depth 6: fib frames begun before
@@ -451,8 +468,7 @@ def test_a_window_inside_an_unrecorded_recursion_gives_its_time_to_the_callees(t
     callees 201 (fib's recorded self 40 and the tails 160, len's 1): 1,300 x 201/300 = 871 of main's
     measured self 1,959 is its callees'.  (The gap that straddles W1's begin counts outside windows only
     from the begin on: none of [0, 400), where no window stands for anything.)"""
-    main, fib, ln = 0, 1, 2
-    codes = [rb.code(main, "main", FILE, 1), rb.code(fib, "fib", FILE, 10), rb.c_function(ln, LEN_NAME)]
+    main, fib, ln = FIB_CODES
     mark = (0, 0xFFFFFFFF, rb.K_MARK, rb.MARK_SAMPLED)
     records = [(0, main, K_START, 1),
                (420, fib, K_RETURN, 6),                          # begun before W1: unmatched
@@ -461,14 +477,7 @@ def test_a_window_inside_an_unrecorded_recursion_gives_its_time_to_the_callees(t
                (540, *mark[1:]), (540, fib, K_START, 5), (560, fib, K_RETURN, 5),
                (1500, *mark[1:]), (1500, ln, K_CCALL, 1), (1501, ln, K_CRETURN, 1),  # main's own, in W2
                (2000, main, K_RETURN, 1)]
-    rec = write(tmp_path / "r.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
-                                                 threshold=500), *codes,
-                rb.thread(0, 7, 70, "MainThread"), rb.sampling([(400, 600), (1500, 1600)]),
-                rb.chunk(0, records), rb.codestate([(fib, rb.CF_START_DISABLED, 500)]),
-                rb.end(2100, len(records)))
-    res = convert(rec, tmp_path / "r.json")
-    rows = {f["name"]: f for f in res.report.functions}
-    m, f, c = rows["main"], rows["fib"], rows[LEN_NAME]
+    m, f, c, res = fib_window_rows(tmp_path, records)
     assert m["measured"]["self_ns"] == 1959 and m["total_ns"] == 2000
     assert res.report.sampling["windows"] == 2
     removed = 1300 * 201 / 300
@@ -487,18 +496,10 @@ def test_a_window_that_sees_only_ends_of_unrecorded_calls_keeps_their_time(tmp_p
     callee fib -- none is main's own -- and with no hidden frame's self time to spread them over, they are
     fib's: 1,300 x 200/299 of main's measured self goes to fib's row (fib has no measured call: a row of
     estimates only), nothing to no row."""
-    main, fib, ln = 0, 1, 2
-    codes = [rb.code(main, "main", FILE, 1), rb.code(fib, "fib", FILE, 10), rb.c_function(ln, LEN_NAME)]
+    main, fib, ln = FIB_CODES
     records = [(0, main, K_START, 1), (420, fib, K_RETURN, 6), (500, fib, K_RETURN, 5),
                (1500, ln, K_CCALL, 1), (1501, ln, K_CRETURN, 1), (2000, main, K_RETURN, 1)]
-    rec = write(tmp_path / "t.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
-                                                 threshold=500), *codes,
-                rb.thread(0, 7, 70, "MainThread"), rb.sampling([(400, 600), (1500, 1600)]),
-                rb.chunk(0, records), rb.codestate([(fib, rb.CF_START_DISABLED, 500)]),
-                rb.end(2100, len(records)))
-    res = convert(rec, tmp_path / "t.json")
-    rows = {f["name"]: f for f in res.report.functions}
-    m, f, c = rows["main"], rows["fib"], rows[LEN_NAME]
+    m, f, c, res = fib_window_rows(tmp_path, records)
     moved = 1300 * 200 / 299
     assert m["self_ns"] == pytest.approx(1999 - moved, abs=1), (m, f)
     assert f["self_ns"] == pytest.approx(moved, abs=1) and f["measured"]["calls"] == 0, f
