@@ -532,8 +532,12 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         else if (!lean && UNLIKELY(oc_attr_on)) /* (direct: its caller is the top frame) */
             oc_attr_unmatched_leave(&t->attr, r->code_id, kind == K_CRETURN,
                                     t->n > 0 && t->stack[t->n - 1].depth + (kind == K_CRETURN ? 1 : 2) == p);
-        if (!lean && UNLIKELY(oc_attr_on)) /* (its caller runs now: deeper than the top frame, an unrecorded one) */
-            t->attr.unk_code1 = t->n > 0 && p >= 2 && p - (kind == K_CRETURN ? 1 : 2) > t->stack[t->n - 1].depth
+        if (!lean && UNLIKELY(oc_attr_on)) /* (its caller runs now, deeper than the top frame: an unrecorded one,
+                                            * de-instrumented if this code is -- a frame begun before the
+                                            * session is not a callee to estimate) */
+            t->attr.unk_code1 = t->n > 0 && p >= 2 && p - (kind == K_CRETURN ? 1 : 2) > t->stack[t->n - 1].depth &&
+                                        ((r->code_id < rmeta.ncodes && rmeta.codes[r->code_id].flags & CF_START_DISABLED) ||
+                                         (kind == K_CRETURN && rmeta.near_zero))
                                     ? r->code_id + 1 : 0;
         break;
     }
