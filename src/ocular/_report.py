@@ -408,6 +408,12 @@ def _fit(text, width, indent=0):
                          break_on_hyphens=False) or [text]
 
 
+def _has_row(f):
+    """A function of the statistics has a report row if it has calls, or calls without an end seen (their time
+    is measured), or estimated time only (windows saw only ends of its calls)."""
+    return bool(f["segments"] or f["truncated"] or f.get("estimate"))
+
+
 def _pct(part, whole):
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -456,8 +462,7 @@ class Report:
                                 "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
                               key=lambda u: -u["calls"])
         self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
-        self._rowless = sum(1 for f in data["functions"] if not f["segments"] and not f.get("truncated")
-                            and not f.get("estimate"))
+        self._rowless = sum(1 for f in data["functions"] if not _has_row(f))
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
@@ -540,8 +545,7 @@ class Report:
     def _add_function(self, f):
         code = f["code"]
         ns = self.ns_per_tick
-        if f["segments"] or f["truncated"] or f.get("estimate"):  # (calls without an end seen have a row: their
-            # time is measured; so does a function with estimated time only: windows saw only ends of its calls)
+        if _has_row(f):
             sample = f["deinstrumented"]
             est = f.get("estimate")
             calls, incl, self_c = f["calls"], f["incl"], f["self"]

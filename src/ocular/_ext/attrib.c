@@ -26,18 +26,19 @@
  * window is open (the callbacks keep unbegun returns inside windows), a C function's return whenever it
  * comes (its call site was re-armed; C_RETURN cannot be disabled) -- and the window part of the gap
  * before it is moved from B[C] to the pair (C, callee) as a tail (oc_attr_unmatched_leave): the call
- * was running all through it (one begun inside the window would have been recorded).  A leave whose
- * caller is deeper than the top recorded frame C (the window opened inside a chain of unrecorded calls:
- * a recursion, de-instrumented helpers) shows unrecorded frames running after it, until the next enter
- * or a jump of C's own: the window part of those gaps is a tail too (oc_attr_thread.unk_code1), not C's
- * own time -- a recursion's frames between their recorded calls had counted as the caller's own.
- * Tails are spread over the anchor's hidden callees' self time in proportion; an anchor whose windows
- * saw only tails gives each callee its own.  On 3.12 that is
+ * was running all through it (one begun inside the window would have been recorded).  On 3.12 that is
  * most windows of a program that sleeps: the timer thread opens them while the program is in the C
  * call that released the GIL, and the program may get it back only after the window closed.  The tail
  * makes an edge C -> callee only if C made the call (its depth says so), not when the callee was called
  * by unrecorded frames above C; so does a hidden frame begun inside a window that opened in its caller
  * (that caller's begin not recorded: the depth gap under it says so).
+ * A leave of a de-instrumented function (or, in near-zero mode, a C return) whose caller is deeper than
+ * the top recorded frame C (the window opened inside a chain of unrecorded calls: a recursion,
+ * de-instrumented helpers) shows unrecorded frames running after it, until the next enter or a jump of
+ * C's own: the window part of those gaps is a tail too (oc_attr_thread.unk_code1), not C's own time --
+ * a recursion's frames between their recorded calls had counted as the caller's own.  Tails are spread
+ * over the anchor's hidden callees' self time in proportion; an anchor whose windows saw only tails
+ * gives each callee its own.
  * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not
  * covered: windows that a killed process did not write (its recording has no SAMPLING block, so nothing
  * is estimated).
