@@ -368,3 +368,33 @@ def test_generated_functions_of_one_name_are_one_row_elsewhere():
     rows = [ln for ln in res["text"].splitlines() if "__init__" in ln and "[generated: <string>" in ln]
     assert len(rows) == 1 and rows[0].endswith("[generated: <string>, 3 functions]"), rows
     assert rows[0].split()[0] == "90,000", rows
+
+
+def test_the_printed_report_builds_only_the_rows_it_shows():
+    """A stop prints a few dozen rows of thousands of functions: the report ranks and sums light rows (the
+    sort keys, the self time, the category) and builds a function's full row when it is shown or when
+    `functions` is read; the full rows then agree with the light ones, and with the rows printed."""
+    p = run_py("""
+        import json, ocular
+        src = "".join(f"def f{i}(n):\\n    return sum(range(n))\\n" for i in range(400))
+        ns = {}
+        exec(compile(src, "/home/user/prog.py", "exec"), ns)  # (400 functions of "the user's own" file)
+        ocular.start_tracing(perfetto=False, report=False)
+        for i in range(400):
+            for _ in range(3):
+                ns[f"f{i}"](i * 20)
+        ocular.stop_tracing()
+        rep = ocular.last_report()
+        text = rep.format(width=200)
+        built = [x["name"] for x in rep._light if "_row" in x]
+        light = {x["name"]: (x["calls"], x["self_cycles"], x["category"]) for x in rep._light}
+        full = {f["name"]: (f["calls"], f["self_cycles"], f["category"]) for f in rep.functions}
+        print(json.dumps(dict(text=text, built=built, light=len(light), same=light == full,
+                              all_rows=all("measured" in f and "callers" in f for f in rep.functions))))
+    """)
+    res = json.loads(p.stdout)
+    assert res["light"] > 400 and res["same"] and res["all_rows"], res["light"]
+    shown = {ln.split()[-2] for ln in res["text"].splitlines() if re.match(r"^ +[\d,]+ +[\d.]+\w+ ", ln)
+             and len(ln.split()) >= 6}
+    assert 5 <= len(res["built"]) <= 60, res["built"]
+    assert set(res["built"]) >= {n for n in shown if re.fullmatch(r"f\d+", n)}, (res["built"], shown)

@@ -280,16 +280,17 @@ def category(path, user_files=()):
     return USER
 
 
-def _group_generated(rows, key):
+def _group_generated(rows, key, full=lambda f: f):
     """rows with the generated functions of one name and file as one row (dataclass and namedtuple methods
     are compiled per class: black's 2,106 `__create_fn__.<locals>.__init__` would take the first screen's
     rows one class at a time): calls and times summed, marked as any of them is, "grouped": how many;
-    sorted by `key` as rows are."""
+    sorted by `key` as rows are.  full(row): the full row of a light one (Report._row)."""
     groups, out = {}, []
     for f in rows:
         if f["category"] != GENERATED:
             out.append(f)
             continue
+        f = full(f)
         g = groups.get((f["name"], f["file"]))
         if g is None:
             groups[(f["name"], f["file"])] = g = dict(f, grouped=0, calls=0, self_cycles=0.0, total_cycles=0.0,
@@ -466,16 +467,65 @@ class Report:
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
-        self.functions = []
+        self._raw = data["functions"]
+        # Each function with a row is first a *light* row: the figures the ranking and the first screen's
+        # sums need (the sort keys, self_ns, category, name, file) and where its statistics are ("_i": their
+        # index in _raw, not the dict: a dict of atomic values stays out of the cyclic collector's walks, as
+        # the statistics do, results.c); its full row is built when it is shown, or when `functions` is read
+        # (_row): a stop prints ~30 rows of thousands
+        self._light = [self._light_row(f, i) for i, f in enumerate(self._raw) if _has_row(f)]
+        self._light.sort(key=lambda r: r["self_cycles"], reverse=True)
+        self._functions = None  # the full rows, once asked for
+        self._entries = None    # entry_points, once asked for
+        self._callers = None    # {function id: its statistics}, once a row's callers are named
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
         self._args_todo = {}  # id(loop) -> (code, [_Ins]) while some of its rows' "arg" is not decoded
-        for f in data["functions"]:
-            self._add_function(f)
-        self.functions.sort(key=lambda r: r["self_cycles"], reverse=True)
-        self._entry_points(data["functions"])
+        for f in self._raw:
+            for lp in f["loops"]:
+                entry = self._loop(f["code"], f, lp)
+                self._loops.append(entry)
+                self._pending[id(entry)] = (f["code"], f, lp)
         self._tasks(data)
         self._loops.sort(key=lambda r: r["own_cycles"], reverse=True)
+
+    @property
+    def functions(self):
+        """Every function's row, by self time (the report keeps at most KEEP_FUNCTIONS)."""
+        if self._functions is None:
+            self._functions = [self._row(x) for x in self._light]
+        return self._functions
+
+    @property
+    def entry_points(self):
+        """The entry points into the user's code: its functions (not module bodies) called from code
+        elsewhere (a test runner's call of a test, a server's of a handler), or with no caller recorded (a
+        thread's run function), slowest (by total time) first."""
+        if self._entries is None:
+            names = self._caller_table()
+            ns = self.ns_per_tick
+            out = []
+            for x in self._light:
+                if x["category"] != USER or x["name"] == "<module>":
+                    continue
+                f = self._raw[x["_i"]]
+                callers = [(self._category(names[c]["file"]), names[c]["name"]) if c in names else ("?", "?")
+                           for c in f.get("callers", ())]
+                outside = [name for cat, name in callers if cat in FOLDED]  # (Python code elsewhere: not a C
+                                                                            # function such as sum() resuming a
+                                                                            # generator)
+                if outside or not callers:
+                    out.append(dict(name=x["name"], file=x["file"], line=f["firstlineno"], calls=x["calls"],
+                                    total_ns=x["total_cycles"] * ns, mean_ns=x["mean_ns"], max_ns=f["max"] * ns,
+                                    called_from=outside[:3]))
+            out.sort(key=lambda e: -e["total_ns"])
+            self._entries = out
+        return self._entries
+
+    def _caller_table(self):  # {function id: its statistics}
+        if self._callers is None:
+            self._callers = {f["id"]: f for f in self._raw if "id" in f}
+        return self._callers
 
     @property
     def loops(self):
@@ -542,59 +592,76 @@ class Report:
             c = self._categories[path] = category(path, self._user_files)
         return c
 
-    def _add_function(self, f):
-        code = f["code"]
-        ns = self.ns_per_tick
-        if _has_row(f):
-            sample = f["deinstrumented"]
-            est = f.get("estimate")
+    def _light_row(self, f, i):
+        est = f.get("estimate")
+        if est:  # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
+            calls = round(f["calls"] + est["calls"])
+            incl = f["incl"] + est["incl"]
+            self_c = max(0.0, f["self"] + est["self"] - est["removed"])
+        else:
             calls, incl, self_c = f["calls"], f["incl"], f["self"]
-            estimated = False
-            est_calls = est_self = False
-            callees = []
-            if est:
-                # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
-                calls = round(calls + est["calls"])
-                incl = f["incl"] + est["incl"]
-                self_c = max(0.0, f["self"] + est["self"] - est["removed"])
-                est_calls = est["calls"] > 0 or est["incl"] > 0
-                est_self = est_calls or est["removed"] > 0
-                estimated = est_self
-                callees = [{"name": c["name"], "calls": round(c["calls"]), "total_cycles": c["incl"],
-                            "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
-                           for c in sorted(est["callees"], key=lambda c: -c["incl"])]
-            self.functions.append({
-                "category": self._category(f["file"]),
-                "name": f["name"],
-                "file": f["file"],
-                "line": f["firstlineno"],
-                "calls": calls,
-                "segments": f["segments"],
-                "total_cycles": incl,
-                "self_cycles": self_c,
-                "total_ns": incl * ns,
-                "self_ns": self_c * ns,
-                "estimated": estimated,
-                "estimated_fields": [k for k, on in (("calls", est_calls), ("total", est_calls), ("self", est_self))
-                                     if on],
-                "measured": {"calls": f["calls"], "total_cycles": f["incl"], "self_cycles": f["self"],
-                             "total_ns": f["incl"] * ns, "self_ns": f["self"] * ns},
-                "estimated_callees": callees,
-                "mean_ns": f["mean"] * ns,
-                "stddev_ns": f["stddev"] * ns,
-                "min_ns": f["min"] * ns,
-                "max_ns": f["max"] * ns,
-                "deinstrumented": f["deinstrumented"],
-                "untraced_callees": list(f.get("untraced_callees", ())),
-                "id": f.get("id"),
-                "caller_ids": list(f.get("callers", ())),
-                "sample": sample,
-                "truncated": f["truncated"],
-            })
-        for lp in f["loops"]:
-            entry = self._loop(code, f, lp)
-            self._loops.append(entry)
-            self._pending[id(entry)] = (code, f, lp)
+        cat = self._categories.get(f["file"]) or self._category(f["file"])
+        ns = self.ns_per_tick
+        return {"self_cycles": self_c, "total_cycles": incl, "calls": calls, "mean_ns": f["mean"] * ns,
+                "self_ns": self_c * ns, "category": cat, "name": f["name"], "file": f["file"], "_i": i}
+
+    def _row(self, x):
+        """The full row of light row `x` (built once); a full row (a group of generated functions) as it is."""
+        i = x.get("_i")
+        if i is None:
+            return x
+        row = x.get("_row")
+        if row is None:
+            row = x["_row"] = self._full_row(self._raw[i], x)
+        return row
+
+    def _full_row(self, f, x):
+        ns = self.ns_per_tick
+        sample = f["deinstrumented"]
+        est = f.get("estimate")
+        calls, incl, self_c = x["calls"], x["total_cycles"], x["self_cycles"]
+        estimated = False
+        est_calls = est_self = False
+        callees = []
+        if est:
+            est_calls = est["calls"] > 0 or est["incl"] > 0
+            est_self = est_calls or est["removed"] > 0
+            estimated = est_self
+            callees = [{"name": c["name"], "calls": round(c["calls"]), "total_cycles": c["incl"],
+                        "total_ns": c["incl"] * ns, "self_ns": c["self"] * ns}
+                       for c in sorted(est["callees"], key=lambda c: -c["incl"])]
+        callers = f.get("callers", ())
+        if callers:
+            names = self._caller_table()
+            callers = [names[c]["name"] if c in names else "?" for c in callers]
+        return {
+            "category": x["category"],
+            "name": f["name"],
+            "file": f["file"],
+            "line": f["firstlineno"],
+            "calls": calls,
+            "segments": f["segments"],
+            "total_cycles": incl,
+            "self_cycles": self_c,
+            "total_ns": incl * ns,
+            "self_ns": self_c * ns,
+            "estimated": estimated,
+            "estimated_fields": [k for k, on in (("calls", est_calls), ("total", est_calls), ("self", est_self))
+                                 if on],
+            "measured": {"calls": f["calls"], "total_cycles": f["incl"], "self_cycles": f["self"],
+                         "total_ns": f["incl"] * ns, "self_ns": f["self"] * ns},
+            "estimated_callees": callees,
+            "mean_ns": f["mean"] * ns,
+            "stddev_ns": f["stddev"] * ns,
+            "min_ns": f["min"] * ns,
+            "max_ns": f["max"] * ns,
+            "deinstrumented": f["deinstrumented"],
+            "untraced_callees": list(f.get("untraced_callees", ())),
+            "id": f.get("id"),
+            "sample": sample,
+            "truncated": f["truncated"],
+            "callers": list(callers),
+        }
 
     def _rows(self, f, lp, all_instrs):
         """A loop's rows from its instructions (_Ins): cycles per execution from the instruction's counts
@@ -805,35 +872,16 @@ class Report:
 
         return json.dumps(self.to_dict(), **kw)
 
-    def _entry_points(self, raw):
-        """Each row's callers by name, and the entry points into the user's code: its functions (not module
-        bodies) called from code elsewhere (a test runner's call of a test, a server's of a handler), or
-        with no caller recorded (a thread's run function), slowest (by total time) first."""
-        cats = {f["id"]: (self._category(f["file"]), f["name"]) for f in raw if "id" in f}
-        self._task_names = {i: name for i, (cat, name) in cats.items() if cat == TASKS}
-        self.entry_points = []
-        for f in self.functions:
-            callers = [cats.get(c, ("?", "?")) for c in f.pop("caller_ids", ())]
-            f["callers"] = [name for _, name in callers]
-            if f["category"] != USER or f["name"] == "<module>":
-                continue
-            outside = [name for cat, name in callers if cat in FOLDED]  # (Python code elsewhere: not a C function
-                                                                          # such as sum() resuming a generator)
-            if outside or not callers:
-                self.entry_points.append(dict(name=f["name"], file=f["file"], line=f["line"], calls=f["calls"],
-                                              total_ns=f["total_ns"], mean_ns=f["mean_ns"], max_ns=f["max_ns"],
-                                              called_from=outside[:3]))
-        self.entry_points.sort(key=lambda e: -e["total_ns"])
-
     def _tasks(self, data):
         """asyncio: the tasks' rows out of the functions into `tasks` (asyncio.c: one entry per task name,
         and one per coroutine for the tasks the program did not name, "Task (coroutine)"), and the loop
         stalls."""
-        rows = [f for f in self.functions if f["category"] == TASKS]
+        rows = [self._row(x) for x in self._light if x["category"] == TASKS]
         if rows:
-            self.functions = [f for f in self.functions if f["category"] != TASKS]
+            self._light = [x for x in self._light if x["category"] != TASKS]
             self.functions_total -= len(rows)
         raw = {f["id"]: f for f in data["functions"] if f["file"] == TASK_FILE}
+        self._task_names = {i: f["name"] for i, f in raw.items()}
         self.tasks = []
         for f in rows:
             r = raw.get(f["id"], {})
@@ -1005,26 +1053,35 @@ class Report:
                   f"was no longer reported): not in the rows' calls, but in their times, up to the thread's last "
                   f"event before the caller went on (or the stop), where the trace ends them too "
                   f"({most}{', ...' if len(self.unended) > 3 else ''})")
-        if self.functions_total - self._rowless > len(self.functions):
-            prose(f"({self.functions_total:,} functions ran; the report keeps the {len(self.functions):,} with the "
+        light = self._light  # (full rows are built for the rows shown: self._row)
+        if self.functions_total - self._rowless > len(light):
+            prose(f"({self.functions_total:,} functions ran; the report keeps the {len(light):,} with the "
                   "most self time)")
-        total_self = sum(f["self_ns"] for f in self.functions)
+        total_self = sum(f["self_ns"] for f in light)
         key = SORT_KEYS[sort]
-        rows = sorted(self.functions, key=lambda r: r[key], reverse=key != "name")
+        rows = light if key == "self_cycles" else sorted(light, key=lambda r: r[key], reverse=key != "name")
+        full = self._row
 
         # where the time goes: by kind of code, the biggest packages named
         out.append("")
         out.append("Where the time goes (self time)")
         kinds = {}
-        for f in self.functions:
+        for f in light:
             kinds.setdefault(f["category"], []).append(f)
+        packages = {}  # file -> package (functions share files)
         for cat, fs in sorted(kinds.items(), key=lambda kv: -sum(f["self_ns"] for f in kv[1])):
             t = sum(f["self_ns"] for f in fs)
             if cat in ("site-packages", "standard library", GENERATED, C_FUNCTIONS):
                 by = {}
                 for f in fs:
-                    k = (c_owner(f["name"]) if cat == C_FUNCTIONS else package(f["file"]) if cat != GENERATED
-                         else f["file"])
+                    if cat == C_FUNCTIONS:
+                        k = c_owner(f["name"])
+                    elif cat == GENERATED:
+                        k = f["file"]
+                    else:
+                        k = packages.get(f["file"])
+                        if k is None:
+                            k = packages[f["file"]] = package(f["file"])
                     by[k] = by.get(k, 0) + f["self_ns"]
                 big = [(k, v) for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:3] if v > 0]
             else:
@@ -1043,15 +1100,15 @@ class Report:
         if all_code:
             out.append("")
             out.append(f"Functions (by {sort}{' time' if sort in ('self', 'total') else ''})")
-            shown += rows[:top]
-            out.extend(self._table(rows[:top], width, total_self,
+            noted = [full(x) for x in rows[:top]]
+            shown += noted
+            out.extend(self._table(noted, width, total_self,
                                    lambda f: self._where_user(f) if f["category"] == USER else self._where_elsewhere(f)))
             if len(rows) > top:
                 out.append(f"{'':>10} ... {len(rows) - top:,} more (--top N shows more)")
-            noted = rows[:top]
         else:
             mine = [f for f in rows if f["category"] == USER]
-            others = _group_generated([f for f in rows if f["category"] != USER], key)
+            others = _group_generated([f for f in rows if f["category"] != USER], key, full)
             noted = []
             mine_self = sum(f["self_ns"] for f in mine)
             thin = total_self > 0 and mine_self < total_self / 2  # the user's code mostly drives others'
@@ -1061,22 +1118,23 @@ class Report:
             out.append("")
             out.append(f"Your code (by {sort}{' time' if sort in ('self', 'total') else ''})")
             if mine:
-                shown += mine[:n_mine]
-                out.extend(self._table(mine[:n_mine], width, total_self, self._where_user))
+                noted = [full(x) for x in mine[:n_mine]]
+                shown += noted
+                out.extend(self._table(noted, width, total_self, self._where_user))
                 if len(mine) > n_mine:
                     out.append(f"{'':>10} ... {len(mine) - n_mine:,} more (--top N shows more)")
-                noted = mine[:n_mine]
             else:
                 out.append(f"{'':>10} (no function of your own code was recorded)")
             if others:
                 out.append("")
                 out.append(f"Hottest elsewhere: libraries, standard library, C functions (by {sort}"
                            f"{' time' if sort in ('self', 'total') else ''})")
-                shown += others[:n_other]
-                out.extend(self._table(others[:n_other], width, total_self, self._where_elsewhere))
+                top_others = [full(x) for x in others[:n_other]]
+                shown += top_others
+                out.extend(self._table(top_others, width, total_self, self._where_elsewhere))
                 if len(others) > n_other:
                     out.append(f"{'':>10} ... {len(others) - n_other:,} more (--all ranks every function)")
-                noted = noted + others[:n_other]
+                noted = noted + top_others
         if self.tasks:
             self._tasks_text(out, width, top)
         hot = self.hot_loops(loops, all_code=all_code, args=False) if loops else []
