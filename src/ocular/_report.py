@@ -174,7 +174,7 @@ def _loop_instructions(code, lo, hi):
     if not 0 <= lo <= hi < len(bc) or lo % 2 or hi % 2:
         return []
     spec = getattr(code, "_co_code_adaptive", bc)
-    names = getattr(dis, "_all_opname", dis.opname)
+    base_names, spec_names, step = _opcode_tables()
     end = hi + 2
     lines = {}
     for a, b, line in code.co_lines():
@@ -182,17 +182,35 @@ def _loop_instructions(code, lo, hi):
             for off in range(max(a, lo), min(b, end), 2):
                 lines[off] = line
     out = []
+    append, get = out.append, lines.get
+    nspec = len(spec)
     off = lo
     while off <= hi:
         op = bc[off]
-        base = dis.opname[op] if op < len(dis.opname) else ""
-        sp = spec[off] if off < len(spec) else op
-        name = names[sp] if sp < len(names) else ""
-        if not name or name.startswith(("INSTRUMENTED_", "<")) or name == "ENTER_EXECUTOR":
-            name = base
-        out.append(_Ins(off, base, name, lines.get(off)))
-        off += 2 + 2 * _caches_after(op)
+        base = base_names[op]
+        append(_Ins(off, base, (spec_names[spec[off]] if off < nspec else None) or base, get(off)))
+        off += step[op]
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _call_names():
+    """The base names of the instructions that run a callee (_is_call)."""
+    return frozenset(n for n in dis.opname if _is_call(n))
+
+
+@functools.lru_cache(maxsize=1)
+def _opcode_tables():
+    """Per opcode byte: the base name (dis.opname), the specialized name (None for an instrumented form,
+    ENTER_EXECUTOR or a gap: the base name stands), and the step to the next instruction (2 + its caches)."""
+    names = getattr(dis, "_all_opname", dis.opname)
+    base = [dis.opname[op] if op < len(dis.opname) else "" for op in range(256)]
+    spec = []
+    for op in range(256):
+        name = names[op] if op < len(names) else ""
+        spec.append(None if not name or name.startswith(("INSTRUMENTED_", "<")) or name == "ENTER_EXECUTOR"
+                    else name)
+    return base, spec, [2 + 2 * _caches_after(op) for op in range(256)]
 
 
 def _loop_args(code, ins):
@@ -677,9 +695,11 @@ class Report:
         blocks = sorted((start, v) for start, v in units.items() if v[0] and lo <= start <= hi) if not precise else []
         instrs = [i for i in all_instrs if lo <= i.offset <= hi]
         offsets = [i.offset for i in instrs]
-        calls = {i.offset for i in instrs if _is_call(i.base)}
+        call_names = _call_names()
+        calls = {i.offset for i in instrs if i.base in call_names}
         shares = {}  # adaptive: block start -> {offset: cycles per execution}
         k = 0  # adaptive: the first block (by start) that does not end before the current instruction
+        nb = len(blocks)
         for ins in instrs:
             cyc, blk = None, False
             if precise:
@@ -687,9 +707,9 @@ class Report:
                 if v and v[0]:
                     cyc = v[1] / v[0]
             else:  # the block with the smallest start covering the instruction; one pass, not quadratic
-                while k < len(blocks) and blocks[k][1][2] < ins.offset:
+                while k < nb and blocks[k][1][2] < ins.offset:
                     k += 1
-                if k < len(blocks) and blocks[k][0] <= ins.offset:
+                if k < nb and blocks[k][0] <= ins.offset:
                     start, (count, cycles, end, _, _) = blocks[k]
                     if start not in shares:
                         i0, i1 = bisect.bisect_left(offsets, start), bisect.bisect_right(offsets, end)
