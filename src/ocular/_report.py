@@ -31,6 +31,7 @@ import array
 import bisect
 import dis
 import functools
+import operator
 import os
 import re
 import sys
@@ -322,7 +323,7 @@ def _group_generated(rows, key, full=lambda f: f):
         g["estimated"] = bool(g["estimated_fields"])
         g["sample"] = g.get("sample") or f.get("sample")
         g["mean_ns"] = g["total_ns"] / g["calls"] if g["calls"] else 0.0
-    return sorted(out, key=lambda r: r[key], reverse=key != "name") if groups else rows
+    return sorted(out, key=operator.itemgetter(key), reverse=key != "name") if groups else rows
 
 
 def _ended_text(g):
@@ -427,12 +428,6 @@ def _fit(text, width, indent=0):
                          break_on_hyphens=False) or [text]
 
 
-def _has_row(f):
-    """A function of the statistics has a report row if it has calls, or calls without an end seen (their time
-    is measured), or estimated time only (windows saw only ends of its calls)."""
-    return bool(f["segments"] or f["truncated"] or f.get("estimate"))
-
-
 def _pct(part, whole):
     return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
 
@@ -477,33 +472,56 @@ class Report:
         # calls without a seen end: their time up to the thread's last record before the frames under them
         # went on (or the stop) is in their function's row, their count only in the line about calls without an
         # end (a function whose every call lacked one has a row of 0 calls)
-        self.unended = sorted(({"name": f["name"], "file": f["file"], "line": f["firstlineno"],
-                                "calls": f["truncated"]} for f in data["functions"] if f.get("truncated")),
-                              key=lambda u: -u["calls"])
-        self.deinstrumented_total = sum(1 for f in data["functions"] if f.get("deinstrumented"))
-        self._rowless = sum(1 for f in data["functions"] if not _has_row(f))
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
         self._raw = data["functions"]
-        # Each function with a row is first a *light* row: the figures the ranking and the first screen's
-        # sums need (the sort keys, self_ns, category, name, file) and where its statistics are ("_i": their
-        # index in _raw, not the dict: a dict of atomic values stays out of the cyclic collector's walks, as
-        # the statistics do, results.c); its full row is built when it is shown, or when `functions` is read
-        # (_row): a stop prints ~30 rows of thousands
-        self._light = [self._light_row(f, i) for i, f in enumerate(self._raw) if _has_row(f)]
-        self._light.sort(key=lambda r: r["self_cycles"], reverse=True)
         self._functions = None  # the full rows, once asked for
         self._entries = None    # entry_points, once asked for
         self._callers = None    # {function id: its statistics}, once a row's callers are named
         self._loops = []    # rows (the disassembly) are built only for the loops someone looks at
         self._pending = {}  # id(loop) -> (code, f, lp) while its rows are not built
         self._args_todo = {}  # id(loop) -> (code, [_Ins]) while some of its rows' "arg" is not decoded
-        for f in self._raw:
+        # Each function with a row is first a *light* row: the figures the ranking and the first screen's
+        # sums need (the sort keys, self_ns, category, name, file) and where its statistics are ("_i": their
+        # index in _raw, not the dict: a dict of atomic values stays out of the cyclic collector's walks, as
+        # the statistics do, results.c); its full row is built when it is shown, or when `functions` is read
+        # (_row): a stop prints ~30 rows of thousands.  One pass over the statistics (thousands at a stop).
+        # unended: calls without a seen end: their time up to the thread's last record before the frames under
+        # them went on (or the stop) is in their function's row, their count only in the line about calls
+        # without an end (a function whose every call lacked one has a row of 0 calls)
+        light, unended, rowless, deinst = [], [], 0, 0
+        cats, category_of, ns = self._categories, self._category, self.ns_per_tick
+        for i, f in enumerate(self._raw):
+            if f["deinstrumented"]:
+                deinst += 1
+            est = f.get("estimate")
+            if f["truncated"]:
+                unended.append({"name": f["name"], "file": f["file"], "line": f["firstlineno"],
+                                "calls": f["truncated"]})
+            elif not f["segments"] and not est:
+                rowless += 1
+            # a row: calls, or calls without an end seen (their time is measured), or estimated time only
+            # (windows saw only ends of its calls)
+            if f["segments"] or f["truncated"] or est:
+                if est:  # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
+                    calls = round(f["calls"] + est["calls"])
+                    incl = f["incl"] + est["incl"]
+                    self_c = max(0.0, f["self"] + est["self"] - est["removed"])
+                else:
+                    calls, incl, self_c = f["calls"], f["incl"], f["self"]
+                light.append({"self_cycles": self_c, "total_cycles": incl, "calls": calls, "mean_ns": f["mean"] * ns,
+                              "self_ns": self_c * ns, "category": cats.get(f["file"]) or category_of(f["file"]),
+                              "name": f["name"], "file": f["file"], "_i": i})
             for lp in f["loops"]:
                 entry = self._loop(f["code"], f, lp)
                 self._loops.append(entry)
                 self._pending[id(entry)] = (f["code"], f, lp)
+        light.sort(key=operator.itemgetter("self_cycles"), reverse=True)
+        self._light = light
+        self.unended = sorted(unended, key=lambda u: -u["calls"])
+        self.deinstrumented_total = deinst
+        self._rowless = rowless
         self._tasks(data)
         self._loops.sort(key=lambda r: r["own_cycles"], reverse=True)
 
@@ -609,19 +627,6 @@ class Report:
         if c is None:
             c = self._categories[path] = category(path, self._user_files)
         return c
-
-    def _light_row(self, f, i):
-        est = f.get("estimate")
-        if est:  # sampling windows: the de-instrumented calls' share, estimated (attrib.c)
-            calls = round(f["calls"] + est["calls"])
-            incl = f["incl"] + est["incl"]
-            self_c = max(0.0, f["self"] + est["self"] - est["removed"])
-        else:
-            calls, incl, self_c = f["calls"], f["incl"], f["self"]
-        cat = self._categories.get(f["file"]) or self._category(f["file"])
-        ns = self.ns_per_tick
-        return {"self_cycles": self_c, "total_cycles": incl, "calls": calls, "mean_ns": f["mean"] * ns,
-                "self_ns": self_c * ns, "category": cat, "name": f["name"], "file": f["file"], "_i": i}
 
     def _row(self, x):
         """The full row of light row `x` (built once); a full row (a group of generated functions) as it is."""
@@ -854,7 +859,7 @@ class Report:
         """The hottest loops by their own time (the loop's own instructions, callees excluded), the top n
         (all_code=False: the user's own code's first, then the others'); args=False leaves the rows'
         "arg" None where not decoded yet (the text decodes the rows it shows)."""
-        ranked = sorted(self._loops, key=lambda r: r["own_cycles"], reverse=True)
+        ranked = sorted(self._loops, key=operator.itemgetter("own_cycles"), reverse=True)
         if not all_code:  # the user's own loops first, then the others' (a thin driver's are few)
             ranked = [lp for lp in ranked if lp["category"] == USER] + [lp for lp in ranked if lp["category"] != USER]
         out = ranked[:n]
@@ -1079,7 +1084,7 @@ class Report:
                   "most self time)")
         total_self = sum(f["self_ns"] for f in light)
         key = SORT_KEYS[sort]
-        rows = light if key == "self_cycles" else sorted(light, key=lambda r: r[key], reverse=key != "name")
+        rows = light if key == "self_cycles" else sorted(light, key=operator.itemgetter(key), reverse=key != "name")
         full = self._row
 
         # where the time goes: by kind of code, the biggest packages named
@@ -1284,7 +1289,8 @@ class Report:
             out.extend(_fit(f"  note: {lp['note']}", width, 2))
         shown = lp["rows"]
         if len(shown) > LOOP_ROWS:  # a long loop: its hottest rows, in order
-            hottest = sorted(range(len(shown)), key=lambda i: shown[i]["cycles"] or 0, reverse=True)
+            cycles = [r["cycles"] or 0 for r in shown]
+            hottest = sorted(range(len(shown)), key=cycles.__getitem__, reverse=True)
             keep = set(hottest[:LOOP_ROWS - 2]) | {0, len(shown) - 1}
             shown = [r if i in keep else None for i, r in enumerate(shown)]
         self._fill_args(lp, [r for r in shown if r])
