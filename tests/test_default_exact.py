@@ -201,3 +201,33 @@ def test_a_call_site_of_several_c_functions_stays(tmp_path):
     f = {r["name"]: r for r in report_json(p)["functions"]}
     for name in ("<built-in method builtins.len>", "<method 'upper' of 'str' objects>"):
         assert f[name]["calls"] == 1000 and not f[name]["sample"], f[name]
+
+
+# one C call site: sorted() of 3 items (~200 ns) 1,200 times, and once, among its first 500 calls, of
+# 300,000 shuffled ints (~40 ms: an average of ~80 us over 500 calls if it counted in full)
+ONE_LONG_CALL = """
+import random
+def main():
+    rng = random.Random(1)
+    big = list(range(300000))
+    rng.shuffle(big)
+    n = 0
+    for i in range(1200):
+        n += sorted(big if i == 100 else (3, 1, 2))[0]
+    return n
+main()
+"""
+
+
+def test_one_long_call_keeps_no_cheap_c_site_armed(tmp_path):
+    """A timed C call counts at most 100 times the rule's limit in its site's average (OC_CCALL_CAP, ~100 us):
+    a call preempted for a time slice, or one rare big input, does not keep a site of cheap calls armed.  The
+    site goes at the threshold, as len's does above; the long call, among the recorded ones, is in its row."""
+    (tmp_path / "prog.py").write_text(ONE_LONG_CALL)
+    p = subprocess.run([*python_cmd(), "-m", "ocular", "--report-json", "--no-sampling", "-o", "t.json", "prog.py"],
+                       cwd=tmp_path, env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    srt = {r["name"]: r for r in report_json(p)["functions"]}["<built-in method builtins.sorted>"]
+    assert srt["measured"]["calls"] == 500 and srt["sample"] and srt["deinstrumented"], srt
+    assert srt["max_ns"] > 1e6, srt  # (the big sort, recorded: milliseconds)

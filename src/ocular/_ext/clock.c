@@ -103,6 +103,10 @@ static double rate_now(uint64_t *ticks) {
     return 1.0;
 }
 
+static void set_ccall_cap(void) {
+    atomic_store_explicit(&sess.ccall_cap_ticks, OC_CCALL_CAP * oc_ccall_keep_ticks(), memory_order_relaxed);
+}
+
 void oc_clock_calibrate_early(void) {
     if (sess.early_calibrated)
         return;
@@ -110,6 +114,7 @@ void oc_clock_calibrate_early(void) {
     double r = rate_now(&t);
     sess.early_npt = r;
     sess.early_calibrated = 1;
+    set_ccall_cap();
     if (!t) { /* ticks are nanoseconds: nothing to refine */
         sess.ns_per_tick = r;
         sess.knee_tsc = UINT64_MAX;
@@ -128,6 +133,7 @@ void oc_clock_calibrate(void) {
         sess.early_npt = r;
         sess.knee_tsc = UINT64_MAX;
         sess.early_calibrated = 1;
+        set_ccall_cap();
     } /* (else the early rate and knee are published already: they stay; if stop came before the knee,
        * every timestamp converts at the early rate, and durations at this one) */
     sess.ns_per_tick = r;

@@ -188,6 +188,7 @@ static PyObject *py_start(PyObject *mod, PyObject *args, PyObject *kwargs) {
     sess.stall_ms = stall_ms;
     atomic_store(&sess.own_cost_set, 0);
     sess.ccall_keep_ticks = 0;
+    atomic_store(&sess.ccall_cap_ticks, UINT64_MAX);
     sess.insn_limit = sess.threshold; /* (precise mode; _probes() sets adaptive mode's) */
     sess.probe_after = 0;
     sess.write_json = out != Py_None && format != OC_FORMAT_STATS;

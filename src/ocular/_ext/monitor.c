@@ -514,7 +514,7 @@ static inline uint64_t record_cfunc_id(uint32_t id, uint32_t kind) {
 
 /* The C call site rule: a site that reached the threshold stays instrumented if its calls are expensive
  * next to what recording one costs -- timed calls (a C_RETURN right after its CALL, nothing recorded
- * between) averaging sess.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
+ * between; each counted at most OC_CCALL_CAP times the limit) averaging sess.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
  * a key function, a callback), or calls of several C functions (a dispatch: de-instrumented, the others'
  * calls would be lost unmarked, only the one at hand is known) -- and is judged again after as many
  * calls; otherwise it answers DISABLE from now on (its later calls' time is its caller's self time,
@@ -612,7 +612,8 @@ static PyObject *cb_creturn(PyObject *self, PyObject *const *args, size_t nargsf
     if (oc_tls.ccall_ex == ex) { /* the return of the last recorded C call, if at its site: timed */
         uint32_t unit = small_int(args[1]) >> 1;
         if (ts && unit == oc_tls.ccall_unit && unit < ex->nunits && ex->call_ticks) {
-            ex->call_ticks[3 * (size_t)unit] += ts - oc_tls.ccall_ts;
+            uint64_t dt = ts - oc_tls.ccall_ts, cap = atomic_load_explicit(&sess.ccall_cap_ticks, memory_order_relaxed);
+            ex->call_ticks[3 * (size_t)unit] += dt < cap ? dt : cap;
             ex->call_ticks[3 * (size_t)unit + 1]++;
         }
     }

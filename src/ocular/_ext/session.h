@@ -22,6 +22,8 @@ typedef struct {
     uint32_t fn_threshold; /* enters of a function before its start answers DISABLE: the threshold in
                               near-zero mode, else 0 (function events are never disabled) */
     uint64_t ccall_keep_ticks; /* a C call site whose timed calls average this long stays instrumented */
+    _Atomic uint64_t ccall_cap_ticks; /* a timed C call counts at most this long (OC_CCALL_CAP; until the early
+                                         calibration, UINT64_MAX) */
     int calibrating;       /* owncost.c runs its functions: the filters let them in */
     uint64_t own_cost[16]; /* owncost.c: ticks one event costs, by the kind of the record after it */
     atomic_int own_cost_set; /* own_cost is measured (the recorder writes it once: OC_BLK_OWNCOST) */
