@@ -3,6 +3,7 @@ trace replaces the file it points to and the link stays).  A device (/dev/null),
 refused before the program runs -- the trace is renamed over the output at the end, which would replace
 it -- and an output that becomes one while tracing is left alone."""
 
+import json
 import os
 import socket
 import stat
@@ -428,3 +429,43 @@ def test_several_outputs_with_a_forked_child_and_a_restarted_session(tmp_path):
     assert "traced_here" in names(load_trace(str(tmp_path / "a.json"))["traceEvents"])
     assert "mine" in names(load_trace(str(tmp_path / "mine.json"))["traceEvents"])
     assert [n for n in os.listdir(tmp_path) if n.endswith((".tmp", ".ocular"))] == []
+
+
+def test_a_session_without_an_output_keeps_its_recording_in_the_temporary_directory(tmp_path):
+    """The report only (perfetto=False): the recording is a new file of its own in TMPDIR (tempfile's order of
+    directories, or tempfile.tempdir if the program set it), made without importing tempfile, and removed at
+    stop; with no directory to write in, start_tracing says so and nothing runs traced."""
+    rec_dir, other = tmp_path / "rec", tmp_path / "other"
+    rec_dir.mkdir()
+    other.mkdir()
+    p = run_py("""
+        import os, sys, json, ocular
+        ocular.start_tracing(perfetto=False, report=False)
+        during = sorted(os.listdir(os.environ["TMPDIR"]))
+        imported = "tempfile" in sys.modules
+        ocular.stop_tracing()
+        import tempfile
+        tempfile.tempdir = sys.argv[1]
+        ocular.start_tracing(perfetto=False, report=False)
+        there = sorted(os.listdir(sys.argv[1]))
+        ocular.stop_tracing()
+        print(json.dumps(dict(during=during, imported=imported, there=there, after=sorted(os.listdir(os.environ["TMPDIR"])),
+                              after_there=sorted(os.listdir(sys.argv[1])), calls=ocular.last_report().functions_total)))
+    """, str(other), env={"TMPDIR": str(rec_dir)})
+    res = json.loads(p.stdout)
+    assert len(res["during"]) == 1 and res["during"][0].startswith("ocular-") and res["during"][0].endswith(".rec")
+    assert not res["imported"], "start_tracing imported tempfile"
+    assert len(res["there"]) == 1 and res["there"][0].endswith(".rec"), res
+    assert res["after"] == [] and res["after_there"] == [], res
+    p = run_py("""
+        import errno, os, ocular
+        def refused(*a, **k):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        os.open = refused  # (every directory refuses: the session cannot start)
+        try:
+            ocular.start_tracing(perfetto=False, report=False)
+        except OSError as exc:
+            print(exc, ocular.is_tracing())
+    """, env={"TMPDIR": str(rec_dir)})
+    assert f"no temporary directory to write the recording in (tried {rec_dir}, /tmp" in p.stdout, p.stdout
+    assert "Permission denied); set TMPDIR or give an output file False" in p.stdout, p.stdout

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import stat
+import sys
 
 from . import _formats, _ocular
 from ._say import _print_err
@@ -152,13 +153,38 @@ def _render_tmp_name(path):
 
 
 def _recording_name(path):
+    """The recording of a session writing ``path``; without an output (the report only), a new file in the
+    temporary directory, as tempfile.mkstemp makes one (its directories in its order, or tempfile.tempdir if
+    the program set it) without importing tempfile: with shutil, random and weakref it was ~5 ms of such a
+    session's start, and what the program imported later ran traced."""
     if path:
         return _tmp_name(path)
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix=f"ocular-{os.getpid()}-", suffix=".rec")
-    os.close(fd)
-    return name
+    t = sys.modules.get("tempfile")
+    if t is not None and t.tempdir:
+        dirs = [t.tempdir]
+    else:
+        dirs = [os.environ[k] for k in ("TMPDIR", "TEMP", "TMP") if os.environ.get(k)]
+        dirs += ["/tmp", "/var/tmp", "/usr/tmp"] if os.name == "posix" else []
+        try:
+            dirs.append(os.getcwd())
+        except OSError:
+            pass
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    why = None
+    for d in dirs:
+        for _ in range(10):  # (a name taken: another)
+            name = os.path.join(os.path.abspath(d), f"ocular-{os.getpid()}-{os.urandom(6).hex()}.rec")
+            try:
+                os.close(os.open(name, flags, 0o600))
+                return name
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                why = exc
+                break
+    raise FileNotFoundError(errno.ENOENT, f"ocular: no temporary directory to write the recording in (tried "
+                            f"{', '.join(dirs) or 'none'}: {why.strerror if why else 'no directory'}); set TMPDIR "
+                            f"or give an output file")
 
 
 def _child_output(path, pid):
