@@ -514,8 +514,8 @@ static inline uint64_t record_cfunc_id(uint32_t id, uint32_t kind) {
 
 /* The C call site rule: a site that reached the threshold stays instrumented if its calls are expensive
  * next to what recording one costs -- timed calls (a C_RETURN right after its CALL, nothing recorded
- * between; each counted at most OC_CCALL_CAP times the limit) averaging sess.ccall_keep_ticks or more, or mostly untimed ones (they ran other recorded calls:
- * a key function, a callback), or calls of several C functions (a dispatch: de-instrumented, the others'
+ * between; each counted at most OC_CCALL_CAP times the limit) averaging sess.ccall_keep_ticks or more, or
+ * mostly untimed ones (they ran other recorded calls: a key function, a callback), or calls of several C functions (a dispatch: de-instrumented, the others'
  * calls would be lost unmarked, only the one at hand is known) -- and is judged again after as many
  * calls; otherwise it answers DISABLE from now on (its later calls' time is its caller's self time,
  * which the sampling windows estimate).  1: keep it. */
