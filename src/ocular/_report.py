@@ -469,9 +469,6 @@ class Report:
         self.sampling = dict(data.get("sampling") or {"status": "off", "windows": 0, "window_ticks": 0,
                                                        "skipped": 0, "other_tool": ""})
         self.sampling["window_ns"] = self.sampling.get("window_ticks", 0) * self.ns_per_tick
-        # calls without a seen end: their time up to the thread's last record before the frames under them
-        # went on (or the stop) is in their function's row, their count only in the line about calls without an
-        # end (a function whose every call lacked one has a row of 0 calls)
         run = getattr(sys.modules.get("ocular"), "_run", None)
         self._user_files = frozenset(run.user_files if run is not None else ())
         self._categories = {}  # file -> category (a program's functions share few files)
