@@ -464,7 +464,7 @@ def test_a_session_without_an_output_keeps_its_recording_in_the_temporary_direct
         os.open = refused  # (every directory refuses: the session cannot start)
         try:
             ocular.start_tracing(perfetto=False, report=False)
-        except OSError as exc:
+        except PermissionError as exc:  # (the last directory's error, by its errno)
             print(exc, ocular.is_tracing())
     """, env={"TMPDIR": str(rec_dir)})
     assert f"no temporary directory to write the recording in (tried {rec_dir}, /tmp" in p.stdout, p.stdout

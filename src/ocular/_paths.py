@@ -182,9 +182,9 @@ def _recording_name(path):
             except OSError as exc:
                 why = exc
                 break
-    raise FileNotFoundError(errno.ENOENT, f"ocular: no temporary directory to write the recording in (tried "
-                            f"{', '.join(dirs) or 'none'}: {why.strerror if why else 'no directory'}); set TMPDIR "
-                            f"or give an output file")
+    raise OSError(why.errno if why else errno.ENOENT, f"ocular: no temporary directory to write the recording in "
+                  f"(tried {', '.join(dirs) or 'none'}: {why.strerror if why else 'no directory'}); set TMPDIR or "
+                  f"give an output file")
 
 
 def _child_output(path, pid):
