@@ -224,10 +224,11 @@ def _loop_args(code, ins):
         return
     bc = code.co_code
     ext = dis.opmap["EXTENDED_ARG"]
+    step = _opcode_tables()[2]
     runs, run = [], [todo[0]]
     for i in todo[1:]:
         prev = run[-1].offset
-        if i.offset == prev + 2 + 2 * _caches_after(bc[prev]):
+        if i.offset == prev + step[bc[prev]]:
             run.append(i)
         else:
             runs.append(run)
@@ -237,7 +238,7 @@ def _loop_args(code, ins):
         lo, hi = run[0].offset, run[-1].offset
         while lo >= 2 and bc[lo - 2] == ext:
             lo -= 2
-        end = min(len(bc), hi + 2 + 2 * _caches_after(bc[hi]))
+        end = min(len(bc), hi + step[bc[hi]])
         want = {i.offset: i for i in run}
         try:
             piece = code.replace(co_code=bc[lo:end], co_linetable=b"", co_exceptiontable=b"")
