@@ -345,7 +345,7 @@ def test_instruction_probe_leaves_no_local_events_behind():
     first, second, counts = p.stdout.split("\n")[:3]
     assert first == second == "0", p.stdout
     a, b = map(int, counts.split())
-    # 500 iterations' jumps, then the probe's instructions (500 of each): well above the jumps alone
+    # 500 iterations' jumps, then the probe's instructions (256 of each): well above the jumps alone
     assert a == b and a > 2000, p.stdout
 
 

@@ -341,10 +341,11 @@ def start_tracing(mode="adaptive", perfetto=True, deinstrument_threshold=500, ex
         instructions) or "precise" (also every instruction; a code object's instructions stop being
         recorded once one of them passes the threshold).  Every function call is counted and timed in
         either mode (unless ``near_zero``).
-    perfetto: write the timeline (Chrome trace JSON, opens in ui.perfetto.dev); False records
-        statistics only and writes no file.
-    deinstrument_threshold: hits of a jump site, an instruction site or a cheap C call site before it
-        answers DISABLE (an int >= 0); 0 traces everything, chronologically, for the whole session.
+    perfetto: write the timeline to ``output`` (opens in ui.perfetto.dev); False records statistics
+        only and writes no file.
+    deinstrument_threshold: hits of a jump site or a cheap C call site before it answers DISABLE (an
+        int >= 0; an instruction probe lasts 256 executions of its hottest instruction, or the threshold
+        if lower); 0 traces everything, chronologically, for the whole session.
         Function starts and returns are never de-instrumented (but with ``near_zero``).
     near_zero: near-zero overhead: function starts and returns are de-instrumented after
         ``deinstrument_threshold`` calls too, so a hot function's later calls are not recorded: its

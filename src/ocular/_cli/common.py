@@ -117,8 +117,9 @@ def _apply_report_shape(parser, ns, file_option):
 def _add_recording_args(p):
     """What is traced, for a program and for attach alike: --threshold, --near-zero, --include, --exclude."""
     p.add_argument("--threshold", type=int, default=500, metavar="N",
-                   help="hits of a loop's jump, an instruction probe or a cheap C call site before it stops "
-                        "being traced (function calls are always traced, but with --near-zero); 0 traces "
+                   help="hits of a loop's jump or a cheap C call site before it stops being traced (a "
+                        "loop's instruction probe: 256 executions of its hottest instruction, or N if "
+                        "lower; function calls are always traced, but with --near-zero); 0 traces "
                         "everything (default: %(default)s)")
     p.add_argument("--near-zero", action="store_true",
                    help="near-zero overhead: after --threshold calls a function's start and return are "

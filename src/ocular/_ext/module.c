@@ -480,7 +480,8 @@ static PyObject *py_probes(PyObject *mod, PyObject *args) {
     sess.tool_id = tool_id;
     sess.insn_event = ev;
     Py_XSETREF(sess.set_local_events, Py_NewRef(fn));
-    sess.insn_limit = sess.threshold ? sess.threshold : OC_PROBE_LEN;
+    /* a probe lasts OC_PROBE_LEN executions of its hottest instruction, or the threshold's if lower */
+    sess.insn_limit = sess.threshold && sess.threshold < OC_PROBE_LEN ? sess.threshold : OC_PROBE_LEN;
     sess.probe_after = sess.threshold ? 0 : OC_PROBE_AFTER;
     Py_RETURN_NONE;
 }

@@ -94,7 +94,8 @@ static inline __attribute__((always_inline)) void emit_pop(rthread *t, const fra
             step_slice(t, f, ts, 1);
         rstate.sink->slice(&rstate.out, t->otid, to_ns(f->begin_ts), to_ns(ts), f->code_id, f->cut);
     } else {
-        rstate.sink->end(&rstate.out, t->otid, to_ns(ts));
+        if (slice != SLICE_NONE)
+            rstate.sink->end(&rstate.out, t->otid, to_ns(ts));
         if (step)
             step_slice(t, f, ts, 0);
     }
@@ -408,17 +409,19 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
     f->insn_unit = UINT32_MAX;
     f->loops_on = 0;
     f->hidden = t->sampled;
-    if (UNLIKELY(f->hidden || (!lean && oc_attr_on))) { /* (only sampling windows read these) */
+    /* (only sampling windows read these, and anchor, head and win_mark only a hidden frame's) */
+    if (UNLIKELY(f->hidden)) {
         frame *up = t->n > 1 ? f - 1 : NULL;
-        f->anchor = !f->hidden ? code_id : !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
+        f->anchor = !up ? OC_NO_CODE : up->hidden ? up->anchor : up->code_id;
         /* (a caller whose begin was not recorded -- a window opened inside it -- leaves a depth gap
          * under the first hidden frame: that one is not the visible frame's own callee) */
-        f->head = f->hidden && up && up->hidden ? up->head
-                  : up && depth > up->depth + 2 ? OC_NO_CODE : code_id;
+        f->head = up && up->hidden ? up->head : up && depth > up->depth + 2 ? OC_NO_CODE : code_id;
         f->win_mark = t->attr.win_total;
         t->attr.unk_code1 = 0; /* (the frame that runs now is this one) */
-        if (f->hidden && is_call) /* (calls are activations: a generator's resumes are not calls) */
+        if (is_call) /* (calls are activations: a generator's resumes are not calls) */
             oc_attr_call(&t->attr, f->anchor, code_id, ts);
+    } else if (!lean && oc_attr_on) {
+        t->attr.unk_code1 = 0;
     }
     return f;
 }
@@ -437,7 +440,7 @@ static inline uint32_t rdepth(uint32_t k, uint32_t p) { return k >= K_CCALL ? 2 
 static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec *r, int steady, int lean,
                                                       int nostats) {
     uint64_t ts = r->ts;
-    if (UNLIKELY(t->stall_at) && ts >= t->stall_at)
+    if (UNLIKELY(ts >= t->stall_at))
         stall_seen(t);
     if (nostats) { /* (the thread's last time: where a recording cut short closes its slices) */
         t->prev_ts = ts;
@@ -479,13 +482,15 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
         uint32_t task_mark = t->task_mark; /* (an asyncio task's step begins here: consumed by this enter) */
         t->task_mark = 0;
         t->sampled = t->mark; /* recorded only because a sampling window was open (push reads it) */
-        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= rdepth(kind, p)) && valid_code(r->code_id))
+        /* (deeper: tested once; the test after tick is for frames pop_stale left, rare) */
+        int deeper = t->n > 0 && t->stack[t->n - 1].depth >= rdepth(kind, p);
+        if (UNLIKELY(deeper) && valid_code(r->code_id))
             pop_stale(t, rdepth(kind, p), 1);
         tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
-        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth >= p)) { /* ends never seen: inferred */
+        if (UNLIKELY(deeper) && t->n > 0 && t->stack[t->n - 1].depth >= p) { /* ends never seen: inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth >= p)
                 keep--;
@@ -499,7 +504,7 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
                 cb_begin(t, r->ts);
             if (UNLIKELY(t->nsusp) && (kind == K_RESUME || kind == K_THROW) && maybe_suspended(t, nf->code_id))
                 resume_loops(t, nf, r->ts);
-            if (!sink_slices(slice))
+            if (!sink_slices(slice) && slice != SLICE_NONE)
                 rstate.sink->begin(&rstate.out, t->otid, to_ns(r->ts), r->code_id);
         }
         break;
@@ -508,13 +513,14 @@ static inline __attribute__((always_inline)) void process_rec(rthread *t, const 
     case K_YIELD:
     case K_UNWIND:
     case K_CRETURN: {
-        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth > rdepth(kind, p)) && valid_code(r->code_id))
+        int deeper = t->n > 0 && t->stack[t->n - 1].depth > rdepth(kind, p); /* (as for an enter) */
+        if (UNLIKELY(deeper) && valid_code(r->code_id))
             pop_stale(t, rdepth(kind, p), 0);
         tick(t, r, steady, lean, nostats);
         if (UNLIKELY(!valid_code(r->code_id)))
             break;
         p = rdepth(kind, p);
-        if (UNLIKELY(t->n > 0 && t->stack[t->n - 1].depth > p)) { /* deeper frames: ends inferred */
+        if (UNLIKELY(deeper) && t->n > 0 && t->stack[t->n - 1].depth > p) { /* deeper frames: ends inferred */
             uint32_t keep = t->n;
             while (keep > 0 && t->stack[keep - 1].depth > p)
                 keep--;
@@ -745,6 +751,8 @@ static void process_recs(rthread *t, const oc_rec *recs, uint32_t n, const oc_re
         const oc_rec *r = recs + blk, *rend = recs + (n - blk > 0x10000 ? blk + 0x10000 : n);
         if (rstate.nostats)
             rstate.sink->slice ? process_block(t, r, rend, 1, 1, 1) : process_block(t, r, rend, 1, 0, 1);
+        else if (rstate.sink == &oc_sink_none) /* (the statistics alone: no sink call) */
+            lean ? process_block(t, r, rend, 1, SLICE_NONE, 0) : process_block(t, r, rend, 0, SLICE_NONE, 0);
         else if (!lean)
             process_block(t, r, rend, 0, SLICE_ANY, 0);
         else if (rstate.sink->slice)
@@ -1028,8 +1036,10 @@ static rthread *rthread_of(uint32_t i) {
     if (LIKELY(t != NULL))
         return t;
     t = calloc(1, sizeof *t);
-    if (t)
+    if (t) {
         t->slot = i;
+        t->stall_at = NO_STALL;
+    }
     return rstate.threads[i] = t;
 }
 

@@ -126,8 +126,8 @@ typedef struct {
     int step_how;           /* how the step's coroutine left: 0 suspended (or unseen), 1 returned, 2 raised,
                              * 3 cancelled (an OC_MARK_CANCELLED came before its unwind) */
     int cancel_mark;
-    uint64_t stall_at;      /* ticks at which the step holds the loop for rstate.stall_ticks (0: no step, or
-                             * its stall already seen) */
+    uint64_t stall_at;      /* ticks at which the step holds the loop for rstate.stall_ticks (NO_STALL: no
+                             * step, or its stall already seen: one compare per record) */
     uint32_t stall_n;       /* the stack (codes from the step's frame up) when it did, and how deep */
     uint32_t stall_codes[OC_STALL_DEPTH];
     uint32_t cb_at;         /* the frame of asyncio's Handle._run running a loop callback outside any step:
@@ -222,13 +222,18 @@ static inline uint64_t dur_ns(uint64_t ticks, uint64_t at) {
 /* The record loop's specializations, constants where it is inlined.  LEAN: the recording has no sampling
  * windows (oc_attr_on 0) and is not precise, so those tests are left out (whether loops are shown as
  * runs is one test per slice end, in every copy).
- * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event.
+ * SLICE: the sink takes whole slices (1) or begins and ends (0); -1: either, tested per event; 2: the
+ * statistics alone (oc_sink_none), so neither is called.
  * NOSTATS: the trace alone (a render asked for no statistics, of a recording that is not precise): a
  * frame keeps what the trace shows (its code, depth, start and loops), and nothing else is counted --
  * no self time, no recursion links, no basic blocks, no sampling estimates.  The trace is the same
  * bytes either way (tests/test_perfetto.py, test_the_trace_alone_is_the_same_trace). */
+#define NO_STALL UINT64_MAX /* rthread.stall_at */
 #define SLICE_ANY (-1)
-static inline int sink_slices(int slice) { return slice == SLICE_ANY ? rstate.sink->slice != NULL : slice; }
+#define SLICE_NONE 2
+static inline int sink_slices(int slice) {
+    return slice == SLICE_ANY ? rstate.sink->slice != NULL : slice == SLICE_NONE ? 0 : slice;
+}
 
 /* render.c: the driver */
 void reset_render(void);

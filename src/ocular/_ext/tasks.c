@@ -193,7 +193,7 @@ __attribute__((noinline, cold)) void cb_begin(rthread *t, uint64_t ts) {
 
 __attribute__((noinline, cold)) void cb_end(rthread *t, const frame *f, uint64_t ts, int nostats) {
     t->cb_at = 0;
-    t->stall_at = 0;
+    t->stall_at = NO_STALL;
     if (t->stall_n && !nostats) {
         uint64_t at = to_ns(f->begin_ts), zero = to_ns(rmeta.tsc0);
         oc_stats_stall(UINT32_MAX, at > zero ? at - zero : 0, ts > f->begin_ts ? ts - f->begin_ts : 0,
@@ -234,7 +234,7 @@ __attribute__((noinline, cold)) void step_begin(rthread *t, uint64_t ts, int sli
 
 __attribute__((noinline, cold)) void stall_seen(rthread *t) {
     uint64_t at = t->stall_at;
-    t->stall_at = 0;
+    t->stall_at = NO_STALL;
     if (rstate.sink->instant && rstate.stall_code != UINT32_MAX) { /* marked in the timeline where it passed the limit */
         rstate.sink->instant(&rstate.out, t->tid, to_ns(at), rstate.stall_code);
         if (t->otid != t->tid)
@@ -262,7 +262,7 @@ __attribute__((noinline, cold)) void step_end(rthread *t, const frame *f, uint64
     uint32_t task = t->step_task;
     uint64_t incl = ts > f->begin_ts ? ts - f->begin_ts : 0;
     t->step_at = 0;
-    t->stall_at = 0;
+    t->stall_at = NO_STALL;
     if (t->otid != t->tid) {
         uint32_t k = (uint32_t)(t->otid - OC_TASK_TID_BASE);
         rstate.tt[k].last_end = ts;
