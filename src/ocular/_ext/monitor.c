@@ -469,21 +469,28 @@ static __attribute__((noinline)) PyObject *jump_full(PyObject *const *args, size
     RETURN_NONE;
 }
 
-/* JUMP and BRANCH.  At threshold 0 the usual event needs no call: a code object of this session, two
- * small offsets, no instruction probe to arm, a record free in the chunk, the hardware clock.  It is
- * recorded here exactly as jump_full would, with no register saved; every other case (and every
- * event under a threshold) is a tail call to jump_full, taken before anything is changed. */
+/* JUMP and BRANCH.  The usual event needs no call: a code object of this session, two small offsets, a
+ * record free in the chunk, the hardware clock, and under a threshold a site whose counter is allocated
+ * and below it (site_verdict's count, kept here), at threshold 0 no instruction probe to arm.  It is
+ * recorded here exactly as jump_full would, with no register saved; every other case (the site's last
+ * hit, which disables it and may arm a probe, among them) is a tail call to jump_full, taken before
+ * anything is changed. */
 static PyObject *cb_jump(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
     (void)self, (void)kw;
     oc_codeextra *ex;
-    if (LIKELY(!sess.threshold && oc_fast_clock && PyVectorcall_NARGS(nargsf) >= 3) &&
+    if (LIKELY(oc_fast_clock && PyVectorcall_NARGS(nargsf) >= 3) &&
         LIKELY((ex = lookup_fast(args[0])) != NULL && !(ex->flags & CF_EXCLUDED))) {
         oc_tbuf *b = oc_tls.buf;
         if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)args[1]) &&
                    PyUnstable_Long_IsCompact((PyLongObject *)args[2]) && oc_tls.gen == sess.gen && b->pos < b->end)) {
             uint32_t src = compact_offset(args[1]) >> 1, dest = compact_offset(args[2]) >> 1;
             if (LIKELY((src | dest) <= OC_NEAR_MAX)) {
-                if (UNLIKELY(dest < src) && sess.probe_after && !ex->probe) {
+                if (sess.threshold) {
+                    uint32_t *hits = ex->edge_hits;
+                    if (UNLIKELY(!hits || src >= ex->nunits || hits[src] >= sess.threshold))
+                        return jump_full(args, nargsf);
+                    hits[src]++;
+                } else if (UNLIKELY(dest < src) && sess.probe_after && !ex->probe) {
                     if (ex->back_jumps + 1 >= sess.probe_after)
                         return jump_full(args, nargsf); /* (it arms the probe) */
                     ex->back_jumps++;

@@ -83,11 +83,47 @@ fail:
 
 /* ---- estimates from the sampling windows (attrib.c) ---- */
 
+/* A dict of `n` items: keys[i] -> vals[i] (new references, taken; NULL if one could not be made, and then
+ * NULL).  The keys are interned once per call site in `cache` (Py_BuildValue's "{s:...}" made, hashed and
+ * freed a fresh str per key per function: 9,000 instructions a function, most of the export; the module
+ * is single-phase, one interpreter, so the cached keys are this interpreter's), and each dict is a copy of
+ * the call site's template, `*tmpl` (every key, values None), whose values are then replaced: inserting 23
+ * keys into an empty dict resized it three times (the export of deltablue's 1,377 functions: 25.0 M -> 22.9 M
+ * instructions). */
+static PyObject *dict_of(PyObject **cache, PyObject **tmpl, const char *const *keys, PyObject **vals, int n) {
+    PyObject *d = NULL;
+    for (int i = 0; i < n; i++)
+        if (!vals[i] || (!cache[i] && !(cache[i] = PyUnicode_InternFromString(keys[i]))))
+            goto done;
+    if (!*tmpl) {
+        PyObject *t = PyDict_New();
+        for (int i = 0; t && i < n; i++)
+            if (PyDict_SetItem(t, cache[i], Py_None) < 0)
+                Py_CLEAR(t);
+        if (!t)
+            goto done;
+        *tmpl = t;
+    }
+    d = PyDict_Copy(*tmpl);
+    for (int i = 0; d && i < n; i++)
+        if (PyDict_SetItem(d, cache[i], vals[i]) < 0)
+            Py_CLEAR(d);
+done:
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(vals[i]);
+    return d;
+}
+
 static PyObject *name_of(uint32_t id) {
     oc_codeent *e = oc_rcode(id);
     const char *q = e->qualname_raw ? e->qualname_raw : "?";
     return PyUnicode_DecodeUTF8(q, (Py_ssize_t)strlen(q), "replace");
 }
+
+static const char *const EST_KEYS[] = {"calls", "self", "incl", "removed", "callees", "window_self", "outside_self"};
+static PyObject *est_keys[7], *est_tmpl, *est_key;
+static const char *const CALLEE_KEYS[] = {"name", "incl", "self", "calls", "window_calls", "window_incl"};
+static PyObject *callee_keys[6], *callee_tmpl;
 
 /* adds to one function's row "estimate": None, or {"calls", "self", "incl": estimated extra calls and ticks
  * as a de-instrumented callee, outside windows; "removed": ticks taken out of its own self time;
@@ -95,8 +131,11 @@ static PyObject *name_of(uint32_t id) {
  * directly} (attrib.c) */
 int oc_attr_export(PyObject *func, uint32_t id) {
     oc_attr_est est;
-    if (!oc_attr_estimate(id, &est))
-        return PyDict_SetItemString(func, "estimate", Py_None);
+    if (!oc_attr_estimate(id, &est)) {
+        if (!est_key && !(est_key = PyUnicode_InternFromString("estimate")))
+            return -1;
+        return PyDict_SetItem(func, est_key, Py_None);
+    }
     oc_attr_callee_est *ce = est.npairs ? malloc(est.npairs * sizeof *ce) : NULL;
     if (est.npairs && !ce) {
         PyErr_NoMemory();
@@ -105,12 +144,10 @@ int oc_attr_export(PyObject *func, uint32_t id) {
     uint32_t n = ce ? oc_attr_callees(id, ce, est.npairs) : 0;
     PyObject *callees = PyList_New(0);
     for (uint32_t i = 0; callees && i < n; i++) {
-        PyObject *nm = name_of(ce[i].code);
-        PyObject *d = nm ? Py_BuildValue("{s:N,s:d,s:d,s:d,s:K,s:K}", "name", nm, "incl", ce[i].incl, "self",
-                                         ce[i].self, "calls", ce[i].calls, "window_calls",
-                                         (unsigned long long)ce[i].window_calls, "window_incl",
-                                         (unsigned long long)ce[i].window_incl)
-                         : NULL;
+        PyObject *cv[] = {name_of(ce[i].code), PyFloat_FromDouble(ce[i].incl), PyFloat_FromDouble(ce[i].self),
+                          PyFloat_FromDouble(ce[i].calls), PyLong_FromUnsignedLongLong(ce[i].window_calls),
+                          PyLong_FromUnsignedLongLong(ce[i].window_incl)};
+        PyObject *d = dict_of(callee_keys, &callee_tmpl, CALLEE_KEYS, cv, 6);
         if (!d || PyList_Append(callees, d) < 0)
             Py_CLEAR(callees);
         Py_XDECREF(d);
@@ -118,13 +155,15 @@ int oc_attr_export(PyObject *func, uint32_t id) {
     free(ce);
     if (!callees)
         return -1;
-    PyObject *e = Py_BuildValue("{s:d,s:d,s:d,s:d,s:N,s:K,s:K}", "calls", est.calls, "self", est.self, "incl",
-                                est.incl, "removed", est.removed, "callees", callees, "window_self",
-                                (unsigned long long)est.window_self, "outside_self",
-                                (unsigned long long)est.outside_self);
-    if (!e)
+    PyObject *ev[] = {PyFloat_FromDouble(est.calls), PyFloat_FromDouble(est.self), PyFloat_FromDouble(est.incl),
+                      PyFloat_FromDouble(est.removed), callees, PyLong_FromUnsignedLongLong(est.window_self),
+                      PyLong_FromUnsignedLongLong(est.outside_self)};
+    PyObject *e = dict_of(est_keys, &est_tmpl, EST_KEYS, ev, 7);
+    if (!e || (!est_key && !(est_key = PyUnicode_InternFromString("estimate")))) {
+        Py_XDECREF(e);
         return -1;
-    int rc = PyDict_SetItemString(func, "estimate", e);
+    }
+    int rc = PyDict_SetItem(func, est_key, e);
     Py_DECREF(e);
     return rc;
 }
@@ -214,37 +253,6 @@ static int mark_top(uint8_t *keep, uint32_t n, uint32_t limit, int loops) {
         keep[k[i][1]] = 1;
     free(k);
     return 0;
-}
-
-/* A dict of `n` items: keys[i] -> vals[i] (new references, taken; NULL if one could not be made, and then
- * NULL).  The keys are interned once per call site in `cache` (Py_BuildValue's "{s:...}" made, hashed and
- * freed a fresh str per key per function: 9,000 instructions a function, most of the export; the module
- * is single-phase, one interpreter, so the cached keys are this interpreter's), and each dict is a copy of
- * the call site's template, `*tmpl` (every key, values None), whose values are then replaced: inserting 23
- * keys into an empty dict resized it three times (the export of deltablue's 1,377 functions: 25.0 M -> 22.9 M
- * instructions). */
-static PyObject *dict_of(PyObject **cache, PyObject **tmpl, const char *const *keys, PyObject **vals, int n) {
-    PyObject *d = NULL;
-    for (int i = 0; i < n; i++)
-        if (!vals[i] || (!cache[i] && !(cache[i] = PyUnicode_InternFromString(keys[i]))))
-            goto done;
-    if (!*tmpl) {
-        PyObject *t = PyDict_New();
-        for (int i = 0; t && i < n; i++)
-            if (PyDict_SetItem(t, cache[i], Py_None) < 0)
-                Py_CLEAR(t);
-        if (!t)
-            goto done;
-        *tmpl = t;
-    }
-    d = PyDict_Copy(*tmpl);
-    for (int i = 0; d && i < n; i++)
-        if (PyDict_SetItem(d, cache[i], vals[i]) < 0)
-            Py_CLEAR(d);
-done:
-    for (int i = 0; i < n; i++)
-        Py_XDECREF(vals[i]);
-    return d;
 }
 
 #define ULL(v) PyLong_FromUnsignedLongLong((unsigned long long)(v))
