@@ -559,16 +559,14 @@ NEAR_ZERO_UNMARKED_BUG = {
 # near-zero long programs whose estimates are more than 15 points off cProfile's shares, {program: reason
 # with the measured numbers}: the assertion stays, an xfail when it fails (estimates from a few sampling
 # windows vary from run to run: not strict)
+# (gen_pipeline and oo_props were here until 2026-11-29: 5 of 16 and 3 of 15 attempts 15-35 points off; then
+# 0 of 26 attempts each on 3.12-3.15 more than 6.1 points off)
 NEAR_ZERO_LONG_OFF = {
-    "gen_pipeline": "near-zero estimates one of the generators or main 15-35 points off cProfile's share (main 50 % "
-                    "against 15 %, numbers 27-34 % against 15 %, evens 15 % against 34 %) in 5 of 16 attempts on "
-                    "3.12-3.15 (2026-11-29): where a few windows fall in a pipeline of resumes decides the split",
-    "oo_props": "near-zero estimates a property (Vec.x, Vec.y) or Body.step at 19-34 % where cProfile gives 8-16 %: "
-                "18-20 points off in 3 of 15 attempts on 3.12-3.15 (2026-11-29)",
     "threads": "near-zero estimates work at 46-81 % of the program's self time where cProfile, on the same calls "
                "made one after the other, gives it 20-25 % (unit 19-54 % against 75-80 %): every attempt of a "
-               "round can be off together (CI, 3.13, 2026-11-29: work 49 % against 25 %), though 20 rounds by "
-               "hand passed",
+               "round can be off together (CI, 3.13, 2026-11-29: work 49 % against 25 %); later that day 4 of 26 "
+               "attempts on 3.12-3.15 were 17-26 points off (unit 41-53 % against 67-76 %, 4-5 windows), the "
+               "others within 15",
 }
 
 
