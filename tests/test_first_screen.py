@@ -46,18 +46,27 @@ def _cprofile_top(cmd, cwd, n=5):
     assert p.returncode == 0, p.stderr[-2000:]
     st = pstats.Stats(out)
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])
-    top, per_call = [], {}
-    for (file, line, name), (cc, nc, tt, ct, callers) in rows:
+    top, per_call, keys = [], {}, {}
+    for key, (cc, nc, tt, ct, callers) in rows:
         if len(top) == n:
             break
-        if file == "~":
-            top.append(("~", 0, name.strip("{}").replace("{", "<").replace("}", ">")))
-        else:
-            top.append((os.path.basename(file), line, name))
+        top.append(_as_row(key))
         per_call[top[-1]] = tt / nc * 1e9 if nc else 0.0
+        keys[top[-1]] = key
     cheap = sorted(tt / nc * 1e9 for (file, _, _), (cc, nc, tt, ct, _) in st.stats.items()
                    if file == "~" and nc >= 10000)
-    return top, per_call, (cheap[len(cheap) // 2] if cheap else 100.0)
+    # {top function: ([(a C function it calls, as rows name it; its tottime under it)], its own tottime)}
+    c_callees = {fn: ([(_as_row(k), v[4][key][2]) for k, v in st.stats.items() if k[0] == "~" and key in v[4]],
+                      st.stats[key][2]) for fn, key in keys.items()}
+    return top, per_call, (cheap[len(cheap) // 2] if cheap else 100.0), c_callees
+
+
+def _as_row(key):
+    """cProfile's key as our rows name the function: (file basename, line, name), ("~", 0, "<method ...>")"""
+    file, line, name = key
+    if file == "~":
+        return "~", 0, name.strip("{}").replace("{", "<").replace("}", ">")
+    return os.path.basename(file), line, name
 
 
 def _named(screen, fn):
@@ -159,7 +168,7 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monke
     # run to run with the windows that saw it -- docutils' State.make_transition, 15 ms recorded, came out
     # at 4-16 ms, 4th to 19th, on this build and stop 37's alike, and three runs in a row missed on CI)
     for attempt in range(5):
-        top, per_call, cheap_call = _cprofile_top(cmd, tmp_path)
+        top, per_call, cheap_call, c_callees = _cprofile_top(cmd, tmp_path)
         p = _ocular(["--width", str(width), "--report", "rep.txt", "-o", "t.pftrace", *cmd], tmp_path)
         assert p.returncode == 0, p.stderr[-3000:]
         text = (tmp_path / "rep.txt").read_text()
@@ -178,12 +187,25 @@ def test_first_screen_names_cprofiles_top_functions(tmp_path, name, width, monke
         # rank among the program's top 5; a C function whose cProfile time per call is no more than a cheap
         # C call's in the same run (the median over the C functions called 10,000 times or more): mostly
         # cProfile's own bookkeeping (py-spy gives a C function's time to its caller, so it cannot say;
-        # docutils' isinstance: 93-103 ns a call in cProfile, where len took 124 ns; ~35 ns in Ocular)
+        # docutils' isinstance: 93-103 ns a call in cProfile, where len took 124 ns; ~35 ns in Ocular).  py-spy
+        # gives a C function's time to its Python caller, so a thin wrapper of a C call ranks high there: a
+        # Python function py-spy ranks in its top 5 may be left out where the screen names C functions it
+        # calls whose time under it (cProfile's) is at least half its own tottime -- where that time goes
+        # (black 26.10 on 3.13: re.split, 100,329 calls, 36 ms tottime in cProfile, ~25 ms of it cProfile's
+        # bookkeeping for its two calls; 28.8 ms in Pattern.split under it; py-spy's 3rd; Ocular: split
+        # ~6 ms of its own, Pattern.split ~22 ms, on the screen)
         spy = _py_spy_ranks(cmd, tmp_path)
-        if all(spy.get((fn[0], fn[2]), 10 ** 6) > 5 if fn[0] != "~" else per_call[fn] <= cheap_call for fn in misses):
+
+        def wraps_named_c(fn):
+            callees, own = c_callees[fn]
+            return own > 0 and sum(t for c, t in callees if _named(screen, c)) >= own / 2
+
+        if all((spy.get((fn[0], fn[2]), 10 ** 6) > 5 or wraps_named_c(fn)) if fn[0] != "~" else per_call[fn] <= cheap_call
+               for fn in misses):
             return
     pytest.fail(f"{name}: cProfile's top-5 by tottime {top}; not named in the first {FIRST_SCREEN} lines: {misses}; "
-                f"py-spy's ranks: {[spy.get((fn[0], fn[2])) for fn in misses]}; cProfile's ns per call: "
+                f"py-spy's ranks: {[spy.get((fn[0], fn[2])) for fn in misses]}; their C callees (and time under "
+                f"them), own tottime: {[c_callees[fn] for fn in misses]}; cProfile's ns per call: "
                 f"{[round(per_call[fn]) for fn in misses]} (a cheap C call's: {round(cheap_call)})\n" + "\n".join(screen))
 
 
