@@ -131,11 +131,10 @@ static PyObject *callee_keys[6], *callee_tmpl;
  * directly} (attrib.c) */
 int oc_attr_export(PyObject *func, uint32_t id) {
     oc_attr_est est;
-    if (!oc_attr_estimate(id, &est)) {
-        if (!est_key && !(est_key = PyUnicode_InternFromString("estimate")))
-            return -1;
+    if (!est_key && !(est_key = PyUnicode_InternFromString("estimate")))
+        return -1;
+    if (!oc_attr_estimate(id, &est))
         return PyDict_SetItem(func, est_key, Py_None);
-    }
     oc_attr_callee_est *ce = est.npairs ? malloc(est.npairs * sizeof *ce) : NULL;
     if (est.npairs && !ce) {
         PyErr_NoMemory();
@@ -159,10 +158,8 @@ int oc_attr_export(PyObject *func, uint32_t id) {
                       PyFloat_FromDouble(est.removed), callees, PyLong_FromUnsignedLongLong(est.window_self),
                       PyLong_FromUnsignedLongLong(est.outside_self)};
     PyObject *e = dict_of(est_keys, &est_tmpl, EST_KEYS, ev, 7);
-    if (!e || (!est_key && !(est_key = PyUnicode_InternFromString("estimate")))) {
-        Py_XDECREF(e);
+    if (!e)
         return -1;
-    }
     int rc = PyDict_SetItem(func, est_key, e);
     Py_DECREF(e);
     return rc;
