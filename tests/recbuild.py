@@ -99,10 +99,15 @@ def codestate(entries):
     return block(BLK_CODESTATE, b"".join(struct.pack("<III", *e) for e in entries))
 
 
-def sampling(windows, status=1, skipped=0):
-    """A SAMPLING block: status (1: on), the windows (begin, end ticks) opened, skipped, no other tool."""
+SAMPLING_KICK_MAGIC = 0x4B43494B  # "KICK"
+
+
+def sampling(windows, status=1, skipped=0, kick=None):
+    """A SAMPLING block: status (1: on), the windows (begin, end ticks) opened, skipped, no other tool; kick:
+    the ticks of the first de-instrumentation, in the trailer that says it (None: no trailer, as before it)."""
+    trailer = b"" if kick is None else struct.pack("<IIQ", SAMPLING_KICK_MAGIC, 0, kick)
     return block(BLK_SAMPLING, struct.pack("<IIII", status, len(windows), skipped, 0) + bytes(32)
-                 + b"".join(struct.pack("<QQ", b, e) for b, e in windows))
+                 + b"".join(struct.pack("<QQ", b, e) for b, e in windows) + trailer)
 
 
 def blocks(data):

@@ -505,3 +505,80 @@ def test_a_window_that_sees_only_ends_of_unrecorded_calls_keeps_their_time(tmp_p
     assert f["self_ns"] == pytest.approx(moved, abs=1) and f["measured"]["calls"] == 0, f
     assert c["self_ns"] == 1
     assert m["self_ns"] + f["self_ns"] + c["self_ns"] == pytest.approx(2000, abs=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# near-zero: what a window shows of a thread that records nothing in it, and where outside time starts
+
+WORK, UNIT, YIELD = 0, 1, 2
+YIELD_NAME = "<built-in method posix.sched_yield>"
+
+
+def work_rows(tmp_path, chunks, windows, kick=None):
+    """A near-zero recording of work, which calls unit (de-instrumented) and the C function sched_yield,
+    on threads 0 and 1 (chunks: thread index -> records), converted: the rows of work, unit, sched_yield
+    (None: no row)."""
+    codes = [rb.code(WORK, "work", FILE, 20), rb.code(UNIT, "unit", FILE, 10), rb.c_function(YIELD, YIELD_NAME)]
+    rec = write(tmp_path / "w.ocular", rb.header(pid=PID, tsc0=0, mono0_ns=MONO0, flags=rb.F_NEAR_ZERO,
+                                                 threshold=500), *codes,
+                rb.thread(0, 7, 70, "MainThread"), rb.thread(1, 8, 80, "worker"), rb.sampling(windows, kick=kick),
+                *[rb.chunk(i, r) for i, r in chunks.items()], rb.codestate([(UNIT, rb.CF_START_DISABLED, 500)]),
+                rb.end(3100, sum(len(r) for r in chunks.values())))
+    res = convert(rec, tmp_path / "w.json")
+    rows = {f["name"]: f for f in res.report.functions}
+    return rows["work"], rows["unit"], rows.get(YIELD_NAME)
+
+
+def test_a_thread_silent_through_a_window_was_in_a_c_call(tmp_path):
+    """Two threads run work; window W [1000, 2000).  Thread 0 runs in W: unit 300 ticks and sched_yield 100
+    (hidden: recorded inside W only), work's own 600.  Thread 1 records nothing from 0 to 3000: it was
+    blocked in a sched_yield begun before W (a de-instrumented C call site records no return on 3.12), as
+    a worker waiting for the GIL is.  All of its time in W is a C callee's, none of it work's own (before:
+    work's own, which made its own share of the time outside windows 1,600/2,000 instead of 600/2,000).
+    attrib.c's arithmetic: work's self outside windows from W's begin on A = 1,000 + 1,000; in W, own 600,
+    unit 300, sched_yield 100 + the silent 1,000: scale 2,000 / 2,000 = 1, so 1,400 of work's measured self
+    5,600 goes to its callees: unit 300, sched_yield 1,100."""
+    mark = (0xFFFFFFFF, rb.K_MARK, rb.MARK_SAMPLED)
+    t0 = [(0, WORK, K_START, 1),
+          (1000, *mark), (1000, UNIT, K_START, 2), (1300, UNIT, K_RETURN, 2),
+          (1400, *mark), (1400, YIELD, K_CCALL, 1), (1500, YIELD, K_CRETURN, 1),
+          (3000, WORK, K_RETURN, 1)]
+    t1 = [(0, WORK, K_START, 1), (3000, WORK, K_RETURN, 1)]
+    w, u, y = work_rows(tmp_path, {0: t0, 1: t1}, [(1000, 2000)])
+    assert w["measured"]["self_ns"] == 5600 and w["total_ns"] == 6000, w
+    assert w["self_ns"] == pytest.approx(5600 - 1400, abs=1), (w, u, y)
+    assert u["self_ns"] == pytest.approx(300 + 300, abs=1), u
+    assert y["self_ns"] == pytest.approx(100 + 1100, abs=1), y
+    assert "self" in w["estimated_fields"] and "self" in y["estimated_fields"]
+    assert w["self_ns"] + u["self_ns"] + y["self_ns"] == pytest.approx(6000, abs=1)
+
+
+def test_a_thread_silent_through_a_window_with_no_c_callee_keeps_its_time(tmp_path):
+    """As above, but thread 0 calls no C function in W: nothing says what thread 1 was in (a thread waiting
+    for the GIL at a bytecode runs no call), so its window time stays work's own.  A = 2,000; in W own
+    600 + 100 + 1,000 silent, unit 300: 2,000 x 300 / 2,000 goes to unit."""
+    mark = (0xFFFFFFFF, rb.K_MARK, rb.MARK_SAMPLED)
+    t0 = [(0, WORK, K_START, 1), (1000, *mark), (1000, UNIT, K_START, 2), (1300, UNIT, K_RETURN, 2),
+          (3000, WORK, K_RETURN, 1)]
+    t1 = [(0, WORK, K_START, 1), (3000, WORK, K_RETURN, 1)]
+    w, u, _ = work_rows(tmp_path, {0: t0, 1: t1}, [(1000, 2000)])
+    assert w["self_ns"] == pytest.approx(5700 - 300, abs=1), (w, u)
+    assert u["self_ns"] == pytest.approx(300 + 300, abs=1), u
+
+
+@pytest.mark.parametrize("kick", [None, 500])
+def test_outside_time_counts_from_the_first_de_instrumentation(tmp_path, kick):
+    """One thread: work calls unit, recorded until 200; unit is de-instrumented at 500 (the SAMPLING
+    block's kick trailer says when); the first window opens late, W [1500, 2000) (on 3.12 busy threads
+    kept it from opening for up to ~90 ms), and sees unit 300, work's own 200.  From the kick on, work's
+    recorded self holds unit's calls: A = 1,000 before W + 1,000 after; 2,000 x 300/500 = 1,200 is unit's
+    (before: A counted from W's begin only, 1,000: work kept 600 of unit's time as its own).  A recording
+    without the trailer (an older one) still counts from the first window."""
+    mark = (0xFFFFFFFF, rb.K_MARK, rb.MARK_SAMPLED)
+    t0 = [(0, WORK, K_START, 1), (100, UNIT, K_START, 2), (200, UNIT, K_RETURN, 2),
+          (1500, *mark), (1500, UNIT, K_START, 2), (1800, UNIT, K_RETURN, 2), (3000, WORK, K_RETURN, 1)]
+    w, u, _ = work_rows(tmp_path, {0: t0}, [(1500, 2000)], kick=kick)
+    moved = 1200 if kick else 600
+    assert w["measured"]["self_ns"] == 2600, w
+    assert w["self_ns"] == pytest.approx(2600 - moved, abs=1), (w, u)
+    assert u["self_ns"] == pytest.approx(400 + moved, abs=1), u

@@ -39,6 +39,14 @@
  * a recursion's frames between their recorded calls had counted as the caller's own.  Tails are spread
  * over the anchor's hidden callees' self time in proportion; an anchor whose windows saw only tails
  * gives each callee its own.
+ * A gap of a visible top frame that began before a window opened holds, from the window's begin to the
+ * thread's first record in it, no code of that frame's own (every event is armed there): the thread was
+ * in a call begun before the window, or waited for the GIL in one -- a C call's, when no leave says
+ * otherwise (on 3.12 a de-instrumented C call site records no return).  These *silent* ticks go to the
+ * anchor's hidden C callees in proportion to their window self time (a thread in another thread's
+ * window, blocked in a GIL-releasing call that began before it, had charged the whole window to its
+ * caller's own time: a worker's 15 ms in sched_yield as `work`'s), or stay the anchor's own when the
+ * windows saw it call none.
  * Calls are estimated from the calls begun inside the measured parts of windows (see est_calls).  Not
  * covered: windows that a killed process did not write (its recording has no SAMPLING block, so nothing
  * is estimated).
@@ -52,11 +60,12 @@ int oc_attr_on;
 uint32_t oc_attr_wgen;
 uint64_t *oc_attr_outside;
 uint32_t oc_attr_noutside;
-/* Outside ticks count from the first window's begin: a window stands for the time from its begin on,
- * and the chunk in which the renderer first sees windows (its SAMPLING block is written before it)
- * may hold much of the run before them, when nothing was de-instrumented yet: counted, a caller's
- * own time from then was charged with its callees' later share (a sleeping callee's 0.69 came out
- * 0.79) */
+/* Outside ticks count from the first de-instrumentation (the recording's SAMPLING blocks say when; an
+ * older recording: from the first window's begin): before it nothing was hidden, and counted, a
+ * caller's own time from then was charged with its callees' later share (a sleeping callee's 0.69 came
+ * out 0.79); after it, a caller's recorded self time holds its de-instrumented callees' even before the
+ * first window opens, which on 3.12 with busy threads took up to ~90 ms (the first window stands for
+ * that time too) */
 uint64_t oc_attr_from = UINT64_MAX;
 
 typedef struct {
@@ -64,12 +73,14 @@ typedef struct {
     uint64_t self, incl;    /* window ticks as the top frame / on the stack */
     uint64_t tail;          /* window ticks of calls begun before their window (below whose top: unknown) */
     int direct;             /* called by the anchor itself (not by another hidden frame) */
+    int c;                  /* a C function */
     uint64_t calls, full;   /* calls that ended, begun after their window opened, and their inclusive ticks */
     uint64_t begun;         /* calls begun inside the measured part of a window */
 } pair;
 
 typedef struct {
     uint64_t b;             /* visible self ticks inside windows (outside: oc_attr_outside) */
+    uint64_t silent;        /* the part of them after a window opened until the thread's first record in it */
     pair *pairs;            /* hidden callees seen inside windows under this code */
     uint32_t npairs, cap;
 } anchor_stat;
@@ -83,6 +94,7 @@ static struct {
     uint64_t (*win)[3];     /* begin, end, weight: 16 x the ticks of the run each window tick stands for */
     uint32_t nwin, skipped, status;
     uint64_t win_ticks;
+    uint64_t kick;          /* the first de-instrumentation's ticks (0: not known, an older recording) */
     char other[33];
     anchor_stat *st;
     uint32_t nst;
@@ -145,7 +157,11 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wl) {
         memcpy(&attr_st.rd_out_n, p + tail + 8, 4);
         memcpy(v, p + tail + 16, 32);
         attr_st.rd_in_num = v[0], attr_st.rd_in_den = v[1], attr_st.rd_out_num = v[2], attr_st.rd_out_den = v[3];
+        tail += OC_SAMPLING_RD_LEN;
     }
+    if (len >= tail + OC_SAMPLING_KICK_LEN && (memcpy(&magic, p + tail, 4), magic == OC_SAMPLING_KICK_MAGIC) &&
+        !attr_st.kick)
+        attr_st.kick = rd64(p + tail + 8);
     if (!n)
         return;
     uint64_t(*w)[3] = realloc(attr_st.win, ((size_t)attr_st.nwin + n) * sizeof *attr_st.win);
@@ -159,8 +175,11 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wl) {
         uint64_t b = rd64(q), e = rd64(q + 8), stands = wl > 16 ? rd64(q + 16) : 0;
         if (attr_st.nwin && b < attr_st.win[attr_st.nwin - 1][1])
             continue; /* out of order or overlapping (a ring dump after incremental blocks): keep the first */
-        if (!attr_st.nwin)
-            oc_attr_from = b;
+        if (!attr_st.nwin) { /* (from the first de-instrumentation, when known: see oc_attr_from) */
+            oc_attr_from = attr_st.kick && attr_st.kick < b ? attr_st.kick : b;
+            if (stands)
+                stands += b - oc_attr_from;
+        }
         attr_st.win[attr_st.nwin][0] = b;
         attr_st.win[attr_st.nwin][1] = e;
         /* a window tick stands for stands / (e - b) ticks of the run; 16 for every window when not known
@@ -230,33 +249,37 @@ static pair *pair_of(uint32_t anchor, uint32_t code) {
     return q;
 }
 
-/* ticks of [t0, t1) inside windows, and (*weighted) each times its window's weight; the cursor only
- * moves forward (a thread's time does) */
-static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t *weighted) {
+/* ticks of [t0, t1) inside windows, and (*weighted) each times its window's weight, of which
+ * (*silent, weighted) in windows that opened after t0; the cursor only moves forward (a thread's time
+ * does) */
+static uint64_t inside(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t *weighted, uint64_t *silent) {
     while (a->wcur < attr_st.nwin && attr_st.win[a->wcur][1] <= t0)
         a->wcur++;
-    uint64_t in = 0, w = 0;
+    uint64_t in = 0, w = 0, s = 0;
     for (uint32_t k = a->wcur; k < attr_st.nwin && attr_st.win[k][0] < t1; k++) {
         uint64_t b = attr_st.win[k][0] > t0 ? attr_st.win[k][0] : t0, e = attr_st.win[k][1] < t1 ? attr_st.win[k][1] : t1;
         if (e > b) {
             in += e - b;
             w += (e - b) * attr_st.win[k][2];
+            if (attr_st.win[k][0] > t0)
+                s += (e - b) * attr_st.win[k][2];
         }
     }
     *weighted = w;
+    *silent = s;
     return in;
 }
 
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head) {
-    uint64_t span = t1 > t0 ? t1 - t0 : 0, inw = 0;
-    uint64_t in = span ? inside(a, t0, t1, &inw) : 0;
+    uint64_t span = t1 > t0 ? t1 - t0 : 0, inw = 0, silw = 0;
+    uint64_t in = span ? inside(a, t0, t1, &inw, &silw) : 0;
     /* net ticks inside windows (what outside windows holds is net - in_net), and weighted */
     uint64_t in_net = in >= span ? net : (uint64_t)((double)net * (double)in / (double)span);
     uint64_t in_netw = in ? (uint64_t)((double)in_net * (double)inw / (double)in) : 0;
     a->next_begin = a->wcur < attr_st.nwin ? attr_st.win[a->wcur][0] : UINT64_MAX; /* (oc_attr_gap_fast's test) */
     a->wgen = oc_attr_wgen;
-    a->last_in = 0;
+    a->last_in = a->last_silent = 0;
     a->win_total += in_netw;
     if (!hidden) {
         anchor_stat *s = stat_of(top);
@@ -278,9 +301,16 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
                 }
                 return;
             }
-            s->b += in_netw;
+            /* the part after a window opened during the gap: the thread recorded nothing in that window
+             * until t1, though every event was armed there, so it ran no Python code of its own: it was in
+             * a call begun before the window (or waited for the GIL) -- an unrecorded C call's unless the
+             * leave of a de-instrumented Python function ends the gap (oc_attr_unmatched_leave) */
+            uint64_t sil = silw >= inw ? in_netw : (uint64_t)((double)in_netw * (double)silw / (double)inw);
+            s->b += in_netw - sil;
+            s->silent += sil;
             a->last_code = top;
             a->last_in = in_netw;
+            a->last_silent = sil;
         }
         return;
     }
@@ -292,22 +322,25 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
         q->self += in_netw;
 }
 
-void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts) {
-    uint64_t w;
-    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1, &w))
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts, int c) {
+    uint64_t w, sw;
+    if (anchor == OC_NO_CODE || !inside(a, ts, ts + 1, &w, &sw))
         return;
     pair *q = pair_of(anchor, code);
-    if (q)
+    if (q) {
         q->begun += w;
+        q->c |= c;
+    }
 }
 
 void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, int nested, uint64_t win_mark,
-                 uint64_t incl) {
+                 uint64_t incl, int c) {
     if (anchor == OC_NO_CODE)
         return;
     pair *q = pair_of(anchor, code);
     if (q) {
         q->direct |= direct;
+        q->c |= c;
         q->calls++;
         if (!nested) { /* (a recursion's inclusive time counts once, the outermost activation's) */
             q->full += incl;
@@ -324,12 +357,15 @@ void oc_attr_unmatched_leave(oc_attr_thread *a, uint32_t code, int c, int direct
     s = stat_of(a->last_code); /* pair_of may have moved the array */
     if (!s || !q)
         return;
-    uint64_t d = a->last_in < s->b ? a->last_in : s->b;
+    uint64_t ls = a->last_silent < a->last_in ? a->last_silent : a->last_in;
+    uint64_t d = a->last_in - ls < s->b ? a->last_in - ls : s->b, ds = ls < s->silent ? ls : s->silent;
     s->b -= d;
+    s->silent -= ds;
     q->direct |= direct;
-    q->tail += d;
-    q->incl += d; /* a tail: no call counted (it began before the window), its time is */
-    a->last_in = 0;
+    q->c |= c;
+    q->tail += d + ds;
+    q->incl += d + ds; /* a tail: no call counted (it began before the window), its time is */
+    a->last_in = a->last_silent = 0;
 }
 
 /* an anchor's visible self ticks outside windows */
@@ -338,39 +374,51 @@ static uint64_t outside_of(const anchor_stat *s) {
     return id < oc_attr_noutside ? oc_attr_outside[id] : 0;
 }
 
-/* a pair's inclusive window ticks, tails spread like self time (a tail is in some frames' inclusive
- * time, not known which); fself 0: the anchor's hidden callees have tails only, each pair keeps its own */
-static double est_incl(const pair *q, double fself) {
-    return fself ? (double)(q->incl - q->tail) * fself : (double)q->incl;
+/* How an anchor's window ticks are read: *scale: outside-window ticks per window tick of its
+ * recorded-self state; fself: tails are spread over the hidden frames' self times in proportion (a
+ * tail's own top frame is unknown); 0 when no hidden frame has any (windows that opened inside
+ * unrecorded calls and saw only their ends): each pair keeps its own tail, the time of the code whose
+ * leave it preceded or followed, so that no row loses it; csil: the anchor's silent ticks (a window's
+ * time before the thread's first record in it: inside an unrecorded call) per self tick of its hidden C
+ * callees, to which they go in proportion; when windows saw none, the silent ticks stay the anchor's own
+ * (0) */
+typedef struct {
+    double scale, fself, csil;
+} spread;
+
+/* a pair's inclusive window ticks, tails and silent ticks spread as `spread` says */
+static double est_incl(const pair *q, const spread *sp) {
+    return (sp->fself ? (double)(q->incl - q->tail) * sp->fself : (double)q->incl) +
+           (q->c ? (double)q->self * sp->csil : 0.0);
 }
 
-/* a pair's self window ticks, tails spread as est_incl says */
-static double est_self(const pair *q, double fself) { return fself ? (double)q->self * fself : (double)q->tail; }
+/* a pair's self window ticks, spread likewise */
+static double est_self(const pair *q, const spread *sp) {
+    return (sp->fself ? (double)q->self * sp->fself : (double)q->tail) + (q->c ? (double)q->self * sp->csil : 0.0);
+}
 
 /* calls in a pair's window time: the calls begun inside the measured part of windows.  That part
  * starts at a random offset after the window opened (sampling.c), not where the program let the window
  * open (at a function's start, a back jump, a GIL release, often just before a call), so counting
  * begins is not biased; and unlike window time over the mean duration of the sampled calls, one call
  * stalled by the OS scheduler for milliseconds does not skew it. */
-static double est_calls(const pair *q, double fself) {
-    (void)fself;
-    return (double)q->begun;
-}
+static double est_calls(const pair *q) { return (double)q->begun; }
 
-/* An anchor's hidden window ticks (tails included); *scale: outside-window ticks per window tick of its
- * recorded-self state; *fself: tails are spread over the hidden frames' self times in proportion (a
- * tail's own top frame is unknown); 0 when no hidden frame has any (windows that opened inside
- * unrecorded calls and saw only their ends): each pair keeps its own tail, the time of the code whose
- * leave it preceded or followed, so that no row loses it */
-static uint64_t hidden_ticks(const anchor_stat *s, double *scale, double *fself) {
-    uint64_t h = 0, tails = 0;
+/* an anchor's hidden window ticks (tails, and silent ticks given to C callees, included); *sp: how
+ * they are spread */
+static uint64_t hidden_ticks(const anchor_stat *s, spread *sp) {
+    uint64_t h = 0, tails = 0, cself = 0;
     for (uint32_t i = 0; i < s->npairs; i++) {
         h += s->pairs[i].self;
         tails += s->pairs[i].tail;
+        if (s->pairs[i].c)
+            cself += s->pairs[i].self;
     }
-    *scale = h + tails ? (double)outside_of(s) / (double)(s->b + h + tails) : 0.0;
-    *fself = h ? (double)(h + tails) / (double)h : 0.0;
-    return h + tails;
+    uint64_t sil = cself ? s->silent : 0, own = s->b + (s->silent - sil);
+    sp->scale = h + tails ? (double)outside_of(s) / (double)(own + h + tails + sil) : 0.0;
+    sp->fself = h ? (double)(h + tails) / (double)h : 0.0;
+    sp->csil = cself ? (double)sil / (double)cself : 0.0;
+    return h + tails + sil;
 }
 
 /* the waiting-for-a-CPU shares inside and outside windows (-1: not measured: a damaged or older
@@ -407,18 +455,19 @@ static int compute(void) {
         anchor_stat *s = &attr_st.st[c];
         if (!s->npairs)
             continue;
-        double scale, fself;
-        uint64_t h = hidden_ticks(s, &scale, &fself);
+        spread sp;
+        uint64_t h = hidden_ticks(s, &sp);
         if (!h)
             continue;
+        double scale = sp.scale;
         attr_st.est[c].removed += scale * (double)h;
         for (uint32_t i = 0; i < s->npairs; i++) {
             pair *q = &s->pairs[i];
             if (q->code >= attr_st.nest)
                 continue;
-            attr_st.est[q->code].calls += cf * scale * est_calls(q, fself);
-            attr_st.est[q->code].self += scale * est_self(q, fself);
-            attr_st.est[q->code].incl += scale * est_incl(q, fself);
+            attr_st.est[q->code].calls += cf * scale * est_calls(q);
+            attr_st.est[q->code].self += scale * est_self(q, &sp);
+            attr_st.est[q->code].incl += scale * est_incl(q, &sp);
         }
     }
     return 0;
@@ -430,8 +479,10 @@ int oc_attr_estimate(uint32_t id, oc_attr_est *e) {
         (attr_st.est[id].calls == 0 && attr_st.est[id].removed == 0 && attr_st.est[id].incl == 0))
         return 0;
     anchor_stat *s = &attr_st.st[id];
+    spread sp;
+    hidden_ticks(s, &sp);
     *e = (oc_attr_est){.calls = attr_st.est[id].calls, .self = attr_st.est[id].self, .incl = attr_st.est[id].incl,
-                       .removed = attr_st.est[id].removed, .window_self = s->b, .outside_self = outside_of(s),
+                       .removed = attr_st.est[id].removed, .window_self = s->b + (sp.csil ? 0 : s->silent), .outside_self = outside_of(s),
                        .npairs = s->npairs};
     return 1;
 }
@@ -442,15 +493,16 @@ uint32_t oc_attr_callees(uint32_t id, oc_attr_callee_est *out, uint32_t max) {
     if (id >= attr_st.nest)
         return 0;
     anchor_stat *s = &attr_st.st[id];
-    double scale, fself;
-    uint64_t h = hidden_ticks(s, &scale, &fself);
+    spread sp;
+    uint64_t h = hidden_ticks(s, &sp);
+    double scale = sp.scale;
     uint32_t k = 0;
     for (uint32_t i = 0; h && i < s->npairs && k < max; i++) {
         pair *q = &s->pairs[i];
         if (q->direct)
-            out[k++] = (oc_attr_callee_est){.code = q->code, .incl = scale * est_incl(q, fself),
-                                            .self = scale * est_self(q, fself),
-                                            .calls = scale * est_calls(q, fself), .window_calls = q->begun,
+            out[k++] = (oc_attr_callee_est){.code = q->code, .incl = scale * est_incl(q, &sp),
+                                            .self = scale * est_self(q, &sp),
+                                            .calls = scale * est_calls(q), .window_calls = q->begun,
                                             .window_incl = q->incl};
     }
     return k;

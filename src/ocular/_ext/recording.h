@@ -47,7 +47,10 @@ enum oc_block {
      * a reader appends every block's windows and keeps the last status.  The final block may end with the
      * run delays (sampling.c), OC_SAMPLING_RD_LEN bytes after the windows: u32 OC_SAMPLING_RD_MAGIC,
      * u32 stretches measured inside windows, u32 outside, u32 0, then f64 inside sum of cpu * waiting
-     * share, f64 inside sum of cpu, the same two outside (a reader that does not know them ignores them) */
+     * share, f64 inside sum of cpu, the same two outside (a reader that does not know them ignores them).
+     * Any block may end (after the run delays, if there) with OC_SAMPLING_KICK_LEN bytes: u32
+     * OC_SAMPLING_KICK_MAGIC, u32 0, u64 ticks of the first de-instrumentation (what the windows are a
+     * sample of starts there) */
     OC_BLK_SAMPLING = 9,
     /* UTF-8 JSON, written by the Python layer at stop after END into a recording kept for later
      * (_adaptive.py): the specialized bytecode and argument names of the live code objects with loops,
@@ -71,6 +74,8 @@ enum oc_block {
 enum { OC_SAMPLING_OFF = 0, OC_SAMPLING_ON = 1 };
 #define OC_SAMPLING_RD_MAGIC 0x594C4452u /* "RDLY" */
 #define OC_SAMPLING_RD_LEN 48u
+#define OC_SAMPLING_KICK_MAGIC 0x4B43494Bu /* "KICK" */
+#define OC_SAMPLING_KICK_LEN 16u
 #define OC_SAMPLING_WIN_LEN 24u /* a window in OC_BLK_SAMPLING_W (16 in OC_BLK_SAMPLING) */
 /* THREAD block flags.  OC_THREAD_ENDED: the thread ended; written after its last CHUNK block (no chunk of
  * its index follows), so a renderer frees what it kept for the thread there (0 in older recordings) */

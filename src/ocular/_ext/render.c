@@ -127,7 +127,8 @@ static inline __attribute__((always_inline)) void pop_frame_k(rthread *t, uint64
     oc_stats_slice(f->code_id, f->is_call, incl, f->self, incl - f->same, !counted,
                    UNLIKELY(t->step_at == t->n + 1) ? t->step_task : t->n > 0 ? f[-1].code_id : UINT32_MAX);
     if (UNLIKELY(f->hidden))
-        oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->prev_same != 0, f->win_mark, incl);
+        oc_attr_pop(&t->attr, f->anchor, f->code_id, f->head == f->code_id, f->prev_same != 0, f->win_mark, incl,
+                    (int)(f->depth & 1));
     if (f->prev_same) { /* recursion: the nearest activation of the same code below */
         frame *same = &t->stack[f->prev_same - 1];
         same->same += incl;
@@ -419,7 +420,7 @@ static inline __attribute__((always_inline)) frame *push(rthread *t, uint32_t co
         f->win_mark = t->attr.win_total;
         t->attr.unk_code1 = 0; /* (the frame that runs now is this one) */
         if (is_call) /* (calls are activations: a generator's resumes are not calls) */
-            oc_attr_call(&t->attr, f->anchor, code_id, ts);
+            oc_attr_call(&t->attr, f->anchor, code_id, ts, (int)(depth & 1));
     } else if (!lean && oc_attr_on) {
         t->attr.unk_code1 = 0;
     }
@@ -457,7 +458,7 @@ static inline __attribute__((always_inline)) void tick(rthread *t, const oc_rec 
             uint64_t net = oc_stats_net(delta, OC_KIND(r->info));
             top->self += net;
             if (!lean && UNLIKELY(oc_attr_on))
-                if (!oc_attr_gap_fast(&t->attr, ts, net, top->code_id, top->hidden))
+                if (!oc_attr_gap_fast(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden))
                     oc_attr_gap(&t->attr, t->prev_ts, ts, net, top->code_id, top->hidden, top->anchor, top->head);
         }
     }

@@ -363,6 +363,7 @@ typedef struct {
     uint32_t wcur;          /* first window that does not end before the thread's current time */
     uint32_t last_code;     /* the visible frame whose window time the last gap added to (tails) */
     uint64_t last_in;       /* that window time, ticks */
+    uint64_t last_silent;   /* the part of last_in after windows that opened during the gap (oc_attr_gap) */
     uint64_t win_total;     /* window ticks of every gap so far (a frame's share: the difference) */
     uint64_t next_begin;    /* the begin of window wcur (UINT64_MAX: none), as of windows generation wgen */
     uint32_t wgen;
@@ -380,27 +381,31 @@ extern uint32_t oc_attr_wgen;                        /* bumped when windows are 
 extern uint64_t *oc_attr_outside;                    /* by code: visible self ticks outside windows */
 extern uint64_t oc_attr_from;                        /* the first window's begin: outside ticks count from there */
 extern uint32_t oc_attr_noutside;
-/* the usual gap (render.c tick): a visible top frame, no window begun before its end -- its ticks are
- * that code's own outside windows; 0: oc_attr_gap must take it */
-static inline int oc_attr_gap_fast(oc_attr_thread *a, uint64_t t1, uint64_t net, uint32_t top, int hidden) {
+/* the usual gap [t0, t1) (render.c tick): a visible top frame, no window begun before its end -- its
+ * ticks are that code's own outside windows; 0: oc_attr_gap must take it (also a gap across
+ * oc_attr_from, whose part after it counts) */
+static inline int oc_attr_gap_fast(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top,
+                                   int hidden) {
     if (hidden || t1 > a->next_begin || a->wgen != oc_attr_wgen || top >= oc_attr_noutside)
         return 0;
-    if (t1 > oc_attr_from) /* (before the first window: time no window stands for) */
+    if (t0 >= oc_attr_from)
         oc_attr_outside[top] += net;
-    a->last_in = 0;
+    else if (t1 > oc_attr_from) /* (before it: time no window stands for) */
+        return 0;
+    a->last_in = a->last_silent = 0;
     return 1;
 }
 /* one gap [t0, t1) charged to the top frame: `net` compensated ticks; `hidden`: the top frame was
  * recorded only because of a window, `anchor`: the nearest visible frame's code */
 void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint32_t top, int hidden,
                  uint32_t anchor, uint32_t head);
-/* a hidden frame began at ts (counted if inside the measured part of a window) */
-void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts);
+/* a hidden frame began at ts (counted if inside the measured part of a window); `c`: a C function */
+void oc_attr_call(oc_attr_thread *a, uint32_t anchor, uint32_t code, uint64_t ts, int c);
 /* a hidden frame ended: `incl` ticks in all, of which win_total - win_mark inside windows; `direct`:
  * its caller is the anchor; `nested`: an activation of the same code is below it on the stack (its
- * inclusive time is already that one's) */
+ * inclusive time is already that one's); `c`: a C function */
 void oc_attr_pop(oc_attr_thread *a, uint32_t anchor, uint32_t code, int direct, int nested, uint64_t win_mark,
-                 uint64_t incl);
+                 uint64_t incl, int c);
 /* a leave with no recorded begin, of a de-instrumented function or a C function (`c`): the window part
  * of the last gap was the tail of that unrecorded call, not its caller's own time; `direct`: the call
  * was made by the frame the gap was charged to (else by unrecorded frames above it) */

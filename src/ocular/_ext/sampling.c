@@ -58,6 +58,7 @@ static struct {
     _Atomic uint32_t seq, opened; /* windows asked for / the last one opened (or skipped) */
     atomic_int pending;           /* a pending call is queued */
     uint64_t rng;
+    uint64_t kick_ticks;          /* when the first site was de-instrumented (0: not yet) */
     /* the windows, appended with the GIL held and wlock; the recorder copies them out under wlock */
     pthread_mutex_t wlock;
     win *wins;
@@ -444,7 +445,12 @@ static void ask_first(void) {
 }
 
 void oc_sampling_kick_slow(void) {
+    uint64_t now = oc_now();
     pthread_mutex_lock(&samp_st.lock);
+    pthread_mutex_lock(&samp_st.wlock);
+    if (!samp_st.kick_ticks)
+        samp_st.kick_ticks = now;
+    pthread_mutex_unlock(&samp_st.wlock);
     atomic_store(&oc_sampling_kicked, 1);
     pthread_cond_broadcast(&samp_st.cond);
     pthread_mutex_unlock(&samp_st.lock);
@@ -457,6 +463,7 @@ void oc_sampling_reset(void) {
     samp_st.n = samp_st.written = samp_st.skipped = 0;
     samp_st.in_num = samp_st.in_den = samp_st.out_num = samp_st.out_den = 0;
     samp_st.in_n = samp_st.out_n = 0;
+    samp_st.kick_ticks = 0;
     pthread_mutex_unlock(&samp_st.wlock);
     samp_st.mseq = 0;
     atomic_store(&oc_sampling_kicked, 0);
@@ -550,7 +557,7 @@ void *oc_sampling_block(int all, int final, uint32_t *len) {
     uint32_t from = all ? 0 : samp_st.written, n = samp_st.n - from, zero = 0;
     uint8_t *b = NULL;
     if (n || final) {
-        b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win) + OC_SAMPLING_RD_LEN);
+        b = malloc(SAMPLING_HDR + (size_t)n * sizeof(win) + OC_SAMPLING_RD_LEN + OC_SAMPLING_KICK_LEN);
         if (b) {
             memcpy(b, &samp_st.status, 4);
             memcpy(b + 4, &n, 4);
@@ -570,6 +577,14 @@ void *oc_sampling_block(int all, int final, uint32_t *len) {
                 memcpy(t + 12, &zero, 4);
                 memcpy(t + 16, v, 32);
                 *len += OC_SAMPLING_RD_LEN;
+            }
+            if (samp_st.kick_ticks) { /* (last: a reader that knows only the run delays finds them) */
+                uint8_t *t = b + *len;
+                uint32_t magic = OC_SAMPLING_KICK_MAGIC;
+                memcpy(t, &magic, 4);
+                memcpy(t + 4, &zero, 4);
+                memcpy(t + 8, &samp_st.kick_ticks, 8);
+                *len += OC_SAMPLING_KICK_LEN;
             }
             if (!all)
                 samp_st.written = samp_st.n;
