@@ -267,7 +267,10 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
     at the final rate after it, so rendering can start at ~2 ms: the chunks before the knee are final
     at once, the later ones wait for the final rate.  The output rendered while recording must be
     byte for byte the render of the same recording from scratch, and its timestamps increase per
-    thread across the knee, spanning the program's own time."""
+    thread across the knee and agree with the program's own clock: the leaves of each of 30 rounds lie
+    between the clock reads that end the round before and begin the round after, each 2 ms of sleep away
+    (no timing threshold: a sleep lasts at least what it is asked; until 2026-11-29 the leaves' span was
+    checked against 90 % of the program's, which a loaded machine's late wake-ups broke)."""
     out = tmp_path / "k.json"
     p = run_py("""
         import json, sys, time, ocular
@@ -276,14 +279,19 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
         def leaf(i):
             return i * 2
         ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=0, report=False, sampling=False)
+        begins, ends = [], []
         t0 = time.monotonic_ns()
         for k in range(30):
+            time.sleep(0.002)
+            begins.append(time.monotonic_ns())
             for i in range(2000):
                 leaf(i)
-            time.sleep(0.002)
+            ends.append(time.monotonic_ns())
+        time.sleep(0.002)
         t1 = time.monotonic_ns()
         r = ocular.stop_tracing()
-        print(json.dumps(dict(live=r["live_events"], events=r["events"], rec=kept[0], t0=t0, t1=t1)))
+        print(json.dumps(dict(live=r["live_events"], events=r["events"], rec=kept[0], t0=t0, t1=t1,
+                              begins=begins, ends=ends)))
     """, str(out), env={"OCULAR_LIVE_RENDER": "1"})
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["live"] > 0, info
@@ -296,7 +304,12 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
     assert sum(1 for e in evs if e["ph"] == "B" and e.get("name") == "leaf") == 30 * 2000
     ts = [e["ts"] for e in evs if e["ph"] == "B" and e.get("name") == "leaf"]
     assert [e["ts"] for e in evs] == sorted(e["ts"] for e in evs)
-    # (µs in the trace, CLOCK_MONOTONIC: the leaves lie within the program's own span, which is > 60 ms
-    # and so crosses the knee)
-    assert info["t0"] / 1e3 <= ts[0] and ts[-1] <= info["t1"] / 1e3, (ts[0], ts[-1], info)
-    assert (ts[-1] - ts[0]) > 0.9 * (info["t1"] - info["t0"]) / 1e3 - 4000
+    # (µs in the trace, CLOCK_MONOTONIC: round k's leaves lie after the read that ended round k - 1 (t0 for
+    # the first) and before the one that began round k + 1 (t1 after the last), a sleep away on each side;
+    # 28 sleeps of 2 ms lie between the first round's leaves and the last's, so they cross the knee)
+    after = [info["t0"]] + info["ends"][:-1]
+    before = info["begins"][1:] + [info["t1"]]
+    for k in range(30):
+        rnd = ts[k * 2000:(k + 1) * 2000]
+        assert after[k] / 1e3 < rnd[0] and rnd[-1] < before[k] / 1e3, (k, rnd[0], rnd[-1], after[k], before[k])
+    assert ts[-1] - ts[0] > 28 * 2000
