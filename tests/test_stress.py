@@ -669,7 +669,10 @@ def test_trace_on_a_full_file_system(tmp_path):
         events = load_trace(res.output)["traceEvents"]
         check_balanced(events)
         leaves = names(events).count("leaf")
-        assert 1000 < leaves < 100000, leaves  # (a prefix of the 100,000 calls: the disk filled before the end)
+        # (a prefix of the 100,000 calls: the disk filled before the end; how many fit depends on how far the
+        # JSON rendered live beside the recording, on the same 256 KiB, had got: as in the command line's case
+        # below, 852-3,000 seen there)
+        assert 300 < leaves < 100000, leaves
 
 
 def test_a_recording_output_on_a_full_disk_keeps_what_was_written(tmp_path):
