@@ -381,9 +381,10 @@ static uint64_t outside_of(const anchor_stat *s) {
  * leave it preceded or followed, so that no row loses it; csil: the anchor's silent ticks (a window's
  * time before the thread's first record in it: inside an unrecorded call) per self tick of its hidden C
  * callees, to which they go in proportion; when windows saw none, the silent ticks stay the anchor's own
- * (0) */
+ * (0); own: the anchor's own window ticks (b, and the silent ticks no C callee took) */
 typedef struct {
     double scale, fself, csil;
+    uint64_t own;
 } spread;
 
 /* a pair's inclusive window ticks, tails and silent ticks spread as `spread` says */
@@ -414,8 +415,9 @@ static uint64_t hidden_ticks(const anchor_stat *s, spread *sp) {
         if (s->pairs[i].c)
             cself += s->pairs[i].self;
     }
-    uint64_t sil = cself ? s->silent : 0, own = s->b + (s->silent - sil);
-    sp->scale = h + tails ? (double)outside_of(s) / (double)(own + h + tails + sil) : 0.0;
+    uint64_t sil = cself ? s->silent : 0;
+    sp->own = s->b + (s->silent - sil);
+    sp->scale = h + tails ? (double)outside_of(s) / (double)(sp->own + h + tails + sil) : 0.0;
     sp->fself = h ? (double)(h + tails) / (double)h : 0.0;
     sp->csil = cself ? (double)sil / (double)cself : 0.0;
     return h + tails + sil;
@@ -482,7 +484,7 @@ int oc_attr_estimate(uint32_t id, oc_attr_est *e) {
     spread sp;
     hidden_ticks(s, &sp);
     *e = (oc_attr_est){.calls = attr_st.est[id].calls, .self = attr_st.est[id].self, .incl = attr_st.est[id].incl,
-                       .removed = attr_st.est[id].removed, .window_self = s->b + (sp.csil ? 0 : s->silent), .outside_self = outside_of(s),
+                       .removed = attr_st.est[id].removed, .window_self = sp.own, .outside_self = outside_of(s),
                        .npairs = s->npairs};
     return 1;
 }
