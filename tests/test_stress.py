@@ -264,9 +264,29 @@ while True:
                           "seconds": round(time.monotonic() - deadline + float(sys.argv[4]), 2)}))
         break
     if time.monotonic() > deadline:
-        threads = sorted(open(f"/proc/{pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{pid}/task"))
+        # what each of the child's threads is doing: name, state, kernel wait channel, and gdb's backtraces
+        def read(p):
+            try:
+                return open(p).read().strip()
+            except OSError as e:
+                return str(e)
+        tasks = {t: (read(f"/proc/{pid}/task/{t}/comm"), read(f"/proc/{pid}/task/{t}/stat").split(") ")[-1][:1],
+                     read(f"/proc/{pid}/task/{t}/wchan")) for t in os.listdir(f"/proc/{pid}/task")}
+        threads = sorted(tasks.values())
+        live = [t for t, v in tasks.items() if v[1] != "Z"]  # (gdb cannot attach by a zombie leader's id)
+        import subprocess
+        bt = ""
+        for t in live:  # one thread at a time: gdb may find no libthread_db to list a process's threads
+            try:
+                g = subprocess.run(["gdb", "-p", t, "-batch", "-ex", "bt 30"], capture_output=True, text=True,
+                                   timeout=60)
+                frames = [x for x in g.stdout.splitlines() if x.startswith("#")]
+                bt += f"-- thread {t} {tasks[t]}:\n" + "\n".join(frames) + "\n"
+            except (OSError, subprocess.SubprocessError) as e:
+                bt += f"(no gdb backtrace of {t}: {e})\n"
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+        print(bt, file=sys.stderr)
         print(json.dumps({"child": pid, "exit": "still alive", "threads": threads}))
         break
     time.sleep(0.02)

@@ -6,6 +6,7 @@
  */
 #include "thread.h"
 #include <sched.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -24,26 +25,44 @@ static void own_mark(long tid, long was) {
     }
 }
 
+/* What a new thread needs to start, on its creator's stack: the creator waits on `ready` until the thread
+ * has copied it and marked itself.  So starting allocates nothing in the new thread, and when
+ * oc_thread_create returns the thread is past its C library's (and a sanitizer's) start-up: a fork()
+ * soon after cannot copy a lock that the half-started thread held into the child, where a thread
+ * started there would wait on it forever (seen once under ASan: a fork child's USDT poller and its
+ * program's next thread both stuck before their first line, the parent's poller just started). */
 typedef struct {
     void *(*fn)(void *);
     void *arg;
+    sem_t ready;
 } own_start;
 
-void *oc_own_thread_main(void *p) {
-    own_start st = *(own_start *)p;
-    free(p);
+static void *own_thread_main(void *p) {
+    own_start *st = p;
+    void *(*fn)(void *) = st->fn;
+    void *arg = st->arg;
     long tid = (long)syscall(SYS_gettid);
     own_mark(tid, 0);
-    void *r = st.fn(st.arg);
+    sem_post(&st->ready); /* (st is gone from here on) */
+    void *r = fn(arg);
     own_mark(0, tid);
     return r;
 }
 
-void *oc_own_thread_arg(void *(*fn)(void *), void *arg) {
-    own_start *st = malloc(sizeof *st);
-    if (st)
-        *st = (own_start){fn, arg};
-    return st;
+int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
+    own_start st = {.fn = fn, .arg = arg};
+    if (sem_init(&st.ready, 0, 0) != 0)
+        return errno;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(th, attr, own_thread_main, &st);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        while (sem_wait(&st.ready) != 0 && errno == EINTR) {
+        }
+    sem_destroy(&st.ready);
+    return rc;
 }
 
 int oc_is_own_thread(long tid) {

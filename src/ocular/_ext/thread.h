@@ -19,22 +19,10 @@
  * it: a thread inherits the mask of the one that creates it, so the mask is set around pthread_create,
  * not by the new thread (a signal could land in it before it blocks them).  Signals stay with the
  * program's threads, and a signal the program blocks to sigwait() for it, or to hold it over a
- * critical section, is never taken (and its default action run) by a thread of ours. */
-void *oc_own_thread_main(void *start);                         /* marks the thread as Ocular's */
-void *oc_own_thread_arg(void *(*fn)(void *), void *arg);         /* its argument, malloc'd (NULL: no memory) */
-static inline int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
-    sigset_t all, old;
-    void *st = oc_own_thread_arg(fn, arg);
-    if (!st)
-        return ENOMEM; /* (an errno, as pthread_create's: callers say strerror of it) */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(th, attr, oc_own_thread_main, st);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
-        free(st);
-    return rc;
-}
+ * critical section, is never taken (and its default action run) by a thread of ours.  Returns
+ * pthread_create's code (an errno) once the new thread runs and is marked as Ocular's: a fork() right
+ * after finds no thread of ours half-started (see thread.c). */
+int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 int oc_is_own_thread(long tid);          /* tid is one of Ocular's threads, running */
 int oc_cpus_available(void);             /* the CPUs this process may run on (its affinity mask) */
 void oc_own_threads_fork_child(void);    /* a fork child: the parent's threads are not its own */
