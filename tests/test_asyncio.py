@@ -326,7 +326,9 @@ def test_the_stall_limit_is_an_option(tmp_path):
     assert rep["stall_ms"] == 300
     rep = _run(tmp_path, "t.json", "--stall-ms", "5")
     assert rep["stall_ms"] == 5
-    (stall,) = [s for s in rep["stalls"] if s["task"] == "blocker"]
+    # (its first step, to its first await, may pass 5 ms too on a loaded machine: the 150 ms one is the longest)
+    stall = max((s for s in rep["stalls"] if s["task"] == "blocker"), key=lambda s: s["held_ns"])
+    assert stall["held_ns"] >= 140e6, stall
     assert stall["stack"][-1]["name"] == "<built-in method time.sleep>", stall  # (where it was at 5 ms)
     p = subprocess.run([*python_cmd(), "-m", "ocular", "-o", "t.json", "--stall-ms", "0", "prog.py"], cwd=tmp_path,
                        env=dict(os.environ, PYTHONPATH=SRC), capture_output=True, text=True, timeout=180)

@@ -148,16 +148,20 @@ def test_follow_sigkilled_child_and_parent_trace_survives(tmp_path):
 
 
 def test_follow_program_killed_by_signal(tmp_path):
-    code = "import os, signal, time\ndef f(): pass\nfor i in range({}): f()\ntime.sleep(0.3)\nos.kill(os.getpid(), signal.SIGKILL)"
-    p = cli(["--follow", "--threshold", "0", "--no-report", "-o", "t.json", "-c", code.format(20000)], cwd=tmp_path)
+    # (the first program waits until its recording holds 64 KiB on disk, 4,096 records of 16 bytes; the
+    # second kills itself before the recorder can have written anything)
+    code = ("import os, signal, time\ndef f(): pass\nfor i in range({}): f()\n"
+            "part = f't.procs/{{os.getpid()}}.json.{{os.getpid()}}.tmp'\nt0 = time.monotonic()\n"
+            "while {} and os.path.getsize(part) < 65536 and time.monotonic() - t0 < 120: time.sleep(0.01)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    p = cli(["--follow", "--threshold", "0", "--no-report", "-o", "t.json", "-c", code.format(20000, True)], cwd=tmp_path)
     assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr)  # we die the way the program died
     assert "killed by SIGKILL" in p.stderr, p.stderr
     ev = load_trace(tmp_path / "t.json")["traceEvents"]
     check_balanced(ev)
     assert processes(ev)[1] and max(len(c) for c in processes(ev)[1].values()) > 1000
     # killed before anything reached the disk: no trace, said so, no traceback, the same status
-    p = cli(["--follow", "--no-report", "-o", "u.json", "-c", code.format(1).replace("time.sleep(0.3)", "")],
-            cwd=tmp_path)
+    p = cli(["--follow", "--no-report", "-o", "u.json", "-c", code.format(1, False)], cwd=tmp_path)
     assert p.returncode == -signal.SIGKILL and "Traceback" not in p.stderr
     assert "no trace was written" in p.stderr or "trace written" in p.stderr, p.stderr
 

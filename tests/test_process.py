@@ -193,16 +193,20 @@ def test_an_ended_raw_thread_is_not_named_after_a_later_thread(trace_path):
 import _thread, time
 def raw():
     return sum(range(100))
+began = threading.Event()
 def forever():
+    began.set()
     while True:
         time.sleep(0.001)
 start()
 done = threading.Event()
 _thread.start_new_thread(lambda: (raw(), done.set()), ())
 done.wait()
-time.sleep(0.05)  # (it has ended: its ident is free again)
+while _thread._count():  # (it has ended: its ident is free again)
+    time.sleep(0.001)
+time.sleep(0.01)
 threading.Thread(target=forever, name="daemon-forever", daemon=True).start()
-time.sleep(0.05)
+began.wait()
 stop()
 """
     run_ok(code, trace_path)

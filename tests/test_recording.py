@@ -143,10 +143,15 @@ def test_killed_process_leaves_a_recording_whose_chunks_all_render(tmp_path):
     while not mark.exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
-    time.sleep(0.3)  # let the recorder go idle and flush
+    # let the recorder flush: until its file holds the 600,000 records but one chunk's and has not grown for 1 s
+    rec = tmp_path / f"k.json.{proc.pid}.tmp"
+    sizes = []
+    while not (sizes and sizes[-1] >= (600000 - 1024) * 16 and len(set(sizes[-20:])) == 1 and len(sizes) >= 20):
+        assert proc.poll() is None and time.monotonic() < deadline, sizes[-3:]
+        sizes.append(rec.stat().st_size)
+        time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    rec = tmp_path / f"k.json.{proc.pid}.tmp"
     assert rec.exists() and not out.exists()
     p = subprocess.run([*python_cmd(), "-m", "ocular", "convert", str(rec), "-o", str(tmp_path / "salvaged.json")],
                        env=e, capture_output=True, text=True, timeout=120)
@@ -436,9 +441,10 @@ def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
 ocular.start_tracing(output=os.path.join(d, "rec.ocular"), report=False, deinstrument_threshold=0)
 fib(20)
 ocular.stop_tracing()
+rendered = threading.Event()  # (set after the render: a killer that missed it signals then)
 def signal_during_render(sig):
     def killer():
-        while not ocular._render_lock.locked():
+        while not ocular._render_lock.locked() and not rendered.is_set():
             time.sleep(0.0005)
         os.kill(os.getpid(), sig)
     threading.Thread(target=killer, daemon=True).start()
@@ -457,6 +463,7 @@ def on_term(s, f):
 signal.signal(signal.SIGTERM, on_term)
 signal_during_render(signal.SIGTERM)
 ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "conv.json"))
+rendered.set()
 time.sleep(30)
 """
     p = run_py(code, str(tmp_path), check=False, timeout=60)
@@ -505,7 +512,9 @@ def on_usr1(s, f):
 signal.signal(signal.SIGUSR1, on_usr1)
 signal_during_render(signal.SIGUSR1)
 ocular.convert(os.path.join(d, "rec.ocular"), os.path.join(d, "outer.json"))
-time.sleep(0.2)
+rendered.set()
+while not got:
+    time.sleep(0.01)
 print(got)
 """
     p = run_py(code, str(tmp_path), timeout=60)
