@@ -325,6 +325,44 @@ def test_fork_from_thread_with_usdt_poller(tmp_path, trace, poll_ms):
     assert not leftovers(tmp_path)
 
 
+def test_ocular_threads_are_running_and_named_when_their_start_returns(tmp_path):
+    """usdt.enable() and start_tracing() return only once each thread they start runs under its name (its
+    start-up done: a fork right after copies no lock a half-started thread held; CI, ASan 3.14, saw a
+    fork child's new threads stuck for good).  Read at once, with no wait, over 50 rounds: every round
+    lists the USDT poller, the recorder (ocular-writer) and, rendering while recording, ocular-render."""
+    from ocular import usdt
+
+    if not usdt.available():
+        pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
+    code = r'''
+import json, os, sys, ocular, ocular.usdt
+def names():
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except OSError:
+            pass
+    return sorted(n for n in out if n.startswith("ocular"))
+rounds = []
+for i in range(50):
+    ocular.usdt.enable(poll_ms=60000)
+    a = names()
+    ocular.start_tracing(output=os.path.join(sys.argv[1], "t.json"), report=False)
+    b = names()
+    ocular.stop_tracing()
+    ocular.usdt.disable()
+    rounds.append((a, b))
+print(json.dumps(rounds))
+'''
+    p = run_py(code, str(tmp_path), timeout=TIMEOUT, env={"OCULAR_LIVE_RENDER": "1"})
+    rounds = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(rounds) == 50
+    for a, b in rounds:
+        assert "ocular-usdt" in a, rounds
+        assert {"ocular-usdt", "ocular-writer", "ocular-render"} <= set(b), rounds
+
+
 # ---------------------------------------------------------------------------------------------
 # abnormal endings
 

@@ -127,7 +127,6 @@ static uint32_t live_step(void) {
 
 static void *live_main(void *arg) {
     (void)arg;
-    pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* the program comes first */
     pthread_mutex_lock(&live_st.lock);
     while (!live_st.stop) {
@@ -239,7 +238,7 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
     live_st.off = 0;
     live_st.done = live_st.known = 0;
     memset(&live_st.res, 0, sizeof live_st.res);
-    if (oc_thread_create(&live_st.thread, NULL, live_main, NULL) != 0) {
+    if (oc_thread_create(&live_st.thread, NULL, live_main, NULL, OC_RENDER_THREAD_NAME) != 0) {
         live_free();
         return;
     }

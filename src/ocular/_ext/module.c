@@ -709,7 +709,6 @@ static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
  * forked in the microseconds before that close inherits the descriptor and keeps the blocks until it
  * exits.)  Returns 0 or the errno of unlink(2).  GIL released by the caller. */
 static void *closer_main(void *arg) {
-    pthread_setname_np(pthread_self(), OC_REMOVE_THREAD_NAME);
     close((int)(intptr_t)arg);
     return NULL;
 }
@@ -732,7 +731,7 @@ static int remove_later(const char *path) {
         int started = 0;
         if (pthread_attr_init(&a) == 0) {
             pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            started = oc_thread_create(&th, &a, closer_main, (void *)(intptr_t)fd) == 0;
+            started = oc_thread_create(&th, &a, closer_main, (void *)(intptr_t)fd, OC_REMOVE_THREAD_NAME) == 0;
             pthread_attr_destroy(&a);
         }
         if (!started)

@@ -142,7 +142,6 @@ static int write_all(oc_out *o, const char *buf, size_t len) {
 static void *writer_main(void *arg) {
     oc_out *o = arg;
     struct oc_writer *w = o->async;
-    pthread_setname_np(pthread_self(), OC_RENDER_THREAD_NAME);
     pthread_mutex_lock(&w->lock);
     for (;;) {
         while (!w->pending && !w->quit)
@@ -176,7 +175,7 @@ void oc_out_async_start(oc_out *o) {
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     o->async = w;
-    if (oc_thread_create(&w->thread, NULL, writer_main, o) != 0) {
+    if (oc_thread_create(&w->thread, NULL, writer_main, o, OC_RENDER_THREAD_NAME) != 0) {
         o->async = NULL;
         free(w->spare);
         free(w);

@@ -92,7 +92,6 @@ static long run_block(const uint64_t *w, uint32_t n, long tid) {
 
 static void *sink_main(void *arg) {
     (void)arg;
-    pthread_setname_np(pthread_self(), "ocular-encode");
     long tid = 0;
     pthread_mutex_lock(&pipe_st.lock);
     for (;;) {
@@ -270,7 +269,7 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     pthread_mutex_init(&pipe_st.lock, NULL);
     pthread_cond_init(&pipe_st.more, NULL);
     pthread_cond_init(&pipe_st.room, NULL);
-    int rc = oc_thread_create(&pipe_st.thread, NULL, sink_main, NULL);
+    int rc = oc_thread_create(&pipe_st.thread, NULL, sink_main, NULL, "ocular-encode");
     if (rc != 0) {
         release();
         return -1;

@@ -470,7 +470,6 @@ static void finish_orphan(void) {
 
 static void *recorder_main(void *arg) {
     (void)arg;
-    pthread_setname_np(pthread_self(), OC_WRITER_THREAD_NAME);
     int orphaned = 0, signaled = 0, idle_polls = 0;
     pthread_mutex_lock(&sess.lock);
     for (;;) {
@@ -623,7 +622,7 @@ int oc_recorder_start(void) {
         write_header(&rec_st.out);
     }
     sess.stopping = 0;
-    int rc = oc_thread_create(&sess.writer, NULL, recorder_main, NULL);
+    int rc = oc_thread_create(&sess.writer, NULL, recorder_main, NULL, OC_WRITER_THREAD_NAME);
     if (rc != 0) {
         if (rec_st.out.fd >= 0)
             unlink(sess.rec_path);

@@ -508,7 +508,7 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     atomic_store(&samp_st.pending, 0);
     atomic_store(&samp_st.opened, 0);
     atomic_store(&samp_st.seq, 0);
-    if (oc_thread_create(&samp_st.thread, NULL, timer_main, NULL) != 0)
+    if (oc_thread_create(&samp_st.thread, NULL, timer_main, NULL, NULL) != 0)
         Py_RETURN_FALSE;
     samp_st.running = 1;
     samp_st.status = OC_SAMPLING_ON;

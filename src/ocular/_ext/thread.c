@@ -26,14 +26,18 @@ static void own_mark(long tid, long was) {
 }
 
 /* What a new thread needs to start, on its creator's stack: the creator waits on `ready` until the thread
- * has copied it and marked itself.  So starting allocates nothing in the new thread, and when
- * oc_thread_create returns the thread is past its C library's (and a sanitizer's) start-up: a fork()
- * soon after cannot copy a lock that the half-started thread held into the child, where a thread
- * started there would wait on it forever (seen once under ASan: a fork child's USDT poller and its
- * program's next thread both stuck before their first line, the parent's poller just started). */
+ * has copied it, named itself and marked itself as Ocular's.  So starting allocates nothing in the new
+ * thread, and when oc_thread_create returns the thread is past its start-up: a fork() soon after cannot
+ * copy into the child a lock that the half-started thread held, where every thread started later would
+ * wait on it forever.  Seen once under ASan (CI, 3.14): a fork right after usdt.enable() left the
+ * child's USDT poller and the program's next thread both stuck before their first line.  ASan's
+ * allocator takes a process-wide lock at a thread's first malloc or free (to register its cache), and
+ * its pthread_setname_np a lock on its thread list; without the C library's fork handlers for them, a
+ * copy held at fork stays held in the child. */
 typedef struct {
     void *(*fn)(void *);
     void *arg;
+    const char *name;
     sem_t ready;
 } own_start;
 
@@ -41,6 +45,8 @@ static void *own_thread_main(void *p) {
     own_start *st = p;
     void *(*fn)(void *) = st->fn;
     void *arg = st->arg;
+    if (st->name) /* (a sanitizer's interceptor of it takes its thread list's lock: see own_start) */
+        pthread_setname_np(pthread_self(), st->name);
     long tid = (long)syscall(SYS_gettid);
     own_mark(tid, 0);
     sem_post(&st->ready); /* (st is gone from here on) */
@@ -49,8 +55,9 @@ static void *own_thread_main(void *p) {
     return r;
 }
 
-int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg) {
-    own_start st = {.fn = fn, .arg = arg};
+int oc_thread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg,
+                     const char *name) {
+    own_start st = {.fn = fn, .arg = arg, .name = name};
     if (sem_init(&st.ready, 0, 0) != 0)
         return errno;
     sigset_t all, old;

@@ -501,8 +501,7 @@ static int finalizing(void) { return oc_is_finalizing(); }
  * a thread that ends between the read and PyGILState_Ensure is a window of a few instructions.) */
 
 static void *poller_main(void *arg) {
-    (void)arg; /* (every signal blocked since its creation: oc_thread_create) */
-    pthread_setname_np(pthread_self(), OC_USDT_THREAD_NAME);
+    (void)arg; /* (every signal blocked and named since its creation: oc_thread_create) */
     unsigned retry = 0;
     uint64_t next_orphan_check = 0;
     pthread_mutex_lock(&usdt_st.mu);
@@ -567,7 +566,7 @@ static void init_sync(void) {
 
 static int start_poller(void) {
     usdt_st.stop = 0;
-    int err = oc_thread_create(&usdt_st.thread, NULL, poller_main, NULL);
+    int err = oc_thread_create(&usdt_st.thread, NULL, poller_main, NULL, OC_USDT_THREAD_NAME);
     if (err) {
         errno = err;
         PyErr_SetFromErrno(PyExc_OSError);
