@@ -285,7 +285,7 @@ void oc_attr_gap(oc_attr_thread *a, uint64_t t0, uint64_t t1, uint64_t net, uint
         anchor_stat *s = stat_of(top);
         if (s && outside_grow(top)) {
             uint64_t out = net - in_net;
-            if (oc_attr_from > t0) { /* (the part before the first window: no window stands for it) */
+            if (oc_attr_from > t0) { /* (the part before oc_attr_from: no window stands for it) */
                 uint64_t after = oc_attr_from < t1 ? t1 - oc_attr_from : 0;
                 out = after > in ? (uint64_t)((double)net * (double)(after - in) / (double)span) : 0;
             }

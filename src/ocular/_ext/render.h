@@ -379,7 +379,9 @@ void oc_attr_block(const uint8_t *p, uint32_t len, uint32_t wlen);
 extern int oc_attr_on;                               /* the recording has sampling windows */
 extern uint32_t oc_attr_wgen;                        /* bumped when windows are appended */
 extern uint64_t *oc_attr_outside;                    /* by code: visible self ticks outside windows */
-extern uint64_t oc_attr_from;                        /* the first window's begin: outside ticks count from there */
+/* outside ticks count from oc_attr_from: the first de-instrumentation, else (an older recording) the first
+ * window's begin */
+extern uint64_t oc_attr_from;
 extern uint32_t oc_attr_noutside;
 /* the usual gap [t0, t1) (render.c tick): a visible top frame, no window begun before its end -- its
  * ticks are that code's own outside windows; 0: oc_attr_gap must take it (also a gap across

@@ -5,8 +5,10 @@
  * Shared by the record side and the render side; no Python API.
  */
 #include "thread.h"
+#include <errno.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>

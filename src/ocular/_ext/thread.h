@@ -2,10 +2,7 @@
 #ifndef OCULAR_THREAD_H
 #define OCULAR_THREAD_H
 
-#include <errno.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdlib.h>
 
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"
