@@ -695,6 +695,15 @@ static PyObject *py_deflate(PyObject *mod, PyObject *args) {
     return r;
 }
 
+static PyObject *py_only_helpers_left(PyObject *mod, PyObject *unused) {
+    (void)mod, (void)unused;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = oc_only_helper_threads_left();
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(r);
+}
+
 static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
     int tsc = oc_clock_init();
@@ -901,6 +910,9 @@ static PyMethodDef methods[] = {
     {"_deflate", py_deflate, METH_VARARGS,
      "_deflate(data, fresh=False) -> bytes: data as one zlib stream by the Perfetto sink's encoder, coded\n"
      "with the previous call's symbol counts as consecutive batches are (fresh: forget them). Tests only."},
+    {"_only_helpers_left", py_only_helpers_left, METH_NOARGS,
+     "_only_helpers_left() -> bool: whether every live thread is one of Ocular's helpers, as a fork child's\n"
+     "recorder asks before it ends an orphaned process (False when unsure). Tests only."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},
     {NULL, NULL, 0, NULL},
 };

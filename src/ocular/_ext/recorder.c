@@ -350,8 +350,29 @@ int oc_recorder_dump(const char *path) {
  * final name and ends the process with status 0, as the last thread's exit would have. */
 static int in_fork_child;
 
-/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure). */
+/* The process's thread count (the Threads: line of /proc/self/status), or -1 if unreadable. */
+static int threads_now(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *p = strstr(buf, "\nThreads:");
+    return p ? atoi(p + 9) : -1;
+}
+
+/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure).
+ * A listing of /proc/self/task ends early when the thread it stands on exits meanwhile (Linux: readdir
+ * goes from thread to thread, and stops at one that has gone), so live threads listed after it would
+ * be missed; it counts only if it read as many threads as the process has, before and after. */
 int oc_only_helper_threads_left(void) {
+    int before = threads_now();
+    if (before <= 0)
+        return 0;
     DIR *d = opendir("/proc/self/task");
     if (!d)
         return 0;
@@ -387,7 +408,7 @@ int oc_only_helper_threads_left(void) {
             others = 1;
     }
     closedir(d);
-    return seen > 0 && !others;
+    return seen > 0 && !others && seen == before && threads_now() == before;
 }
 
 /* Wait on cond_writer (lock held) for at most `ms` milliseconds; returns pthread_cond_timedwait's code. */
