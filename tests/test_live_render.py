@@ -49,9 +49,21 @@ import json, sys, ocular, ocular._ocular as o
 o._set_test_clock(True)
 ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=int(sys.argv[2]), report=False)
 exec(compile(WORKLOAD, "<workload>", "exec"), {})
+WAIT_LIVE
 r = ocular.stop_tracing()
 print(json.dumps(dict(events=r["events"], live=r["live_events"], pid=r.get("pid"))))
 """
+
+
+# With a live render: wait until it has rendered a chunk, or given up (-1), before the stop (a loaded
+# machine may not have run it at all during the workload; the tests would then see no live events)
+WAIT_LIVE = """
+import time as _t
+_deadline = _t.monotonic() + 60
+while o._live_progress() == 0 and _t.monotonic() < _deadline:
+    _t.sleep(0.002)
+"""
+RUN = RUN.replace("WAIT_LIVE", WAIT_LIVE)
 
 
 def run(tmp_path, name, live, threshold=0, env=None):
@@ -203,6 +215,9 @@ def test_threads_are_rendered_interleaved_as_recorded(tmp_path):
         work(20000)
         for t in ts:
             t.join()
+        deadline = time.monotonic() + 60   # the live render has rendered a chunk (or given up)
+        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
         r = ocular.stop_tracing()
         ocular.convert(sys.argv[2], sys.argv[3])
         print(r["live_events"], r["events"])
@@ -234,7 +249,9 @@ def test_killed_while_rendering_as_it_records_leaves_only_the_recording(tmp_path
             return i
         for i in range(200000):
             f(i)
-        time.sleep(0.2)               # the live render catches up
+        deadline = time.monotonic() + 60  # the live render has begun the output
+        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
         open(sys.argv[2], "w").close()
         time.sleep(60)
     """
@@ -289,6 +306,9 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
             ends.append(time.monotonic_ns())
         time.sleep(0.002)
         t1 = time.monotonic_ns()
+        deadline = time.monotonic() + 60   # the live render has rendered a chunk (or given up)
+        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)
         r = ocular.stop_tracing()
         print(json.dumps(dict(live=r["live_events"], events=r["events"], rec=kept[0], t0=t0, t1=t1,
                               begins=begins, ends=ends)))
