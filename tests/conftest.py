@@ -155,6 +155,30 @@ print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 
 
+# Source text for test programs (interpreters of their own) to include: the process's thread count, and the
+# OS names of its threads from a complete listing of /proc/self/task.  Linux ends such a listing early when
+# the thread it stands on exits meanwhile, and the live threads after it are missed (175 in 1.6 M listings
+# with older threads ending; CI once), so a listing counts only if it holds as many threads as the Threads:
+# line says, before and after.
+OS_THREADS = """
+def thread_count():
+    with open("/proc/self/status") as f:
+        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+def thread_names():
+    import os
+    while True:
+        n, names = thread_count(), []
+        for t in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:  # gone since
+                pass
+        if len(names) == n == thread_count():
+            return sorted(names)
+"""
+
+
 def run_py(code, *args, cwd=None, env=None, timeout=120, check=True):
     """Run `code` (dedented) in a fresh interpreter (this one) with src/ on sys.path."""
     e = dict(os.environ)

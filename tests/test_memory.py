@@ -16,11 +16,11 @@ import sys
 
 import pytest
 
-from conftest import RSS_CHILD, SRC, check_balanced, load_trace, run_py
+from conftest import OS_THREADS, RSS_CHILD, SRC, check_balanced, load_trace, run_py
 
 BLK_THREAD, BLK_CHUNK = 3, 4
 
-THREADS = """
+THREADS = OS_THREADS + """
 import sys, threading
 n = int(sys.argv[1])
 def leaf(x):
@@ -36,22 +36,9 @@ for i in range(n):  # started one after the other: one or two alive at once
     t.join()
 # join() returns when a thread's Python state is done, before its OS thread's destructors have run (they
 # say the thread ended): wait until only this thread and Ocular's are left
-# (a listing of /proc/self/task stops early when the thread it stands on exits meanwhile: one counts only
-# if it holds as many threads as the Threads: line says, before and after)
-import os, time
-def count():
-    with open("/proc/self/status") as f:
-        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
+import time
 def others():
-    while True:
-        n, names = count(), []
-        for t in os.listdir("/proc/self/task"):
-            try:
-                names.append(open(f"/proc/self/task/{t}/comm").read())
-            except OSError:  # (gone since)
-                pass
-        if len(names) == n == count():
-            return len([c for c in names if not c.startswith("ocular")]) - 1
+    return len([c for c in thread_names() if not c.startswith("ocular")]) - 1
 deadline = time.monotonic() + 60
 while others() and time.monotonic() < deadline:
     time.sleep(0.01)

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import SRC, check_balanced, load_trace, names, python_cmd, run_py, small_tmpfs
+from conftest import OS_THREADS, SRC, check_balanced, load_trace, names, python_cmd, run_py, small_tmpfs
 
 SCALE = float(os.environ.get("OCULAR_STRESS_SCALE", "1"))
 # Under valgrind/ASan everything is 10-50x slower: generous timeouts, the scale shrinks the work.
@@ -338,24 +338,16 @@ def test_ocular_threads_are_running_and_named_when_their_start_returns(tmp_path)
 
     if not usdt.available():
         pytest.skip(f"USDT probes compiled out: {usdt.reason()}")
-    code = r'''
+    code = OS_THREADS + r'''
 import json, os, sys, time, ocular, ocular.usdt
-def count():
-    with open("/proc/self/status") as f:
-        return int(next(l for l in f if l.startswith("Threads:")).split()[1])
 def names():
-    while True:
-        n = count()
-        tids = os.listdir("/proc/self/task")
-        out = [open(f"/proc/self/task/{t}/comm").read().strip() for t in tids]
-        if len(tids) == n == count():
-            return sorted(x for x in out if x.startswith("ocular"))
-start = count()
+    return [x for x in thread_names() if x.startswith("ocular")]
+start = thread_count()
 rounds = []
 for i in range(50):
     t0 = time.monotonic()
-    while count() != start:  # the last round's detached ocular-remove, until it ends
-        assert time.monotonic() - t0 < 30, ("threads left after a round", count(), start)
+    while thread_count() != start:  # the last round's detached ocular-remove, until it ends
+        assert time.monotonic() - t0 < 30, ("threads left after a round", thread_count(), start)
         time.sleep(0.001)
     ocular.usdt.enable(poll_ms=60000)
     a = names()
@@ -1203,7 +1195,7 @@ def test_a_child_forked_from_a_thread_keeps_its_recording(tmp_path, name):
     assert names(load_trace(res.output)["traceEvents"]).count("child_leaf") == 50
 
 
-ONLY_HELPERS = r"""
+ONLY_HELPERS = OS_THREADS + r"""
 import ctypes, os, sys, threading, time
 import ocular._ocular as o
 N = int(sys.argv[1])
@@ -1232,7 +1224,7 @@ def child():                          # on the forking thread: the child's leade
         during = o._only_helpers_left()
         last.set()
         witness.join()
-        while len(os.listdir("/proc/self/task")) != 2:   # the witness's OS thread ends after join()
+        while thread_count() != 2:   # the witness's OS thread ends after join()
             time.sleep(0.001)
         after = o._only_helpers_left()
         os.write(w, f"{first:d} {wrong} {during:d} {after:d}\n".encode())
