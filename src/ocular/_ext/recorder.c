@@ -350,19 +350,31 @@ int oc_recorder_dump(const char *path) {
  * final name and ends the process with status 0, as the last thread's exit would have. */
 static int in_fork_child;
 
-/* The process's thread count (the Threads: line of /proc/self/status), or -1 if unreadable. */
+/* The process's thread count (the Threads: line of /proc/self/status), or -1 if unreadable.  Read piece
+ * by piece: the Groups: line before it can be long. */
 static int threads_now(void) {
-    char buf[4096];
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    char buf[4096];
+    size_t keep = 0;
+    int count = -1;
+    for (;;) {
+        ssize_t n = read(fd, buf + keep, sizeof buf - 1 - keep);
+        if (n <= 0)
+            break;
+        size_t len = keep + (size_t)n;
+        buf[len] = 0;
+        const char *p = strstr(buf, "\nThreads:");
+        if (p && strchr(p + 1, '\n')) {
+            count = atoi(p + 9);
+            break;
+        }
+        keep = len < 64 ? len : 64; /* a line begun at the end of this piece: the line is shorter than that */
+        memmove(buf, buf + len - keep, keep);
+    }
     close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    const char *p = strstr(buf, "\nThreads:");
-    return p ? atoi(p + 9) : -1;
+    return count;
 }
 
 /* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure).
