@@ -1252,7 +1252,7 @@ def test_only_helper_threads_left_is_not_fooled_by_a_thread_ending_during_the_li
     it.  The check counts only a listing as long as the Threads: count.  In a child whose leader has
     returned (a zombie) and whose asking thread bears a helper's name: False while other threads live,
     including while 2,000 older threads end one by one during the listings (each a chance of the early
-    stop; the check without the count said True in about 1 in 9,000 such listings), and True at the end,
+    stop; the check without the count said True once in 67,000 such listings), and True at the end,
     when the zombie leader and the asker are all that is left (so the count includes the zombie).  Also
     with 3,000 supplementary groups, whose Groups: line comes before the Threads: line."""
     if groups and os.geteuid() != 0:
