@@ -1200,8 +1200,17 @@ import ctypes, os, sys, threading, time
 import ocular._ocular as o
 N = int(sys.argv[1])
 if int(sys.argv[2]):
-    os.setgroups(range(1, int(sys.argv[2]) + 1))   # a Groups: line of ~14 KB before the Threads: line
+    try:
+        os.setgroups(range(1, int(sys.argv[2]) + 1))   # a Groups: line of ~14 KB before the Threads: line
+    except PermissionError as exc:
+        print("no-setgroups", exc)
+        sys.exit(0)
 r, w = os.pipe()
+def until(cond, what):
+    deadline = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
 def child():                          # on the forking thread: the child's leader, a zombie once it returns
     evs = [threading.Event() for _ in range(N)]
     olds = [threading.Thread(target=e.wait) for e in evs]
@@ -1211,11 +1220,12 @@ def child():                          # on the forking thread: the child's leade
     witness = threading.Thread(target=last.wait)   # listed after every old thread, alive until the end
     witness.start()
     def asker():
+      try:
         libc = ctypes.CDLL(None, use_errno=True)
         assert libc.prctl(15, b"ocular-writer", 0, 0, 0) == 0   # PR_SET_NAME: a helper's name
         leader = os.getpid()
-        while open(f"/proc/self/task/{leader}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
-            time.sleep(0.001)
+        until(lambda: open(f"/proc/self/task/{leader}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+              "the leader never became a zombie")
         first = o._only_helpers_left()
         wrong = 0
         for t, e in zip(olds, evs):   # each old thread ends while the asker lists the threads
@@ -1226,10 +1236,12 @@ def child():                          # on the forking thread: the child's leade
         during = o._only_helpers_left()
         last.set()
         witness.join()
-        while thread_count() != 2:   # the witness's OS thread ends after join()
-            time.sleep(0.001)
+        until(lambda: thread_count() == 2, "the witness's OS thread did not end")   # (it ends after join())
         after = o._only_helpers_left()
         os.write(w, f"{first:d} {wrong} {during:d} {after:d}\n".encode())
+      except BaseException as exc:
+        os.write(w, f"error {exc!r}\n".encode())
+      finally:
         os._exit(0)
     threading.Thread(target=asker).start()
 def forker():
@@ -1237,10 +1249,11 @@ def forker():
     if pid == 0:
         child()
         return
+    os.close(w)
     os.waitpid(pid, 0)
 t = threading.Thread(target=forker)
 t.start(); t.join()
-print(os.read(r, 100).decode().strip())
+print(os.read(r, 1000).decode().strip())
 """
 
 
@@ -1254,11 +1267,16 @@ def test_only_helper_threads_left_is_not_fooled_by_a_thread_ending_during_the_li
     including while 2,000 older threads end one by one during the listings (each a chance of the early
     stop; the check without the count said True once in 67,000 such listings), and True at the end,
     when the zombie leader and the asker are all that is left (so the count includes the zombie).  Also
-    with 3,000 supplementary groups, whose Groups: line comes before the Threads: line."""
+    with 3,000 supplementary groups, whose Groups: line comes before the Threads: line.  (What can only
+    fail now and then is the race: without the count, about 6 % of runs; the rest fails every time.)"""
     if groups and os.geteuid() != 0:
         reason = "setting 3,000 supplementary groups needs root (CI runs as root)"
         print(reason)
         pytest.skip(reason)
     p = run_py(ONLY_HELPERS, "2000", str(groups), timeout=TIMEOUT)
+    if p.stdout.startswith("no-setgroups"):
+        print(p.stdout)
+        pytest.skip(p.stdout.strip())
+    assert p.stdout.split() and p.stdout.split()[0] != "error", p.stdout + p.stderr
     first, wrong, during, after = map(int, p.stdout.split()[-4:])
     assert (first, wrong, during, after) == (0, 0, 0, 1), p.stdout

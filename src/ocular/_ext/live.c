@@ -44,7 +44,7 @@ static struct {
     size_t reserve;
     size_t off;              /* blocks indexed up to here */
     uint32_t done;           /* spans of thread 0 rendered */
-    int64_t progress;        /* __atomic: done after the last step, -1 once failed (oc_render_live_progress) */
+    long progress;           /* __atomic: done after the last step, -1 once failed (oc_render_live_progress) */
     uint32_t known;          /* code ids below this all have their table entry */
     oc_render_result res;
 } live_st = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
@@ -133,7 +133,7 @@ static void *live_main(void *arg) {
     while (!live_st.stop) {
         pthread_mutex_unlock(&live_st.lock);
         uint32_t rendered = live_step();
-        __atomic_store_n(&live_st.progress, live_st.failed ? -1 : (int64_t)live_st.done, __ATOMIC_RELAXED);
+        __atomic_store_n(&live_st.progress, live_st.failed ? -1L : (long)live_st.done, __ATOMIC_RELAXED);
         pthread_mutex_lock(&live_st.lock);
         if (live_st.failed)
             break;
@@ -250,7 +250,7 @@ void oc_render_live_start(const char *rec_path, int format, const char *out_path
 
 int oc_render_live_running(void) { return live_st.on == 1; }
 
-int64_t oc_render_live_progress(void) {
+long oc_render_live_progress(void) {
     return live_st.on == 1 ? __atomic_load_n(&live_st.progress, __ATOMIC_RELAXED) : -1;
 }
 

@@ -706,7 +706,7 @@ static PyObject *py_only_helpers_left(PyObject *mod, PyObject *unused) {
 
 static PyObject *py_live_progress(PyObject *mod, PyObject *unused) {
     (void)mod, (void)unused;
-    return PyLong_FromLongLong((long long)oc_render_live_progress());
+    return PyLong_FromLong(oc_render_live_progress());
 }
 
 static PyObject *py_clock_info(PyObject *mod, PyObject *unused) {
@@ -919,8 +919,8 @@ static PyMethodDef methods[] = {
      "_only_helpers_left() -> bool: whether every live thread is one of Ocular's helpers, as a fork child's\n"
      "recorder asks before it ends an orphaned process (False when unsure). Tests only."},
     {"_live_progress", py_live_progress, METH_NOARGS,
-     "_live_progress() -> int: chunks the render while recording has rendered so far; -1 when none runs or it\n"
-     "gave up (the render at stop starts over). Tests wait on it instead of sleeping."},
+     "_live_progress() -> int: chunks (and thread ends) the render while recording has rendered so far; -1\n"
+     "when none runs or it gave up (the render at stop starts over). Tests wait on it instead of sleeping."},
     {"clock_info", py_clock_info, METH_NOARGS, "Which time source Ocular uses on this machine."},
     {NULL, NULL, 0, NULL},
 };

@@ -377,14 +377,12 @@ static int threads_now(void) {
     return count;
 }
 
-/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure).
- * A listing of /proc/self/task ends early when the thread it stands on exits meanwhile (Linux: readdir
- * goes from thread to thread, and stops at one that has gone), so live threads listed after it would
- * be missed; it counts only if it read as many threads as the process has, before and after. */
-int oc_only_helper_threads_left(void) {
+/* One look at the threads for oc_only_helper_threads_left.  A listing of /proc/self/task ends early when
+ * the thread it stands on exits meanwhile (Linux: readdir goes from thread to thread, and stops at one
+ * that has gone), so live threads listed after it would be missed; it counts only if it read as many
+ * threads as the process has, before and after (where /proc gives no count, the listing alone). */
+static int helpers_only_once(void) {
     int before = threads_now();
-    if (before <= 0)
-        return 0;
     DIR *d = opendir("/proc/self/task");
     if (!d)
         return 0;
@@ -420,8 +418,13 @@ int oc_only_helper_threads_left(void) {
             others = 1;
     }
     closedir(d);
-    return seen > 0 && !others && seen == before && threads_now() == before;
+    return seen > 0 && !others && (before < 0 || (seen == before && threads_now() == before));
 }
+
+/* 1 if every live thread of this process is one of Ocular's helpers, 0 otherwise (or if unsure).  Two
+ * looks, one after the other, must agree: threads begun and ended during one look could make up the
+ * count for a live thread its listing missed, not the same way twice. */
+int oc_only_helper_threads_left(void) { return helpers_only_once() && helpers_only_once(); }
 
 /* Wait on cond_writer (lock held) for at most `ms` milliseconds; returns pthread_cond_timedwait's code. */
 static int wait_writer_ms(long ms) {

@@ -147,7 +147,7 @@ void oc_render_release(void);            /* free what the last render kept for t
 void oc_render_live_start(const char *rec_path, int format, const char *out_path, int loops);
 void oc_render_live_fork_child(void);    /* forget the parent's live render */
 int oc_render_live_running(void);        /* the render while recording is running (its statistics with it) */
-int64_t oc_render_live_progress(void);   /* chunks (and thread ends) it has rendered; -1: none running, or failed */
+long oc_render_live_progress(void);      /* chunks (and thread ends) it has rendered; -1: none running, or failed */
 
 /* What a renderer knows of the recorded session: read from the recording (render.c), used by the
  * sinks and statistics. */
