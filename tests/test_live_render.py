@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import textwrap
 import time
 
 import pytest
@@ -49,21 +50,23 @@ import json, sys, ocular, ocular._ocular as o
 o._set_test_clock(True)
 ocular.start_tracing(output=sys.argv[1], deinstrument_threshold=int(sys.argv[2]), report=False)
 exec(compile(WORKLOAD, "<workload>", "exec"), {})
-WAIT_LIVE
+wait_live()
 r = ocular.stop_tracing()
 print(json.dumps(dict(events=r["events"], live=r["live_events"], pid=r.get("pid"))))
 """
 
 
-# With a live render: wait until it has rendered a chunk, or given up (-1), before the stop (a loaded
-# machine may not have run it at all during the workload; the tests would then see no live events)
+# For the test programs (put before their dedented text): wait until the live render has rendered a chunk,
+# or given up (-1), before the stop (a loaded machine may not have run it at all during the workload; the
+# tests would then see no live events)
 WAIT_LIVE = """
-import time as _t
-_deadline = _t.monotonic() + 60
-while o._live_progress() == 0 and _t.monotonic() < _deadline:
-    _t.sleep(0.002)
+def wait_live():
+    import time, ocular._ocular
+    deadline = time.monotonic() + 60
+    while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
+        time.sleep(0.002)
 """
-RUN = RUN.replace("WAIT_LIVE", WAIT_LIVE)
+RUN = WAIT_LIVE + RUN
 
 
 def run(tmp_path, name, live, threshold=0, env=None):
@@ -215,15 +218,13 @@ def test_threads_are_rendered_interleaved_as_recorded(tmp_path):
         work(20000)
         for t in ts:
             t.join()
-        deadline = time.monotonic() + 60   # the live render has rendered a chunk (or given up)
-        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_live()
         r = ocular.stop_tracing()
         ocular.convert(sys.argv[2], sys.argv[3])
         print(r["live_events"], r["events"])
     """
     out, kept, scratch = tmp_path / "t.json", tmp_path / "kept.ocular", tmp_path / "scratch.json"
-    p = run_py(code, str(out), str(kept), str(scratch), env={"OCULAR_LIVE_RENDER": "1", "OCULAR_SAMPLING": "0"})
+    p = run_py(WAIT_LIVE + textwrap.dedent(code), str(out), str(kept), str(scratch), env={"OCULAR_LIVE_RENDER": "1", "OCULAR_SAMPLING": "0"})
     live_events, events = map(int, p.stdout.split())
     assert 0 < live_events <= events
     assert load_trace(out, raw=True)["traceEvents"] == load_trace(scratch, raw=True)["traceEvents"]
@@ -249,14 +250,12 @@ def test_killed_while_rendering_as_it_records_leaves_only_the_recording(tmp_path
             return i
         for i in range(200000):
             f(i)
-        deadline = time.monotonic() + 60  # the live render has begun the output
-        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_live()                   # the live render has begun the output
         open(sys.argv[2], "w").close()
         time.sleep(60)
     """
     e = dict(os.environ, PYTHONPATH=SRC, OCULAR_LIVE_RENDER="1")
-    proc = subprocess.Popen([*python_cmd(), "-c", __import__("textwrap").dedent(code), str(out), str(mark)], env=e)
+    proc = subprocess.Popen([*python_cmd(), "-c", WAIT_LIVE + textwrap.dedent(code), str(out), str(mark)], env=e)
     deadline = time.monotonic() + 120
     while not mark.exists():
         assert proc.poll() is None and time.monotonic() < deadline
@@ -289,7 +288,7 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
     (no timing threshold: a sleep lasts at least what it is asked; until 2026-11-29 the leaves' span was
     checked against 90 % of the program's, which a loaded machine's late wake-ups broke)."""
     out = tmp_path / "k.json"
-    p = run_py("""
+    p = run_py(WAIT_LIVE + textwrap.dedent("""
         import json, sys, time, ocular
         kept = []
         ocular._discard = kept.append  # keep the recording, to render it again from scratch
@@ -306,13 +305,11 @@ def test_the_real_clock_renders_early_and_the_same_as_from_scratch(tmp_path):
             ends.append(time.monotonic_ns())
         time.sleep(0.002)
         t1 = time.monotonic_ns()
-        deadline = time.monotonic() + 60   # the live render has rendered a chunk (or given up)
-        while ocular._ocular._live_progress() == 0 and time.monotonic() < deadline:
-            time.sleep(0.002)
+        wait_live()
         r = ocular.stop_tracing()
         print(json.dumps(dict(live=r["live_events"], events=r["events"], rec=kept[0], t0=t0, t1=t1,
                               begins=begins, ends=ends)))
-    """, str(out), env={"OCULAR_LIVE_RENDER": "1"})
+    """), str(out), env={"OCULAR_LIVE_RENDER": "1"})
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["live"] > 0, info
     again = tmp_path / "again.json"

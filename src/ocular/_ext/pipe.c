@@ -269,7 +269,7 @@ int oc_pipe_start(const oc_sink **sink, oc_out *out) {
     pthread_mutex_init(&pipe_st.lock, NULL);
     pthread_cond_init(&pipe_st.more, NULL);
     pthread_cond_init(&pipe_st.room, NULL);
-    int rc = oc_thread_create(&pipe_st.thread, NULL, sink_main, NULL, "ocular-encode");
+    int rc = oc_thread_create(&pipe_st.thread, NULL, sink_main, NULL, OC_ENCODE_THREAD_NAME);
     if (rc != 0) {
         release();
         return -1;

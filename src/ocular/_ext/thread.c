@@ -10,7 +10,6 @@
 #include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 

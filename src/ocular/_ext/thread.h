@@ -6,6 +6,7 @@
 
 #define OC_WRITER_THREAD_NAME "ocular-writer" /* OS thread names of Ocular's helper threads */
 #define OC_USDT_THREAD_NAME "ocular-usdt"
+#define OC_ENCODE_THREAD_NAME "ocular-encode"
 #define OC_RENDER_THREAD_NAME "ocular-render"
 #define OC_REMOVE_THREAD_NAME "ocular-remove"
 
