@@ -227,7 +227,8 @@ static int wait_until(uint64_t t) {
  * where the program happened to let us in (a GIL release, an eval-breaker check), which would
  * over-sample what follows those points. */
 static void open_window(uint32_t seq) {
-    if (!sess.active || samp_st.gen != sess.gen || !samp_st.restart || atomic_load(&samp_st.opened) == seq)
+    if (!sess.active || !samp_st.running || samp_st.gen != sess.gen || !samp_st.restart ||
+        atomic_load(&samp_st.opened) == seq)
         return;
     atomic_store(&samp_st.opened, seq);
     PyObject *exc = PyErr_GetRaisedException();
@@ -444,17 +445,21 @@ static void ask_first(void) {
         queue_open(1);
 }
 
+/* The first window is asked for before the timer thread is woken: woken first, it could queue its own
+ * pending call, and this thread's would then find one queued and add none.  On 3.12 a call queued by
+ * another thread does not stop the running main thread (only the main thread's own does), so it ran
+ * after the program: CI, a 2 ms program with no window in 3 runs of 3; 10 % of runs beside the suite. */
 void oc_sampling_kick_slow(void) {
     uint64_t now = oc_now();
-    pthread_mutex_lock(&samp_st.lock);
     pthread_mutex_lock(&samp_st.wlock);
     if (!samp_st.kick_ticks)
         samp_st.kick_ticks = now;
     pthread_mutex_unlock(&samp_st.wlock);
+    ask_first();
+    pthread_mutex_lock(&samp_st.lock);
     atomic_store(&oc_sampling_kicked, 1);
     pthread_cond_broadcast(&samp_st.cond);
     pthread_mutex_unlock(&samp_st.lock);
-    ask_first();
 }
 
 void oc_sampling_reset(void) {
@@ -508,16 +513,17 @@ static PyObject *py_sampling_start(PyObject *mod, PyObject *args) {
     atomic_store(&samp_st.pending, 0);
     atomic_store(&samp_st.opened, 0);
     atomic_store(&samp_st.seq, 0);
+    /* something was de-instrumented before (the own-cost calibration's functions at a low threshold):
+     * the first window is asked for from here, start_tracing's thread, and before the timer thread
+     * exists (see oc_sampling_kick_slow: on 3.12 the timer thread's pending call would wait for the main
+     * thread to release the GIL, and its GIL, a switch interval: a CI run of a 2 ms program got no
+     * window).  It opens only once samp_st.running says the timer thread started. */
+    if (atomic_load(&oc_sampling_kicked))
+        queue_open(1);
     if (oc_thread_create(&samp_st.thread, NULL, timer_main, NULL, NULL) != 0)
         Py_RETURN_FALSE;
     samp_st.running = 1;
     samp_st.status = OC_SAMPLING_ON;
-    /* something was de-instrumented before (the own-cost calibration's functions at a low threshold):
-     * the first window is asked for from here, start_tracing's thread (on 3.12 the timer thread's pending
-     * call would wait for the main thread to release the GIL, and its GIL, a switch interval: a CI run
-     * of a 2 ms program got no window) */
-    if (atomic_load(&oc_sampling_kicked))
-        ask_first();
     Py_RETURN_TRUE;
 }
 
